@@ -1,0 +1,42 @@
+# jacrl — the two entry points are `make ladder` and `make test`; both bootstrap .venv first.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= all
+
+# python3.12 from PATH, else a pyenv-installed 3.12 (whose shim may not be active).
+PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
+
+.PHONY: ladder test test-slow dryrun lock clean-results venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -n "$(PYTHON)" || { echo "error: python3.12 not found (jaclang 0.16.7 needs Python >= 3.12)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+ladder: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+dryrun: $(STAMP)
+	$(BIN)/snakemake -n results/rl_ladder.jsonl
+
+# Re-pin requirements.lock from pyproject.toml (needs `uv` on PATH); the lock carries no index URL.
+lock:
+	uv pip compile pyproject.toml --extra test --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
+	@! grep -nE 'index-url|https?://' requirements.lock || { echo "error: requirements.lock names a registry"; exit 1; }
+
+clean-results:
+	rm -rf results/ adapters/ .snakemake/

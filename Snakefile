@@ -1,0 +1,18 @@
+# jacrl — the Jac GRPO ladder as one DAG.
+#   drivers → tasks → splits → rungs → (models, adapters) → eval cells → rl_ladder.jsonl → pivot
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/tasks.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True

@@ -1,0 +1,56 @@
+# Stage 1: drivers → tasks → splits → nested rungs.
+
+
+rule build_tasks:
+    input:
+        driver_files(),
+    output:
+        tasks=f"{RL}/tasks.jsonl",
+        templates=directory(f"{RL}/templates"),
+        refbodies=directory(f"{RL}/refbodies"),
+    params:
+        cfg=CFG.tasks.model_dump(mode="json"),
+    log:
+        "logs/build_tasks.log",
+    benchmark:
+        "benchmarks/build_tasks.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=2000,
+    script:
+        "../scripts/build_tasks.py"
+
+
+rule splits:
+    input:
+        f"{RL}/tasks.jsonl",
+    output:
+        holdout=f"{RL}/holdout.jsonl",
+        trainpool=f"{RL}/trainpool.jsonl",
+        valid=f"{RL}/valid.jsonl",
+        summary=f"{RL}/splits.md",
+    params:
+        cfg=CFG.splits.model_dump(mode="json"),
+    log:
+        "logs/splits.log",
+    benchmark:
+        "benchmarks/splits.tsv"
+    resources:
+        mem_mb=1000,
+    script:
+        "../scripts/splits.py"
+
+
+rule rung:
+    input:
+        f"{RL}/trainpool.jsonl",
+    output:
+        f"{RL}/rungs/r{{rung}}/train.jsonl",
+    log:
+        "logs/rung/r{rung}.log",
+    benchmark:
+        "benchmarks/rung/r{rung}.tsv"
+    resources:
+        mem_mb=500,
+    script:
+        "../scripts/rung.py"

@@ -1,0 +1,93 @@
+"""Atomic file output and strict JSONL input.
+
+Every artefact of the workflow is written through these helpers: the content goes to a
+temporary file in the destination's folder and is renamed into place, so a crash or a
+validation error never leaves a half-written output behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+class JsonlError(ValueError):
+    """A JSONL line that is not a JSON object; the message names file and line."""
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `path`; it replaces `path` if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def dumps_line(record: dict[str, Any]) -> str:
+    """One canonical JSONL line: stable key order is the caller's; no ASCII escaping."""
+    return json.dumps(record, ensure_ascii=False, separators=(", ", ": "))
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
+    """Write records atomically, one JSON object per line; returns the number written."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(dumps_line(rec) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Read a JSONL file; a line that is not a JSON object raises JsonlError naming file:line."""
+    out: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JsonlError(f"{path}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            if not isinstance(rec, dict):
+                raise JsonlError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            out.append(rec)
+    return out

@@ -1,0 +1,1 @@
+"""The task corpus: driver parsing, task building, splits and rungs."""

@@ -1,0 +1,73 @@
+"""Run trusted gold programs (the drivers themselves) in isolation.
+
+Gold programs are our own code, so this runner only isolates state — a fresh temp dir as
+cwd, `JAC_DATA_PATH` and HOME inside it — and enforces a wall timeout on the whole process
+group. Untrusted model completions never come here: they go through `jacrl.reward`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def jac_executable() -> str:
+    """The `jac` launcher of the running interpreter's environment."""
+    exe = Path(sys.executable).with_name("jac")
+    if not exe.exists():
+        raise FileNotFoundError(f"jac launcher not found beside {sys.executable} (is jaclang installed?)")
+    return str(exe)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResult:
+    """`jac run` a program text in a throwaway folder; the process group dies on timeout."""
+    with tempfile.TemporaryDirectory(prefix="jacrl-gold-") as tmp:
+        prog = Path(tmp) / name
+        prog.write_text(source, encoding="utf-8")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": tmp,
+            "JAC_DATA_PATH": str(Path(tmp) / "data"),
+            "PYTHONHASHSEED": "0",
+            "LANG": "C.UTF-8",
+        }
+        proc = subprocess.Popen(
+            [jac_executable(), "run", prog.name],
+            cwd=tmp,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            text=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            timed_out = True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return RunResult(proc.returncode, out, err, timed_out)

@@ -1,0 +1,116 @@
+"""Task records → holdout / train pool / valid, and the nested rungs.
+
+The holdout is chosen by whole sources (so it is source-disjoint from training), covers every
+family, and is decontaminated against the training bodies. The train pool is interleaved
+round-robin over families, so the first N tasks of a small rung already mix families; rung N
+is the first N of the pool, which makes the rungs nested by construction.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+def _stable_key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def body_similarity(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+@dataclass
+class Splits:
+    holdout: list[dict]
+    trainpool: list[dict]
+    valid: list[dict]
+    dropped: list[tuple[str, str, float]] = field(default_factory=list)  # (holdout id, train id, similarity)
+
+
+class SplitError(ValueError):
+    pass
+
+
+def choose_holdout_sources(tasks: list[dict], holdout_size: int) -> set[str]:
+    """Whole sources, smallest first within each family, round-robin over families, until the
+    held-out sources hold at least `holdout_size` tasks. Every family gets one source first;
+    a family's last source is never taken (it must keep training data)."""
+    by_family: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for t in tasks:
+        by_family[t["family"]][t["source"]] += 1
+    queues = {
+        fam: sorted(srcs, key=lambda s: (srcs[s], _stable_key(s)))
+        for fam, srcs in sorted(by_family.items())
+    }
+    for fam, q in queues.items():
+        if len(q) < 2:
+            raise SplitError(f"family {fam!r} has {len(q)} source(s); a family needs at least 2 to be both held out and trained on")
+    chosen: set[str] = set()
+    total = 0
+    while True:
+        progressed = False
+        for fam, q in queues.items():
+            if total >= holdout_size and all(any(s in chosen for s in by_family[f]) for f in queues):
+                return chosen
+            if len(q) > 1:
+                src = q.pop(0)
+                chosen.add(src)
+                total += by_family[fam][src]
+                progressed = True
+        if not progressed:
+            return chosen
+
+
+def interleave(tasks: list[dict]) -> list[dict]:
+    """Round-robin over families (sorted by name), each family keeping its own order."""
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for t in tasks:
+        groups[t["family"]].append(t)
+    order = sorted(groups)
+    out: list[dict] = []
+    i = 0
+    while len(out) < len(tasks):
+        for fam in order:
+            if i < len(groups[fam]):
+                out.append(groups[fam][i])
+        i += 1
+    return out
+
+
+def make_splits(tasks: list[dict], holdout_size: int, valid_size: int, decontam_threshold: float) -> Splits:
+    if not tasks:
+        raise SplitError("no tasks to split")
+    held = choose_holdout_sources(tasks, holdout_size)
+    holdout = [t for t in tasks if t["source"] in held]
+    rest = interleave([t for t in tasks if t["source"] not in held])
+    if valid_size >= len(rest):
+        raise SplitError(f"valid_size={valid_size} leaves no training tasks (only {len(rest)} outside the holdout)")
+    trainpool, valid = (rest[: len(rest) - valid_size], rest[len(rest) - valid_size :]) if valid_size else (rest, [])
+
+    kept, dropped = [], []
+    train_bodies = [(t["id"], t["gold_body"]) for t in rest]
+    for t in holdout:
+        worst = max(((tid, body_similarity(t["gold_body"], b)) for tid, b in train_bodies), key=lambda x: x[1])
+        if worst[1] >= decontam_threshold:
+            dropped.append((t["id"], worst[0], round(worst[1], 4)))
+        else:
+            kept.append(t)
+    missing = sorted({t["family"] for t in tasks} - {t["family"] for t in kept})
+    if missing:
+        raise SplitError(f"after decontamination the holdout covers no task of families {missing}")
+    return Splits(holdout=kept, trainpool=trainpool, valid=valid, dropped=dropped)
+
+
+def rung_tasks(trainpool: list[dict], rung: str | int) -> list[dict]:
+    """The first N tasks of the train pool ('all' = the whole pool)."""
+    if str(rung) == "all":
+        return list(trainpool)
+    n = int(rung)
+    if n < 1:
+        raise SplitError(f"rung {n} must be a positive integer or 'all'")
+    if n > len(trainpool):
+        raise SplitError(f"rung {n} asks for more tasks than the train pool holds ({len(trainpool)})")
+    return trainpool[:n]

@@ -1,0 +1,78 @@
+"""Splits and rungs on synthetic records: disjointness, coverage, decontamination, nesting."""
+
+import hashlib
+
+import pytest
+
+from jacrl.tasks.splits import SplitError, interleave, make_splits, rung_tasks
+
+
+def body(seed: str) -> str:
+    """A distinct pseudo-random body per seed (distinct enough to pass decontamination)."""
+    words = [hashlib.sha256(f"{seed}/{i}".encode()).hexdigest()[:8] for i in range(6)]
+    return "".join(f"    {a} = {b}({a}, {len(seed) + i});\n" for i, (a, b) in enumerate(zip(words, words[1:])))
+
+
+def corpus(families=4, sources=4, per_source=3):
+    tasks = []
+    for f in range(families):
+        for s in range(sources):
+            for k in range(per_source):
+                tasks.append({
+                    "id": f"f{f}_s{s}_{k}", "family": f"fam{f}", "source": f"fam{f}_src{s}",
+                    "gold_body": body(f"{f}-{s}-{k}"),
+                })
+    return tasks
+
+
+def test_disjoint_by_id_and_source_and_covering_every_family():
+    tasks = corpus()
+    s = make_splits(tasks, holdout_size=10, valid_size=2, decontam_threshold=0.85)
+    ids = [{t["id"] for t in part} for part in (s.holdout, s.trainpool, s.valid)]
+    assert not (ids[0] & ids[1]) and not (ids[0] & ids[2]) and not (ids[1] & ids[2])
+    held_sources = {t["source"] for t in s.holdout}
+    assert held_sources.isdisjoint({t["source"] for t in s.trainpool + s.valid})
+    assert {t["family"] for t in s.holdout} == {t["family"] for t in tasks}
+    assert len(s.holdout) >= 10 and len(s.valid) == 2
+    assert len(s.holdout) + len(s.trainpool) + len(s.valid) == len(tasks)
+
+
+def test_holdout_is_deterministic_and_independent_of_input_order():
+    tasks = corpus()
+    a = make_splits(tasks, 10, 2, 0.85)
+    b = make_splits(list(reversed(tasks)), 10, 2, 0.85)
+    assert [t["id"] for t in a.holdout] == [t["id"] for t in make_splits(tasks, 10, 2, 0.85).holdout]
+    assert {t["id"] for t in a.holdout} == {t["id"] for t in b.holdout}
+
+
+def test_trainpool_interleaves_families_round_robin():
+    s = make_splits(corpus(), 10, 0, 0.85)
+    first = [t["family"] for t in s.trainpool[:4]]
+    assert first == ["fam0", "fam1", "fam2", "fam3"]
+    assert [t["family"] for t in interleave([{"family": "b"}, {"family": "b"}, {"family": "a"}])] == ["a", "b", "b"]
+
+
+def test_decontamination_drops_near_copies_of_training_bodies():
+    tasks = corpus()
+    base = make_splits(tasks, 10, 0, 0.85)
+    victim = base.holdout[0]
+    twin = next(t for t in tasks if t["source"] not in {h["source"] for h in base.holdout})
+    twin["gold_body"] = victim["gold_body"].replace("return", "return ")  # near copy in training
+    s = make_splits(tasks, 10, 0, 0.85)
+    assert victim["id"] not in {t["id"] for t in s.holdout}
+    assert any(d[0] == victim["id"] and d[1] == twin["id"] and d[2] >= 0.85 for d in s.dropped)
+
+
+def test_rungs_are_nested_prefixes():
+    pool = make_splits(corpus(), 10, 2, 0.85).trainpool
+    r1, r3, r5, rall = (rung_tasks(pool, n) for n in (1, 3, 5, "all"))
+    assert r1 == r3[:1] and r3 == r5[:3] and r5 == rall[:5] and rall == pool
+    assert len({t["family"] for t in r3}) == 3
+    with pytest.raises(SplitError, match="more tasks than the train pool"):
+        rung_tasks(pool, len(pool) + 1)
+
+
+def test_family_with_one_source_cannot_be_split():
+    tasks = [t for t in corpus() if not (t["family"] == "fam0" and t["source"] != "fam0_src0")]
+    with pytest.raises(SplitError, match="fam0"):
+        make_splits(tasks, 10, 0, 0.9)
