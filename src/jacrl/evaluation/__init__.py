@@ -1,0 +1,1 @@
+"""Evaluation cells: sample completions for a split, score them, aggregate the metrics."""

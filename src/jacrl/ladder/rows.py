@@ -1,0 +1,76 @@
+"""Eval cells → `results/rl_ladder.jsonl`: one row per cell, rebuilt (never appended)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jacrl.io import write_jsonl
+from jacrl.ladder.stats import wilson_interval
+
+CONDITIONS = ("base", "sft", "sft_grpo", "raw_grpo")
+SPLITS = ("gen", "mem")
+
+
+def cell_tag(rung: str, model: str, cond: str, split: str) -> str:
+    return f"r{rung}/{model}/{cond}/{split}"
+
+
+def rung_sort_key(rung: str) -> tuple[int, int]:
+    return (1, 0) if str(rung) == "all" else (0, int(rung))
+
+
+def read_cell(path: str | Path) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        try:
+            return json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not a valid cell file ({exc.msg} at line {exc.lineno})") from None
+
+
+def ladder_row(cell: dict, base: dict | None) -> dict:
+    """A result row: the cell's metrics, its Wilson CI, and the idiom delta vs `base` on the
+    same tasks (None for the base cell itself or when no base cell covers the tasks)."""
+    lo, hi = wilson_interval(cell["pass1"], cell["tasks"])
+    delta = None
+    if base is not None and cell["cond"] != "base":
+        common = sorted(set(cell["per_task"]) & set(base["per_task"]))
+        if common:
+            delta = round(
+                sum(cell["per_task"][t]["idiom"] - base["per_task"][t]["idiom"] for t in common) / len(common), 4
+            )
+    keep = ("rung", "model", "cond", "split", "tasks", "samples", "k", "temperature", "runs", "pass1",
+            "near_pass", "norm_pass", "run_pct", "pass1_pct", "passk_pct", "near_pct", "norm_pct",
+            "avg_osim", "avg_idiom", "trunc_rate", "by_family", "config_hash", "code_version")
+    row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
+    row.update({k: cell.get(k) for k in keep})
+    row["idiom_delta_vs_base"] = delta
+    row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
+    row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
+    return row
+
+
+def build_rows(cells: list[dict]) -> list[dict]:
+    """Rows for every cell, sorted by model, split, rung, condition; one per tag."""
+    seen: dict[str, dict] = {}
+    for c in cells:
+        tag = cell_tag(c["rung"], c["model"], c["cond"], c["split"])
+        if tag in seen:
+            raise ValueError(f"two cells carry the tag {tag}")
+        seen[tag] = c
+
+    def base_for(c: dict) -> dict | None:
+        same_rung = seen.get(cell_tag(c["rung"], c["model"], "base", c["split"]))
+        if same_rung is not None or c["split"] == "mem":
+            return same_rung
+        # the base gen cell is the same for every rung: any rung's copy will do
+        return next((b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == "gen"), None)
+
+    order = lambda c: (c["model"], SPLITS.index(c["split"]), rung_sort_key(c["rung"]), CONDITIONS.index(c["cond"]))  # noqa: E731
+    return [ladder_row(c, base_for(c)) for c in sorted(cells, key=order)]
+
+
+def write_ladder(cell_paths: list[str | Path], out: str | Path) -> list[dict]:
+    rows = build_rows([read_cell(p) for p in cell_paths])
+    write_jsonl(out, rows)
+    return rows

@@ -1,0 +1,50 @@
+"""pass@k against brute-force enumeration of every k-subset."""
+
+import itertools
+
+import pytest
+
+from jacrl.evaluation.metrics import Outcome, cell_metrics, normalise_ws
+from jacrl.evaluation.passk import pass_at_k
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_unbiased_estimator_equals_enumeration(n):
+    for c in range(n + 1):
+        for k in range(1, n + 1):
+            outcomes = [True] * c + [False] * (n - c)
+            subsets = list(itertools.combinations(outcomes, k))
+            brute = sum(any(s) for s in subsets) / len(subsets)
+            assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+
+
+def test_invalid_arguments():
+    with pytest.raises(ValueError):
+        pass_at_k(4, 5, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(4, 1, 5)
+
+
+def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None):
+    return Outcome(tid, greedy, runs, exact, exact if norm is None else norm, ratio, idiom, trunc)
+
+
+def test_cell_metrics():
+    tasks = [{"id": "a", "family": "f1"}, {"id": "b", "family": "f1"}, {"id": "c", "family": "f2"}]
+    outs = [
+        o("a", True, True), o("a", False, True), o("a", False, False),
+        o("b", True, False, ratio=0.95, norm=True), o("b", False, False), o("b", False, True),
+        o("c", True, False, runs=False, ratio=0.0, idiom=0.0, trunc=True), o("c", False, False), o("c", False, False),
+    ]
+    m = cell_metrics(tasks, outs, k=2)
+    assert (m["tasks"], m["samples"], m["runs"], m["pass1"], m["near_pass"], m["norm_pass"]) == (3, 2, 2, 1, 1, 2)
+    assert m["passk_pct"] == pytest.approx(100 * (1 + 1 + 0) / 3, abs=0.01)
+    assert m["by_family"] == {"f1": [1, 2], "f2": [0, 1]}
+    assert m["trunc_rate"] == pytest.approx(1 / 9, abs=1e-4)
+    with pytest.raises(ValueError, match="no greedy outcome"):
+        cell_metrics(tasks + [{"id": "d", "family": "f2"}], outs, k=2)
+
+
+def test_normalise_ws():
+    assert normalise_ws("a  b\n\n  c \n") == normalise_ws("a b\nc")
+    assert normalise_ws("ab") != normalise_ws("a b")

@@ -1,0 +1,68 @@
+"""Ladder rows are rebuilt idempotently; a pivot of a fixed jsonl matches the stored table."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jacrl.io import read_jsonl
+from jacrl.ladder.pivot import show_ladder
+from jacrl.ladder.rows import build_rows, write_ladder
+
+FIX = Path(__file__).parent / "fixtures"
+TASKS = [f"h{i}" for i in range(6)]
+
+
+def cell(rung, cond, split, passes, idiom=0.25):
+    per_task = {t: {"family": "fa" if i < 3 else "fb", "pass1": int(i in passes), "n": 2, "c": int(i in passes),
+                    "passk": float(i in passes), "idiom": idiom} for i, t in enumerate(TASKS)}
+    p = len(passes)
+    return {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 6, "samples": 2, "k": 2,
+            "temperature": 0.8, "runs": p + 1, "pass1": p, "near_pass": 0, "norm_pass": p, "run_pct": round(100 * (p + 1) / 6, 2),
+            "pass1_pct": round(100 * p / 6, 2), "passk_pct": round(100 * p / 6, 2), "near_pct": 0.0, "norm_pct": round(100 * p / 6, 2),
+            "avg_osim": 0.5, "avg_idiom": idiom, "trunc_rate": 0.0, "by_family": {}, "per_task": per_task,
+            "config_hash": "abc", "code_version": "test"}
+
+
+CELLS = [
+    cell("1", "base", "gen", {0}), cell("1", "sft", "gen", {0, 1}, idiom=0.5), cell("1", "sft_grpo", "gen", {0, 1, 2, 3}),
+    cell("3", "sft", "gen", {0, 1, 2}), cell("1", "base", "mem", {0}), cell("1", "sft", "mem", {0, 1, 2, 3, 4, 5}),
+]
+
+
+@pytest.fixture
+def cell_files(tmp_path):
+    paths = []
+    for c in CELLS:
+        p = tmp_path / f"{c['rung']}_{c['cond']}_{c['split']}.json"
+        p.write_text(json.dumps(c))
+        paths.append(p)
+    return paths
+
+
+def test_rows_are_rebuilt_not_appended(cell_files, tmp_path):
+    out = tmp_path / "rl_ladder.jsonl"
+    first = write_ladder(cell_files, out)
+    before = out.read_bytes()
+    write_ladder(cell_files, out)
+    assert out.read_bytes() == before and len(read_jsonl(out)) == len(CELLS) == len(first)
+    tags = [r["tag"] for r in first]
+    assert tags[:4] == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r1/tiny/sft_grpo/gen", "r3/tiny/sft/gen"]
+    sft = next(r for r in first if r["tag"] == "r1/tiny/sft/gen")
+    assert sft["idiom_delta_vs_base"] == 0.25 and sft["pass1_ci"][0] < 2 / 6 < sft["pass1_ci"][1]
+    assert next(r for r in first if r["tag"] == "r3/tiny/sft/gen")["idiom_delta_vs_base"] == 0.0  # shared base gen
+
+
+def test_duplicate_tags_are_rejected():
+    with pytest.raises(ValueError, match="r1/tiny/base/gen"):
+        build_rows([CELLS[0], CELLS[0]])
+
+
+def test_pivot_matches_stored_table(cell_files, tmp_path):
+    rows = tmp_path / "rl_ladder.jsonl"
+    write_ladder(cell_files, rows)
+    md = show_ladder(rows, tmp_path / "ladder.md", tmp_path / "ladder.csv", tmp_path / "ladder.png")
+    expected = (FIX / "expected_ladder.md").read_text()
+    assert md == expected
+    assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "ladder.csv").read_text().splitlines()[0].startswith("tag,model,split,rung,cond")
