@@ -1,0 +1,439 @@
+"""Configuration of the loss framework: the shared `losses` list of terms and its per-env selection.
+
+A run declares its loss terms once, at the top level of `config.yaml`:
+
+    losses:
+      - type: rl                  # the DPPO+KL primary (the default list is [rl])
+      - type: echo                # a weighted masked-NLL overlay on chosen roles
+        assistant: {alpha: 0.5}
+
+`LossFrameworkConfig` propagates that list into `trainer.losses` (which builds the cores) and
+`orchestrator.losses` (which resolves echo masks and weights); setting either one to a different
+list is rejected. Each train env picks its terms with `enabled_losses` and may deep-merge
+`loss_overrides` into a named echo term.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+ROLES = ("system", "user", "assistant", "tool")
+"""Message roles an echo term can supervise."""
+
+PROMPT_ROLES = ("system", "user", "tool")
+"""Roles whose tokens only exist in the prompt, so echo on them needs prompt attribution."""
+
+PRIMARY_TYPES = ("rl", "custom")
+"""Term types that are a run's primary objective; at most one per run."""
+
+
+class LossConfigWarning(UserWarning):
+    """A loss configuration that is valid but will not do what it looks like it does."""
+
+
+class StrictModel(BaseModel):
+    """Base for every loss config model: unknown keys are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------------------------
+# Terms
+# --------------------------------------------------------------------------------------------
+
+
+class RLLossConfig(StrictModel):
+    """The DPPO+KL primary objective (DESIGN.md §6). Its name is always `rl`."""
+
+    type: Literal["rl"] = Field("rl", description="Term type: the DPPO+KL policy-gradient primary.")
+    kl_tau: float = Field(
+        1e-3,
+        ge=0,
+        description="Weight of the squared log-ratio pull (log r)^2 towards the sampling policy; "
+        "applied to every completion token, masked or not.",
+    )
+    dppo_mask_low: float = Field(
+        0.2,
+        ge=0,
+        description="For tokens with advantage <= 0: drop the policy-gradient term when the trainer "
+        "probability fell more than this below the sampling probability (p - p_hat < -low).",
+    )
+    dppo_mask_high: float = Field(
+        0.2,
+        ge=0,
+        description="For tokens with advantage > 0: drop the policy-gradient term when the trainer "
+        "probability rose more than this above the sampling probability (p - p_hat > high).",
+    )
+    adv_tau: float = Field(1.0, description="Scale applied to the advantages in the policy-gradient term.")
+
+    @property
+    def name(self) -> str:
+        """The rl term is always called `rl` (it is the one term `enabled_losses` refers to by type)."""
+        return "rl"
+
+
+class EchoRoleConfig(StrictModel):
+    """How an echo term supervises the tokens of one message role."""
+
+    alpha: float = Field(
+        description="Per-token weight of the NLL on this role's tokens. 0 keeps the tokens supervised "
+        "(counted) with zero gradient; a negative alpha pushes probability away (anti-echo)."
+    )
+    tool_names: list[str] | None = Field(
+        None,
+        description="Only on the `tool` role: restrict echo to messages from these tools. None = all tools.",
+    )
+
+
+class EchoFilterConfig(StrictModel):
+    """An imported callable that narrows an echo term's role-selected tokens further."""
+
+    import_path: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$",
+        description="`package.module.function` called as fn(tokens: EchoTokens, mask: BoolTensor, **kwargs) "
+        "-> BoolTensor; the result is AND-ed with the role mask, so a filter can only remove tokens.",
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to the filter.")
+
+
+class EchoLossConfig(StrictModel):
+    """A weighted masked-NLL overlay on the tokens of chosen roles, summed with the primary's gradient."""
+
+    type: Literal["echo"] = Field("echo", description="Term type: per-role cross-entropy overlay.")
+    name: str = Field("echo", min_length=1, description="Unique term name; referenced by `enabled_losses`.")
+    system: EchoRoleConfig | None = Field(None, description="Echo on system-message tokens (needs a renderer).")
+    user: EchoRoleConfig | None = Field(None, description="Echo on user-message tokens (needs a renderer).")
+    assistant: EchoRoleConfig | None = Field(
+        None, description="Echo on assistant tokens: the completion, and prior assistant turns when attributed."
+    )
+    tool: EchoRoleConfig | None = Field(None, description="Echo on tool-message tokens (needs a renderer).")
+    filter: EchoFilterConfig | None = Field(None, description="Optional imported filter narrowing the selection.")
+
+    @model_validator(mode="after")
+    def _check_roles(self) -> EchoLossConfig:
+        if not self.roles():
+            raise ValueError(
+                f"echo term {self.name!r} configures no role: set at least one of "
+                f"`system`, `user`, `assistant`, `tool` (e.g. `assistant: {{alpha: 0.5}}`)"
+            )
+        for role in ("system", "user", "assistant"):
+            role_config = getattr(self, role)
+            if role_config is not None and role_config.tool_names is not None:
+                raise ValueError(
+                    f"echo term {self.name!r}: `{role}.tool_names` is only valid on the `tool` role"
+                )
+        return self
+
+    def roles(self) -> dict[str, EchoRoleConfig]:
+        """The configured roles, in canonical order."""
+        return {role: getattr(self, role) for role in ROLES if getattr(self, role) is not None}
+
+
+class CustomLossConfig(StrictModel):
+    """A user-supplied primary core: `def core(inputs: LossInputs, **kwargs) -> LossOutputs`."""
+
+    type: Literal["custom"] = Field("custom", description="Term type: an imported loss core (a primary).")
+    name: str = Field("custom", min_length=1, description="Unique term name; referenced by `enabled_losses`.")
+    import_path: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$",
+        description="`package.module.function` of the core; it normalises its own loss.",
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments passed to the core.")
+
+
+class RefKLLossConfig(StrictModel):
+    """GRPO's `beta` term: k3 estimate of KL(policy || frozen reference) per completion token."""
+
+    type: Literal["ref_kl"] = Field("ref_kl", description="Term type: KL penalty to the frozen reference model.")
+    name: str = Field("ref_kl", min_length=1, description="Unique term name; referenced by `enabled_losses`.")
+    beta: float = Field(
+        0.04,
+        ge=0,
+        description="Weight of the mean k3 KL (exp(d) - d - 1, d = ref - policy logprob) over the "
+        "primary's completion tokens (none in echo-only envs); 0.04 is the source ladder's GRPO beta.",
+    )
+
+
+LossTermConfig = Annotated[
+    RLLossConfig | EchoLossConfig | CustomLossConfig | RefKLLossConfig,
+    Field(discriminator="type"),
+]
+"""One entry of the `losses` list, selected by its `type`."""
+
+_TERMS = TypeAdapter(list[LossTermConfig])
+
+
+def default_losses() -> list[LossTermConfig]:
+    """The default term list: `[rl]` with its default knobs."""
+    return [RLLossConfig()]
+
+
+def parse_losses(raw: Any) -> list[LossTermConfig]:
+    """Validate a raw list (e.g. read back from a checkpoint) into term configs."""
+    return _TERMS.validate_python(raw)
+
+
+def dump_losses(losses: list[LossTermConfig]) -> list[dict[str, Any]]:
+    """The JSON-safe form of a term list, as stored in checkpoints."""
+    return _TERMS.dump_python(losses, mode="json")
+
+
+def check_terms(losses: list[LossTermConfig], training_mode: str, *, field: str = "losses") -> None:
+    """Reject a term list with duplicate names, two primaries, or (in rl mode) no primary."""
+    seen: dict[str, int] = {}
+    for index, term in enumerate(losses):
+        if term.name in seen:
+            raise ValueError(
+                f"{field}[{index}] and {field}[{seen[term.name]}] are both named {term.name!r}; "
+                f"loss term names must be unique (set `name` on one of them)"
+            )
+        seen[term.name] = index
+    primaries = [f"{field}[{i}] ({t.type} {t.name!r})" for i, t in enumerate(losses) if t.type in PRIMARY_TYPES]
+    if len(primaries) > 1:
+        raise ValueError(f"at most one primary (rl/custom) loss term per run, found {len(primaries)}: {', '.join(primaries)}")
+    if training_mode == "rl" and not primaries:
+        raise ValueError(
+            f"training_mode = 'rl' needs a primary loss term (type rl or custom) in `{field}`; "
+            f"found only: {[t.name for t in losses] or 'nothing'}"
+        )
+
+
+def check_resume_compatible(saved_terms: Any, current_terms: Any) -> None:
+    """Reject resuming a run whose loss terms differ from the checkpoint's.
+
+    Both arguments may be term configs or their dumped dicts (as stored in a checkpoint).
+    """
+    saved = dump_losses(parse_losses(saved_terms))
+    current = dump_losses(parse_losses(current_terms))
+    if saved == current:
+        return
+    saved_by_name = {t.get("name", t["type"]): t for t in saved}
+    current_by_name = {t.get("name", t["type"]): t for t in current}
+    problems = []
+    for name in saved_by_name.keys() - current_by_name.keys():
+        problems.append(f"term {name!r} is in the checkpoint but not in `losses`")
+    for name in current_by_name.keys() - saved_by_name.keys():
+        problems.append(f"term {name!r} is in `losses` but not in the checkpoint")
+    for name in saved_by_name.keys() & current_by_name.keys():
+        old, new = saved_by_name[name], current_by_name[name]
+        for key in sorted(old.keys() | new.keys()):
+            if old.get(key) != new.get(key):
+                problems.append(f"term {name!r} field `{key}`: checkpoint {old.get(key)!r}, config {new.get(key)!r}")
+    if not problems:
+        problems.append(
+            f"term order differs: checkpoint {[t.get('name', t['type']) for t in saved]}, "
+            f"config {[t.get('name', t['type']) for t in current]}"
+        )
+    raise ValueError(
+        "cannot resume: the checkpoint was trained with a different `losses` list ("
+        + "; ".join(sorted(problems))
+        + "). Restore the original terms or start a fresh run."
+    )
+
+
+def check_losses_agree(trainer_losses: list[LossTermConfig], orchestrator_losses: list[LossTermConfig]) -> None:
+    """Reject a trainer and an orchestrator that disagree on the term list (e.g. in a multi-run setup)."""
+    if dump_losses(trainer_losses) != dump_losses(orchestrator_losses):
+        raise ValueError(
+            "trainer.losses and orchestrator.losses differ: "
+            f"trainer {dump_losses(trainer_losses)} vs orchestrator {dump_losses(orchestrator_losses)}; "
+            "set `losses` once at the top level"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Per-env selection
+# --------------------------------------------------------------------------------------------
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `override` merged in: nested dicts merge key by key, anything else replaces."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+class EnvConfig(StrictModel):
+    """One training environment of the orchestrator and the loss terms that apply to its samples."""
+
+    id: str = Field(min_length=1, description="Environment id (what produces the tasks and rewards).")
+    name: str | None = Field(
+        None, description="Unique label of this env in the run; rollouts carry it. Defaults to `id`."
+    )
+    enabled_losses: list[str] | None = Field(
+        None,
+        description="Names of the loss terms applied to this env's samples; None = all terms. Omitting the "
+        "primary (rl/custom) makes the env echo-only: its completion mask is zeroed.",
+    )
+    loss_overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per-term parameters deep-merged into a named echo term for this env only, e.g. "
+        "{echo: {assistant: {alpha: 0.1}}}.",
+    )
+
+    @property
+    def label(self) -> str:
+        """The name rollouts from this env carry."""
+        return self.name or self.id
+
+
+class OrchestratorTrainConfig(StrictModel):
+    """The orchestrator's training inputs."""
+
+    env: list[EnvConfig] = Field(
+        default_factory=list,
+        description="Training environments. Empty = one implicit env to which every term applies.",
+    )
+
+
+class OrchestratorConfig(StrictModel):
+    """The orchestrator side: makes batches, resolving each env's echo masks and weights."""
+
+    losses: list[LossTermConfig] | None = Field(
+        None, description="Propagated from the top-level `losses`; do not set it here."
+    )
+    renderer: Literal["chat_template"] | None = Field(
+        None,
+        description="How prompts become tokens. `chat_template` renders chat messages with the model's "
+        "template and attributes each prompt token to its message's role and tool (needed by "
+        "system/user/tool echo). None = the prompt is a plain string with no attribution.",
+    )
+    train: OrchestratorTrainConfig = Field(
+        default_factory=OrchestratorTrainConfig, description="Training environments."
+    )
+
+    @model_validator(mode="after")
+    def _check_own_losses(self) -> OrchestratorConfig:
+        # Standalone use (e.g. one run of several sharing a trainer): validate the envs against the
+        # losses this orchestrator was given. Under LossFrameworkConfig they arrive by propagation.
+        if self.losses is not None:
+            check_env_losses(self, self.losses)
+        return self
+
+
+class TrainerConfig(StrictModel):
+    """The trainer side: builds the cores of the terms and sums them into one backward."""
+
+    losses: list[LossTermConfig] | None = Field(
+        None, description="Propagated from the top-level `losses`; do not set it here."
+    )
+
+
+def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> None:
+    """Validate every train env's `enabled_losses`/`loss_overrides` against the term list."""
+    by_name = {term.name: term for term in losses}
+    envs = orchestrator.train.env
+    labels: dict[str, int] = {}
+    for index, env in enumerate(envs):
+        where = f"orchestrator.train.env[{index}] ({env.label!r})"
+        if env.label in labels:
+            raise ValueError(
+                f"{where}: env name {env.label!r} is also used by orchestrator.train.env[{labels[env.label]}]; "
+                f"env names must be unique (set `name`)"
+            )
+        labels[env.label] = index
+        if env.enabled_losses is not None:
+            for name in env.enabled_losses:
+                if name not in by_name:
+                    raise ValueError(
+                        f"{where}.enabled_losses names {name!r}, which is not a defined loss term "
+                        f"(defined: {', '.join(by_name) or 'none'})"
+                    )
+            if len(set(env.enabled_losses)) != len(env.enabled_losses):
+                raise ValueError(f"{where}.enabled_losses lists a term twice: {env.enabled_losses}")
+        enabled = [by_name[name] for name in (env.enabled_losses or by_name)]
+        echoes = [term.name for term in enabled if term.type == "echo"]
+        if len(echoes) > 1:
+            raise ValueError(
+                f"{where}: at most one echo term per env, but it enables {echoes}"
+                + ("" if env.enabled_losses is not None else " (enabled_losses = None enables every term)")
+                + "; choose one with `enabled_losses`"
+            )
+        for name, override in env.loss_overrides.items():
+            term = by_name.get(name)
+            if term is None or term.type != "echo":
+                defined = [t.name for t in losses if t.type == "echo"]
+                raise ValueError(
+                    f"{where}.loss_overrides key {name!r} is not a defined echo term "
+                    f"(echo terms: {', '.join(defined) or 'none'}); only echo terms can be overridden per env"
+                )
+            if name not in echoes:
+                raise ValueError(f"{where}.loss_overrides[{name!r}] overrides a term this env does not enable")
+            for key in ("type", "name"):
+                if key in override:
+                    raise ValueError(f"{where}.loss_overrides[{name!r}].{key} cannot be overridden")
+            try:
+                EchoLossConfig.model_validate(deep_merge(term.model_dump(), override))
+            except ValidationError as error:
+                raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
+    if not envs:
+        echoes = [term.name for term in losses if term.type == "echo"]
+        if len(echoes) > 1:
+            raise ValueError(
+                f"with no orchestrator.train.env every term applies to one implicit env, which allows at most "
+                f"one echo term, but `losses` defines {echoes}; declare envs and choose with `enabled_losses`"
+            )
+    if orchestrator.renderer is None:
+        for term in losses:
+            if term.type == "echo":
+                prompt_roles = [role for role in term.roles() if role in PROMPT_ROLES]
+                if prompt_roles:
+                    warnings.warn(
+                        f"echo term {term.name!r} supervises prompt roles {prompt_roles} but "
+                        f"orchestrator.renderer is None, so prompt tokens carry no role attribution and "
+                        f"those roles select nothing; set orchestrator.renderer: chat_template",
+                        LossConfigWarning,
+                        stacklevel=2,
+                    )
+
+
+# --------------------------------------------------------------------------------------------
+# The top-level section
+# --------------------------------------------------------------------------------------------
+
+
+class LossFrameworkConfig(StrictModel):
+    """The loss-related part of the root config: the shared term list and where it goes.
+
+    The project's root `Config` subclasses this and adds its other sections.
+    """
+
+    losses: list[LossTermConfig] = Field(
+        default_factory=default_losses,
+        description="The run's loss terms, set once here and propagated to trainer.losses and "
+        "orchestrator.losses. Default: [rl] (DPPO+KL).",
+    )
+    training_mode: Literal["rl", "sft"] = Field(
+        "rl",
+        description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
+        "completion replaces the primary; the other terms (echo, ref_kl) still apply.",
+    )
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
+    orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="Orchestrator settings.")
+
+    @model_validator(mode="after")
+    def _propagate_losses(self) -> LossFrameworkConfig:
+        check_terms(self.losses, self.training_mode)
+        shared = dump_losses(self.losses)
+        for section in ("trainer", "orchestrator"):
+            sub = getattr(self, section)
+            if sub.losses is not None and dump_losses(sub.losses) != shared:
+                raise ValueError(
+                    f"{section}.losses differs from the top-level `losses` "
+                    f"({dump_losses(sub.losses)} vs {shared}); set `losses` once at the top level only"
+                )
+        orchestrator_had_losses = self.orchestrator.losses is not None
+        self.trainer.losses = [term.model_copy(deep=True) for term in self.losses]
+        self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
+        check_losses_agree(self.trainer.losses, self.orchestrator.losses)
+        if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
+            check_env_losses(self.orchestrator, self.losses)
+        return self

@@ -1,0 +1,142 @@
+"""Loss cores: `core(inputs, **kwargs) -> LossOutputs` on per-token log-probabilities.
+
+Each core sums its per-token loss and divides by its own token count, so terms with different
+coverage (completion vs. echo tokens) are each a mean over what they supervise.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from jacrl.losses.inputs import LossInputs, LossOutputs
+
+
+def _count(mask: Tensor) -> Tensor:
+    """Token count for normalisation (at least 1, so an empty mask gives a zero loss, not NaN)."""
+    return mask.sum().clamp_min(1)
+
+
+def rl_core(
+    inputs: LossInputs,
+    *,
+    kl_tau: float = 1e-3,
+    dppo_mask_low: float = 0.2,
+    dppo_mask_high: float = 0.2,
+    adv_tau: float = 1.0,
+) -> LossOutputs:
+    """DPPO+KL (DESIGN.md §6).
+
+    Per token: log r = l - l_hat, r = exp(log r), dp = exp(l) - exp(l_hat). A token is masked out of
+    the policy gradient when the probability moved too far in the direction its advantage pushes:
+    (A > 0 and dp > high) or (A <= 0 and dp < -low). Masked tokens keep the KL pull.
+        L = -keep * adv_tau * A * r + kl_tau * m * (log r)^2, summed, divided by the rl token count.
+    """
+    logprobs, sampled, advantages, mask = (
+        inputs.trainer_logprobs,
+        inputs.inference_logprobs,
+        inputs.advantages,
+        inputs.loss_mask,
+    )
+    log_ratio = logprobs - sampled
+    ratio = torch.exp(log_ratio)
+    prob_diff = torch.exp(logprobs.detach()) - torch.exp(sampled)
+    positive = advantages > 0
+    masked_high = positive & (prob_diff > dppo_mask_high)
+    masked_low = ~positive & (prob_diff < -dppo_mask_low)
+    keep = (mask & ~(masked_high | masked_low)).to(logprobs.dtype)
+    m = mask.to(logprobs.dtype)
+    pg = -keep * adv_tau * advantages * ratio
+    kl = kl_tau * m * log_ratio**2
+    n = _count(mask)
+    loss = (pg + kl).sum() / n
+
+    with torch.no_grad():
+        log_ratio = log_ratio.detach()
+        mismatch_kl = (torch.exp(log_ratio) - log_ratio - 1) * m
+        metrics = {
+            "tokens": mask.sum(),
+            "pg_loss": pg.detach().sum() / n,
+            "kl_loss": kl.detach().sum() / n,
+            "masked_frac": (mask & (masked_high | masked_low)).sum() / n,
+            "masked_low_frac": (mask & masked_low).sum() / n,
+            "masked_high_frac": (mask & masked_high).sum() / n,
+            "mismatch_kl": mismatch_kl.sum() / n,
+        }
+    return LossOutputs(loss, metrics)
+
+
+def echo_core(inputs: LossInputs) -> LossOutputs:
+    """Weighted masked NLL: -sum(m * alpha * l) / sum(m) over the echo mask.
+
+    alpha = 0 keeps a token in the count with zero gradient; a negative alpha pushes its probability
+    down. The log-probabilities are the trainer's (at the sampling temperature), so this is not a
+    T = 1 NLL; scale alpha to compensate.
+    """
+    logprobs = inputs.trainer_logprobs
+    if inputs.echo_mask is None:
+        mask = torch.zeros_like(logprobs, dtype=torch.bool)
+        weights = torch.zeros_like(logprobs)
+    else:
+        mask, weights = inputs.echo_mask, inputs.echo_weights.to(logprobs.dtype)
+    m = mask.to(logprobs.dtype)
+    n = _count(mask)
+    loss = -(m * weights * logprobs).sum() / n
+    with torch.no_grad():
+        nll = -(m * logprobs.detach()).sum() / n
+        metrics = {
+            "tokens": mask.sum(),
+            "nll": nll,
+            "mean_alpha": (m * weights).sum() / n,
+            "zero_alpha_tokens": (mask & (weights == 0)).sum(),
+            "negative_alpha_tokens": (mask & (weights < 0)).sum(),
+        }
+    return LossOutputs(loss, metrics)
+
+
+def ref_kl_core(inputs: LossInputs, *, beta: float = 0.04) -> LossOutputs:
+    """beta * mean k3 KL to the frozen reference over the completion mask.
+
+    k3 = exp(d) - d - 1 with d = l_ref - l: an unbiased, always non-negative estimate of
+    KL(policy || reference) from samples of the policy.
+    """
+    if inputs.ref_logprobs is None:
+        raise ValueError(
+            "the ref_kl term needs LossInputs.ref_logprobs: compute the frozen reference's log-probabilities "
+            "(LossTerm.needs_reference tells the trainer when)"
+        )
+    logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
+    d = inputs.ref_logprobs - logprobs
+    k3 = torch.exp(d) - d - 1
+    m = mask.to(logprobs.dtype)
+    n = _count(mask)
+    kl = (m * k3).sum() / n
+    loss = beta * kl
+    return LossOutputs(loss, {"tokens": mask.sum(), "kl": kl.detach()})
+
+
+def sft_core(inputs: LossInputs) -> LossOutputs:
+    """Masked NLL over the completion: -sum(m * l) / sum(m). The primary when training_mode = sft."""
+    logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
+    m = mask.to(logprobs.dtype)
+    loss = -(m * logprobs).sum() / _count(mask)
+    return LossOutputs(loss, {"tokens": mask.sum(), "nll": loss.detach()})
+
+
+def import_object(import_path: str, *, field: str = "import_path") -> Any:
+    """Import `package.module.attr`, with an error naming the config field when it fails."""
+    module_name, _, attr = import_path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ImportError(f"{field} = {import_path!r}: cannot import module {module_name!r} ({error})") from error
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise ImportError(f"{field} = {import_path!r}: module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise TypeError(f"{field} = {import_path!r} is not callable")
+    return obj

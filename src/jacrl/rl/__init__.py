@@ -1,0 +1,1 @@
+"""Training: the orchestrator (rollouts -> batches) and the trainer (batches -> updates)."""

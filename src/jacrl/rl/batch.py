@@ -1,0 +1,153 @@
+"""From scored rollouts to a padded training batch that carries every enabled term's inputs.
+
+The primary's inputs (completion `loss_mask`, sampling logprobs, advantages) and echo's
+(`echo_mask`, `echo_weights`) are kept apart, so the two may cover the same tokens and their
+gradients simply sum. `term_rows` records which samples each term applies to (per-env
+`enabled_losses`); an env that omits the primary gets an all-zero completion mask.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from jacrl.losses.inputs import LossInputs
+from jacrl.losses.plan import EnvLossPlans
+from jacrl.rl.echo import EchoTokens, echo_selection, sequence_roles
+
+
+@dataclass
+class Rollout:
+    """One sampled completion of one prompt, scored and given its advantage."""
+
+    env: str
+    """Label of the env it came from (`name`, else `id`, of its orchestrator.train.env entry)."""
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    """The sampler's log-probability of each completion token (at the sampling temperature)."""
+    advantage: float
+    prompt_roles: list[str | None] | None = None
+    """Role of each prompt token, from the renderer; None = no attribution (plain prompt string)."""
+    prompt_tool_names: list[str | None] | None = None
+    """Tool name of each prompt token (tool messages only), from the renderer."""
+    completion_mask: list[bool] | None = None
+    """Completion tokens to train on (e.g. False after a truncation); None = all."""
+
+    def __post_init__(self) -> None:
+        if len(self.completion_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"rollout has {len(self.completion_ids)} completion tokens but "
+                f"{len(self.completion_logprobs)} completion logprobs"
+            )
+        if self.completion_mask is not None and len(self.completion_mask) != len(self.completion_ids):
+            raise ValueError("rollout completion_mask must cover every completion token")
+
+
+@dataclass
+class TrainBatch:
+    """Padded (batch, seq) tensors for one trainer step; position t is token t."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    loss_mask: Tensor
+    inference_logprobs: Tensor
+    advantages: Tensor
+    echo_mask: Tensor
+    echo_weights: Tensor
+    term_rows: dict[str, Tensor]
+    envs: list[str]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def loss_inputs(self, trainer_logprobs: Tensor, ref_logprobs: Tensor | None = None) -> LossInputs:
+        """The cores' inputs, given the trainer's (and optionally the reference's) logprobs of `input_ids`."""
+        return LossInputs(
+            trainer_logprobs=trainer_logprobs,
+            inference_logprobs=self.inference_logprobs.to(trainer_logprobs.dtype),
+            advantages=self.advantages.to(trainer_logprobs.dtype),
+            loss_mask=self.loss_mask,
+            ref_logprobs=ref_logprobs,
+            echo_mask=self.echo_mask,
+            echo_weights=self.echo_weights.to(trainer_logprobs.dtype),
+            term_rows=self.term_rows,
+        )
+
+
+def build_batch(
+    rollouts: Sequence[Rollout], plans: EnvLossPlans, pad_token_id: int = 0
+) -> TrainBatch:
+    """Pad rollouts into a batch, resolving each one's terms from its env's plan.
+
+    Sequences are right-padded to the longest; `term_rows` has an entry for every term of the run.
+    """
+    if not rollouts:
+        raise ValueError("build_batch needs at least one rollout")
+    resolved = [plans[rollout.env] for rollout in rollouts]
+    lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rollouts]
+    batch, seq = len(rollouts), max(lengths)
+    input_ids = torch.full((batch, seq), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(batch, seq, dtype=torch.bool)
+    loss_mask = torch.zeros(batch, seq, dtype=torch.bool)
+    inference_logprobs = torch.zeros(batch, seq, dtype=torch.float32)
+    advantages = torch.zeros(batch, seq, dtype=torch.float32)
+    echo_mask = torch.zeros(batch, seq, dtype=torch.bool)
+    echo_weights = torch.zeros(batch, seq, dtype=torch.float32)
+    echo_counts: Counter[str] = Counter()
+
+    for row, (rollout, plan, length) in enumerate(zip(rollouts, resolved, lengths)):
+        start = len(rollout.prompt_ids)
+        input_ids[row, :length] = torch.tensor(rollout.prompt_ids + rollout.completion_ids, dtype=torch.long)
+        attention_mask[row, :length] = True
+        advantages[row, :length] = rollout.advantage
+        inference_logprobs[row, start:length] = torch.tensor(rollout.completion_logprobs, dtype=torch.float32)
+        if plan.primary_enabled:
+            completion = rollout.completion_mask or [True] * len(rollout.completion_ids)
+            loss_mask[row, start:length] = torch.tensor(completion, dtype=torch.bool)
+        echo = plan.echo
+        if echo is not None:
+            roles, tool_names = sequence_roles(
+                start, len(rollout.completion_ids), rollout.prompt_roles, rollout.prompt_tool_names
+            )
+            tokens = EchoTokens(
+                token_ids=tuple(rollout.prompt_ids + rollout.completion_ids),
+                roles=roles,
+                tool_names=tool_names,
+                completion_start=start,
+                env=rollout.env,
+            )
+            mask, weights = echo_selection(echo, tokens)
+            mask[0] = False  # the first token has no prediction to supervise
+            echo_mask[row, :length] = mask
+            echo_weights[row, :length] = torch.where(mask, weights, torch.zeros_like(weights))
+            for role, selected in zip(roles, mask.tolist()):
+                if selected:
+                    echo_counts[f"echo/{echo.name}/{role}_tokens"] += 1
+
+    term_rows = {
+        term.name: torch.tensor([plan.enables(term.name) for plan in resolved], dtype=torch.bool)
+        for term in plans.losses
+    }
+    metrics: dict[str, float] = {
+        "batch/samples": float(batch),
+        "batch/rl_tokens": float(loss_mask.sum()),
+        "batch/echo_tokens": float(echo_mask.sum()),
+        "batch/echo_only_samples": float(sum(not plan.primary_enabled for plan in resolved)),
+        **{key: float(value) for key, value in sorted(echo_counts.items())},
+    }
+    return TrainBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        loss_mask=loss_mask,
+        inference_logprobs=inference_logprobs,
+        advantages=advantages,
+        echo_mask=echo_mask,
+        echo_weights=echo_weights,
+        term_rows=term_rows,
+        envs=[rollout.env for rollout in rollouts],
+        metrics=metrics,
+    )
+

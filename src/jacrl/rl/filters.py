@@ -1,0 +1,24 @@
+"""Sample filters applied before a batch is built."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from jacrl.losses.plan import EnvLossPlan
+from jacrl.rl.batch import Rollout
+
+
+def keeps_zero_advantage(plan: EnvLossPlan) -> bool:
+    """An env whose primary is disabled (echo-only) trains on echo, not on the advantage, so a zero
+    advantage does not make its samples useless."""
+    return not plan.primary_enabled
+
+
+def zero_advantage_filter(rollouts: Sequence[Rollout], plans: Mapping[str, EnvLossPlan]) -> list[Rollout]:
+    """Drop samples whose advantage is exactly 0 (no policy-gradient signal), except those from
+    echo-only envs."""
+    return [
+        rollout
+        for rollout in rollouts
+        if rollout.advantage != 0 or keeps_zero_advantage(plans[rollout.env])
+    ]
