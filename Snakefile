@@ -10,6 +10,9 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/tasks.smk"
+include: "rules/models.smk"
+include: "rules/train.smk"
+include: "rules/eval.smk"
 
 
 rule all:

@@ -5,6 +5,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
+from jacrl.backends.config import TINY_MODEL_DIR
+from jacrl.backends.select import missing_models
 from jacrl.config import ConfigError, load_config
 
 try:
@@ -14,15 +17,80 @@ except ConfigError as err:
 
 RL = "dataset/rl"
 RUNGS = [str(r) for r in CFG.rungs]
+MODELS = [m.name for m in CFG.models]
+CONFIG_HASH = CFG.digest()
+
+for line in missing_models(CFG.models):
+    logger.warning(f"warning: {line} (jobs that need it will fail)")
 
 
 wildcard_constraints:
     rung=r"\d+|all",
+    model="|".join(MODELS),
+    cond="base|sft|sft_grpo|raw_grpo",
+    grpo="sft_grpo|raw_grpo",
+    split="gen|mem",
 
 
 def driver_files():
     return sorted(str(p) for p in Path(CFG.tasks.drivers).rglob("*.jac") if not any(s.startswith(".") for s in p.parts))
 
 
+def model_spec(name):
+    return CFG.model(name)
+
+
+def model_input(name):
+    """The base model folder as a DAG input: the tiny model is built by a rule; a real model's
+    folder is outside the DAG (checked when the job starts, with a clear message)."""
+    spec = model_spec(name)
+    return TINY_MODEL_DIR if spec.builtin == "tiny" else []
+
+
+def model_dir(name):
+    return str(model_spec(name).model_dir())
+
+
+def raw_start_input(name):
+    """What raw_grpo starts from: the base, or its RFT warm start."""
+    return f"models/{name}-rft" if model_spec(name).warm_start == "rft" else model_input(name)
+
+
+def raw_start_dir(name):
+    return f"models/{name}-rft" if model_spec(name).warm_start == "rft" else model_dir(name)
+
+
+def gpu_count(name):
+    return 0
+
+
+def split_tasks(wc):
+    return f"{RL}/holdout.jsonl" if wc.split == "gen" else f"{RL}/rungs/r{wc.rung}/train.jsonl"
+
+
+def adapter_input(wc):
+    return [] if wc.cond == "base" else f"adapters/r{wc.rung}/{wc.model}/{wc.cond}"
+
+
+def cell_model_input(wc):
+    return raw_start_input(wc.model) if wc.cond == "raw_grpo" else model_input(wc.model)
+
+
+def cell_model_dir(wc):
+    return raw_start_dir(wc.model) if wc.cond == "raw_grpo" else model_dir(wc.model)
+
+
+def ladder_cells():
+    return expand(
+        "results/cells/r{rung}/{model}/{cond}/{split}.json",
+        rung=CFG.ladder_rungs, model=CFG.ladder_models, cond=CFG.ladder.conditions, split=CFG.ladder.splits,
+    )
+
+
 def all_targets():
-    return expand(f"{RL}/rungs/r{{rung}}/train.jsonl", rung=RUNGS)
+    return ["results/ladder.md", "results/ladder.csv", "results/ladder.png"]
+
+
+# The config sections each job depends on (its params): changing another section does not rerun it.
+CELL_KEYS = {"threads", "reward", "eval"}
+GRPO_KEYS = {"threads", "reward", "grpo", "losses", "training_mode", "trainer", "orchestrator"}

@@ -1,12 +1,31 @@
 """Shared fixtures for the jacrl test suite."""
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads sleep instead of spinning
+sys.path.insert(0, str(Path(__file__).resolve().parent / "backends"))
+
+from tiny_fixture import FIXTURES as TINY_FIXTURES  # noqa: E402
+from tiny_fixture import test_model_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny test model (built once per session, seconds)."""
+    return test_model_dir(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def tiny_fixtures() -> Path:
+    """Task records and drivers that match the tiny test model's fixture corpus."""
+    return TINY_FIXTURES

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from jacrl.backends.config import ModelSpec, RFTConfig, SFTConfig, TinyModelConfig
+from jacrl.evaluation.config import EvalConfig, LadderConfig
+from jacrl.losses.config import LossFrameworkConfig
+from jacrl.reward.config import RewardConfig
+from jacrl.rl.config import GRPOConfig
 
 
 class Section(BaseModel):
@@ -45,8 +50,11 @@ class SplitsConfig(Section):
 Rung = Union[int, Literal["all"]]
 
 
-class Config(Section):
-    """The root of config.yaml."""
+class Config(LossFrameworkConfig):
+    """The root of config.yaml (the loss framework's `losses`, `training_mode`, `trainer` and
+    `orchestrator` come from `LossFrameworkConfig`)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
 
     threads: int = Field(2, ge=1, description="Threads per job (torch intra-op threads, reward workers, gold runs).")
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
@@ -55,6 +63,17 @@ class Config(Section):
         default_factory=lambda: [1, 3, "all"],
         description="Train-set sizes of the ladder: the first N tasks of the train pool; 'all' is the whole pool.",
     )
+    reward: RewardConfig = Field(default_factory=RewardConfig, description="The Jac reward: scheme, weights, sandbox, cache.")
+    models: list[ModelSpec] = Field(
+        default_factory=lambda: [ModelSpec(name="tiny", builtin="tiny")],
+        description="Models of the ladder: local folders (`path`) or the embedded tiny model (`builtin: tiny`).",
+    )
+    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="The embedded tiny model's size and pre-training.")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="Gold-SFT (LoRA) on a rung's gold bodies.")
+    rft: RFTConfig = Field(default_factory=RFTConfig, description="RFT warm start for models with `warm_start: rft`.")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO knobs (sft_grpo and raw_grpo).")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T).")
+    ladder: LadderConfig = Field(default_factory=LadderConfig, description="Selectors: which models × rungs × conditions × splits run.")
 
     @field_validator("rungs")
     @classmethod
@@ -66,6 +85,34 @@ class Config(Section):
             raise ValueError(f"rungs must be unique, got {v}")
         return v
 
+    @model_validator(mode="after")
+    def _selectors_exist(self) -> Config:
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"models: names must be unique, got {names}")
+        unknown = [m for m in self.ladder.models or [] if m not in names]
+        if unknown:
+            raise ValueError(f"ladder.models names {unknown}, which are not in `models` ({', '.join(names)})")
+        rungs = {str(r) for r in self.rungs}
+        extra = [r for r in self.ladder.rungs or [] if str(r) not in rungs]
+        if extra:
+            raise ValueError(f"ladder.rungs {extra} are not among `rungs` {self.rungs}")
+        return self
+
+    def model(self, name: str) -> ModelSpec:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(f"no model named {name!r} in config `models` ({', '.join(m.name for m in self.models)})")
+
+    @property
+    def ladder_models(self) -> list[str]:
+        return self.ladder.models or [m.name for m in self.models]
+
+    @property
+    def ladder_rungs(self) -> list[str]:
+        return [str(r) for r in (self.ladder.rungs or self.rungs)]
+
     def digest(self) -> str:
         """A short stable hash of the whole configuration (recorded with every result row)."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -76,31 +123,31 @@ class ConfigError(ValueError):
     """A configuration problem; the message names each offending key."""
 
 
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model class inside an annotation (list[X], X | None, Annotated[Union[...]])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
-    """The pydantic model class reached by following `loc` from `model` (None if unknown)."""
-    current: Any = model
+    """The pydantic model class reached by following an error's `loc` from `model`; a
+    discriminated union's tag (e.g. `echo` in `losses.1.echo.alpha`) selects its member."""
+    candidates: list[type[BaseModel]] = [model]
     for part in loc:
         if isinstance(part, int):
             continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        tagged = [m for m in candidates if "type" in m.model_fields and m.model_fields["type"].default == part]
+        if tagged:
+            candidates = tagged
+            continue
+        owner = next((m for m in candidates if part in m.model_fields), None)
+        if owner is None:
             return None
-        field = current.model_fields.get(part)
-        if field is None:
+        candidates = _models_in(owner.model_fields[part].annotation)
+        if not candidates:
             return None
-        current = _unwrap(field.annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _unwrap(annotation: Any) -> Any:
-    """list[X] / X | None / Annotated[X, ...] → X when there is a single model inside."""
-    origin = typing.get_origin(annotation)
-    if origin is None:
-        return annotation
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if origin in (list, tuple, typing.Annotated) or origin is Union or origin is types.UnionType:
-        models = [_unwrap(a) for a in args if isinstance(_unwrap(a), type) and issubclass(_unwrap(a), BaseModel)]
-        return models[0] if len(models) == 1 else (args[0] if args else annotation)
-    return annotation
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def format_validation_error(err: ValidationError, model: type[BaseModel]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import traceback
 from collections.abc import Iterator
@@ -27,3 +28,16 @@ def logged(smk: Any) -> Iterator[None]:
             traceback.print_exc(file=fh)
             print(f"\n{type(exc).__name__}: {exc}", file=console)
             raise SystemExit(1) from None
+
+
+def code_version() -> str:
+    """The package version plus the git commit of the workflow checkout (`+dirty` if modified)."""
+    from jacrl import __version__
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return __version__
+    return f"{__version__}+{sha}{'.dirty' if dirty else ''}"

@@ -1,0 +1,103 @@
+# Stage 4: evaluation cells → results/rl_ladder.jsonl → the pivot (table, csv, plot).
+
+
+rule eval_base_gen:
+    # The base model on the holdout does not depend on the rung: computed once, shared.
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=f"{RL}/holdout.jsonl",
+    output:
+        cell="results/cells/shared/{model}/base/gen.json",
+        samples="results/cells/shared/{model}/base/gen.samples.jsonl",
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        meta=lambda wc: {"rung": "shared", "model": wc.model, "cond": "base", "split": "gen"},
+    log:
+        "logs/eval/shared/{model}/base/gen.log",
+    benchmark:
+        "benchmarks/eval/shared/{model}/base/gen.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=6000,
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/eval_cell.py"
+
+
+rule base_gen_cell:
+    input:
+        cell="results/cells/shared/{model}/base/gen.json",
+        samples="results/cells/shared/{model}/base/gen.samples.jsonl",
+    output:
+        cell="results/cells/r{rung}/{model}/base/gen.json",
+        samples="results/cells/r{rung}/{model}/base/gen.samples.jsonl",
+    log:
+        "logs/eval/r{rung}/{model}/base/gen.log",
+    benchmark:
+        "benchmarks/eval/r{rung}/{model}/base/gen.tsv"
+    resources:
+        mem_mb=500,
+    script:
+        "../scripts/base_gen_cell.py"
+
+
+ruleorder: base_gen_cell > eval
+
+
+rule eval:
+    input:
+        model=cell_model_input,
+        tasks=split_tasks,
+        adapter=adapter_input,
+    output:
+        cell="results/cells/r{rung}/{model}/{cond}/{split}.json",
+        samples="results/cells/r{rung}/{model}/{cond}/{split}.samples.jsonl",
+    params:
+        model_dir=cell_model_dir,
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        meta=lambda wc: {"rung": wc.rung, "model": wc.model, "cond": wc.cond, "split": wc.split},
+    log:
+        "logs/eval/r{rung}/{model}/{cond}/{split}.log",
+    benchmark:
+        "benchmarks/eval/r{rung}/{model}/{cond}/{split}.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=6000,
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/eval_cell.py"
+
+
+rule rl_ladder:
+    input:
+        ladder_cells(),
+    output:
+        "results/rl_ladder.jsonl",
+    log:
+        "logs/rl_ladder.log",
+    benchmark:
+        "benchmarks/rl_ladder.tsv"
+    resources:
+        mem_mb=1000,
+    script:
+        "../scripts/rl_ladder.py"
+
+
+rule show_ladder:
+    input:
+        "results/rl_ladder.jsonl",
+    output:
+        md=report("results/ladder.md", category="Ladder"),
+        csv="results/ladder.csv",
+        png=report("results/ladder.png", category="Ladder", caption="../report/ladder.rst"),
+    log:
+        "logs/show_ladder.log",
+    benchmark:
+        "benchmarks/show_ladder.tsv"
+    resources:
+        mem_mb=1000,
+    script:
+        "../scripts/show_ladder.py"

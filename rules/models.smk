@@ -1,0 +1,42 @@
+# Stage 2: models — the embedded tiny model, and RFT warm starts for cold bases.
+
+
+rule tiny_model:
+    input:
+        trainpool=f"{RL}/trainpool.jsonl",
+    output:
+        directory("models/tiny"),
+    params:
+        cfg=CFG.tiny.model_dump(mode="json"),
+    log:
+        "logs/tiny_model.log",
+    benchmark:
+        "benchmarks/tiny_model.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=4000,
+    script:
+        "../scripts/tiny_model.py"
+
+
+rule rft:
+    input:
+        model=lambda wc: model_input(wc.model),
+        trainpool=f"{RL}/trainpool.jsonl",
+    output:
+        directory("models/{model}-rft"),
+    params:
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        cfg=CFG.rft.model_dump(mode="json"),
+        sft=CFG.sft.model_dump(mode="json"),
+        reward=CFG.reward.model_dump(mode="json"),
+    log:
+        "logs/rft/{model}.log",
+    benchmark:
+        "benchmarks/rft/{model}.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=8000,
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/rft.py"

@@ -1,0 +1,46 @@
+# Stage 3: training — gold-SFT per rung, then GRPO from the SFT adapter or from the base.
+
+
+rule sft:
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+    output:
+        directory("adapters/r{rung}/{model}/sft"),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        cfg=CFG.sft.model_dump(mode="json"),
+    log:
+        "logs/sft/r{rung}/{model}.log",
+    benchmark:
+        "benchmarks/sft/r{rung}/{model}.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=8000,
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/sft.py"
+
+
+rule grpo:
+    input:
+        model=lambda wc: raw_start_input(wc.model) if wc.grpo == "raw_grpo" else model_input(wc.model),
+        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        init=lambda wc: f"adapters/r{wc.rung}/{wc.model}/sft" if wc.grpo == "sft_grpo" else [],
+    output:
+        directory("adapters/r{rung}/{model}/{grpo}"),
+    params:
+        model_dir=lambda wc: raw_start_dir(wc.model) if wc.grpo == "raw_grpo" else model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=CFG.model_dump(mode="json", include=GRPO_KEYS),
+    log:
+        "logs/grpo/r{rung}/{model}/{grpo}.log",
+    benchmark:
+        "benchmarks/grpo/r{rung}/{model}/{grpo}.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=8000,
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/grpo.py"

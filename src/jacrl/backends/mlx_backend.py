@@ -1,0 +1,488 @@
+"""The MLX backend: mlx-lm models, LoRA layers, training loop and fuse (Metal on Apple Silicon,
+`mlx[cpu]` elsewhere).
+
+SFT goes through mlx-lm's own trainer (`mlx_lm.tuner.trainer.train`) with our batch order and
+learning-rate schedule; `mlx_lm_lora`'s SFT mode is not used (it crashes on CPU, DESIGN.md §8).
+Losses are torch code: `backward` evaluates the per-token logprobs in MLX, lets torch compute
+the loss and its gradient g w.r.t. those logprobs, and pulls g back through MLX with the
+surrogate Σ ℓ·g (two MLX forwards per step; dropout masks are made identical by reseeding).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from jacrl.backends.base import (
+    Backend,
+    Completion,
+    LoraSpec,
+    LossFn,
+    SamplingParams,
+    SFTExample,
+    StepInfo,
+    TokenLogprobs,
+    batch_order,
+    copy_model_files,
+    require_model_dir,
+)
+from jacrl.backends.config import SFTConfig
+from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter, write_meta
+
+
+class MLXBackend(Backend):
+    name = "mlx"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        adapter_path: str | Path | None = None,
+        threads: int | None = None,
+        model_name: str | None = None,
+    ):
+        from mlx_lm.utils import load_model
+        from transformers import AutoTokenizer
+
+        # MLX has no intra-op thread setting on CPU; `threads` is accepted for a uniform API.
+        self.threads = threads
+        self.model_path = require_model_dir(model_path, model_name)
+        self.model, self.config = load_model(self.model_path)
+        self.model.eval()
+        self.model.freeze()
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.lora: LoraSpec | None = None
+        self.adapter_path = None
+        self._opt: Any = None
+        self._grads: Any = None
+        self._max_grad_norm: float | None = 1.0
+        self._pass = 0
+        if adapter_path is not None:
+            self.load_adapter(adapter_path)
+
+    @property
+    def hf_tokenizer(self) -> Any:
+        return self.tokenizer
+
+    # ---- sampling ----------------------------------------------------------------------------
+    def generate_ids(
+        self, prompts: Sequence[Sequence[int]], n: int = 1, params: SamplingParams = SamplingParams(), progress: bool = True
+    ) -> list[list[Completion]]:
+        out: list[list[Completion]] = []
+        bar = tqdm(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        for i, prompt in enumerate(prompts):
+            ids, lps = self._sample(list(prompt), n, params, params.seed + i)
+            out.append([self._finish(a, b) for a, b in zip(ids, lps)])
+            bar.update(n)
+        bar.close()
+        return out
+
+    def _sample(self, prompt: list[int], n: int, params: SamplingParams, seed: int) -> tuple[list[list[int]], list[list[float]]]:
+        import mlx.core as mx
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        cache = make_prompt_cache(self.model)
+        if all(type(c) is KVCache for c in cache):
+            # Prefill once, then copy the cache for the n samples.
+            logits = self.model(mx.array([prompt]), cache=cache)[:, -1, :]
+            if n > 1:
+                for c in cache:
+                    k, v, off = c.state
+                    c.state = (mx.repeat(k, n, axis=0), mx.repeat(v, n, axis=0), off)
+                logits = mx.repeat(logits, n, axis=0)
+        else:
+            logits = self.model(mx.array([prompt] * n), cache=cache)[:, -1, :]
+        eos = sorted(self.eos_token_ids)
+        eos_arr = mx.array(eos)
+        key = mx.random.key(seed)
+        tokens: list[np.ndarray] = []
+        logps: list[np.ndarray] = []
+        done = np.zeros(n, dtype=bool)
+        for _ in range(params.max_tokens):
+            key, sub = mx.random.split(key)
+            tok, lp = _choose(logits.astype(mx.float32), params, sub)
+            tok = mx.where(mx.array(done), eos_arr[0], tok)
+            mx.eval(tok, lp)
+            t_np = np.array(tok)
+            tokens.append(t_np)
+            logps.append(np.array(lp))
+            done |= np.isin(t_np, eos)
+            if done.all():
+                break
+            logits = self.model(tok[:, None], cache=cache)[:, -1, :]
+        if not tokens:
+            return [[] for _ in range(n)], [[] for _ in range(n)]
+        t = np.stack(tokens, axis=1)
+        lp = np.stack(logps, axis=1)
+        return t.tolist(), lp.astype(np.float64).tolist()
+
+    # ---- scoring -----------------------------------------------------------------------------
+    def _row_logprobs(self, model: Any, prompt: Sequence[int], completion: Sequence[int], temperature: float) -> Any:
+        """Logprobs [C] of one completion's tokens given its prompt, as an MLX array."""
+        import mlx.core as mx
+
+        seq = mx.array([list(prompt) + list(completion)])
+        p, c = len(prompt), len(completion)
+        logits = model(seq[:, :-1])[0, p - 1 : p - 1 + c, :].astype(mx.float32)
+        if temperature != 1.0:
+            logits = logits / max(temperature, 1e-6)
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        return mx.take_along_axis(logp, mx.array(list(completion))[:, None], axis=-1)[:, 0]
+
+    def logprobs(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        temperature: float = 1.0,
+        adapter: bool = True,
+    ) -> list[np.ndarray]:
+        import mlx.core as mx
+
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError("prompt_ids and completion_ids differ in length")
+        out = []
+        with self.adapter_disabled() if not adapter else _nothing():
+            for p, c in zip(prompt_ids, completion_ids):
+                lp = self._row_logprobs(self.model, p, c, temperature)
+                mx.eval(lp)
+                out.append(np.array(lp, dtype=np.float32))
+        return out
+
+    # ---- training ----------------------------------------------------------------------------
+    def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:
+        import mlx.optimizers as optim
+
+        if self.lora is None:
+            raise RuntimeError("no trainable parameters: attach or load a LoRA adapter (trainable=True) first")
+        self._opt = optim.AdamW(learning_rate=lr, weight_decay=weight_decay, bias_correction=True)
+        self._max_grad_norm = max_grad_norm
+        self._grads = None
+
+    def backward(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        temperature: float,
+        loss_fn: LossFn,
+        reference: bool = False,
+    ) -> dict[str, float]:
+        import mlx.core as mx
+        import mlx.nn as nn
+        import torch
+        from mlx.utils import tree_map
+
+        rows = list(zip(prompt_ids, completion_ids))
+        T = max(len(c) for _, c in rows)
+        mask = np.zeros((len(rows), T), dtype=bool)
+        for i, (_, c) in enumerate(rows):
+            mask[i, : len(c)] = True
+        ref = None
+        if reference:
+            ref_rows = self.logprobs(prompt_ids, completion_ids, temperature, adapter=False)
+            ref = torch.from_numpy(_pad(ref_rows, T))
+
+        self._pass += 1
+        self.model.train()
+        values = []
+        for i, (p, c) in enumerate(rows):
+            mx.random.seed(self._pass * 100_003 + i)  # same dropout masks in both passes
+            lp = self._row_logprobs(self.model, p, c, temperature)
+            mx.eval(lp)
+            values.append(np.array(lp, dtype=np.float32))
+        lp_t = torch.from_numpy(_pad(values, T)).requires_grad_(True)
+        loss, metrics = loss_fn(TokenLogprobs(lp_t, torch.from_numpy(mask), ref))
+        loss.backward()
+        g = lp_t.grad.detach().float().numpy()
+
+        for i, (p, c) in enumerate(rows):
+            g_row = mx.array(g[i, : len(c)])
+            if not np.any(g[i, : len(c)]):
+                continue
+
+            def surrogate(model: Any, p=p, c=c, g_row=g_row) -> Any:
+                return (self._row_logprobs(model, p, c, temperature) * g_row).sum()
+
+            mx.random.seed(self._pass * 100_003 + i)
+            _, grads = nn.value_and_grad(self.model, surrogate)(self.model)
+            self._grads = grads if self._grads is None else tree_map(lambda a, b: a + b, self._grads, grads)
+            mx.eval(self._grads)
+        self.model.eval()
+        return {"loss": float(loss.detach()), **metrics}
+
+    def step(self, lr: float | None = None) -> None:
+        import mlx.core as mx
+        import mlx.optimizers as optim
+
+        if self._opt is None:
+            raise RuntimeError("call configure_optimizer() before step()")
+        if self._grads is None:
+            return
+        if lr is not None:
+            self._opt.learning_rate = lr
+        grads = self._grads
+        if self._max_grad_norm:
+            grads, _ = optim.clip_grad_norm(grads, self._max_grad_norm)
+        self._opt.update(self.model, grads)
+        mx.eval(self.model.parameters(), self._opt.state)
+        self._grads = None
+
+    def save_optimizer(self, path: str | Path) -> Path:
+        import mlx.core as mx
+        from mlx.utils import tree_flatten
+
+        if self._opt is None:
+            raise RuntimeError("no optimiser to save")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        mx.save_safetensors(str(path / "optimizer.safetensors"), dict(tree_flatten(self._opt.state)))
+        (path / "optimizer.json").write_text(json.dumps({"max_grad_norm": self._max_grad_norm}) + "\n")
+        return path
+
+    def load_optimizer(self, path: str | Path) -> None:
+        import mlx.core as mx
+        from mlx.utils import tree_unflatten
+
+        if self._opt is None:
+            raise RuntimeError("call configure_optimizer() before load_optimizer()")
+        path = Path(path)
+        self._opt.state = tree_unflatten(list(mx.load(str(path / "optimizer.safetensors")).items()))
+        self._max_grad_norm = json.loads((path / "optimizer.json").read_text())["max_grad_norm"]
+
+    def train_sft(
+        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None
+    ) -> list[float]:
+        """LoRA SFT through mlx-lm's trainer (prompt tokens masked by its default loss)."""
+        import mlx.core as mx
+        import mlx.optimizers as optim
+        from mlx_lm.tuner.callbacks import TrainingCallback
+        from mlx_lm.tuner.trainer import TrainingArgs, train
+
+        if self.lora is None:
+            raise RuntimeError("attach_lora() before train_sft()")
+        examples = [e.truncated(cfg.max_seq) for e in examples]
+        order = list(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed))
+        batch_size = len(order[0])
+        data = [(e.prompt_ids + e.completion_ids, len(e.prompt_ids)) for e in examples]
+
+        def iterate_batches(dataset: Any, batch_size: int, max_seq_length: int, loop: bool = False, seed: Any = None, comm_group: Any = None) -> Iterator[tuple[Any, Any]]:
+            for idx in order:
+                rows = [data[i] for i in idx]
+                width = max(len(t) for t, _ in rows)
+                arr = np.zeros((len(rows), width), dtype=np.int32)
+                for j, (t, _) in enumerate(rows):
+                    arr[j, : len(t)] = t
+                yield mx.array(arr), mx.array([[off, len(t)] for t, off in rows])
+
+        losses: list[float] = []
+        bar = tqdm(total=cfg.iters, desc=f"sft ({self.name})", unit="step")
+
+        class Report(TrainingCallback):
+            def on_train_loss_report(self, info: dict) -> None:
+                loss = float(info["train_loss"])
+                losses.append(loss)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}")
+                if on_step is not None:
+                    it = int(info["iteration"])
+                    tokens = sum(len(data[i][0]) for i in order[it - 1])
+                    tps = float(info["tokens_per_second"])
+                    on_step(StepInfo(it, loss, float(info["learning_rate"]), tps, tokens))
+
+        opt = optim.Adam(learning_rate=_mx_schedule(cfg), bias_correction=True)  # as torch
+        with tempfile.TemporaryDirectory(prefix="jacrl-mlx-sft-") as tmp:
+            args = TrainingArgs(
+                batch_size=batch_size,
+                iters=cfg.iters,
+                val_batches=0,
+                steps_per_report=1,
+                steps_per_eval=cfg.iters + 1,
+                steps_per_save=cfg.iters + 1,
+                max_seq_length=cfg.max_seq,
+                adapter_file=str(Path(tmp) / MLX_WEIGHTS),
+            )
+            mx.random.seed(cfg.seed)
+            train(
+                model=self.model,
+                optimizer=opt,
+                train_dataset=data,
+                val_dataset=None,
+                args=args,
+                iterate_batches=iterate_batches,
+                training_callback=Report(),
+            )
+        bar.close()
+        self.model.eval()
+        return losses
+
+    # ---- LoRA --------------------------------------------------------------------------------
+    def _lora_modules(self) -> list[tuple[str, Any]]:
+        from mlx_lm.tuner.lora import LoRALinear
+
+        return [(n, m) for n, m in self.model.named_modules() if isinstance(m, LoRALinear)]
+
+    def attach_lora(self, spec: LoraSpec, seed: int = 0) -> None:
+        import mlx.core as mx
+        from mlx_lm.tuner.utils import linear_to_lora_layers
+
+        if self.lora is not None:
+            raise RuntimeError("this backend already has a LoRA adapter")
+        mx.random.seed(seed)
+        self.model.freeze()
+        n = len(self.model.layers)
+        num_layers = n if spec.layers < 0 else min(spec.layers, n)
+        linear_to_lora_layers(self.model, num_layers, self._lora_parameters(spec))
+        self.model.eval()
+        self.lora = spec
+
+    def _adapter_config(self) -> dict:
+        spec = self.lora
+        assert spec is not None
+        n = len(self.model.layers)
+        return {
+            "fine_tune_type": "lora",
+            "num_layers": n if spec.layers < 0 else min(spec.layers, n),
+            "lora_parameters": self._lora_parameters(spec),
+        }
+
+    @staticmethod
+    def _lora_parameters(spec: LoraSpec) -> dict:
+        params = {"rank": spec.rank, "scale": spec.scale, "dropout": spec.dropout}
+        if spec.keys:
+            params["keys"] = list(spec.keys)
+        return params
+
+    def save_adapter(self, path: str | Path) -> Path:
+        import mlx.core as mx
+        from mlx.utils import tree_flatten
+
+        if self.lora is None:
+            raise RuntimeError("no adapter to save")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        weights = {k: v for k, v in tree_flatten(self.model.parameters()) if k.endswith((".lora_a", ".lora_b"))}
+        mx.save_safetensors(str(path / MLX_WEIGHTS), weights)
+        (path / "adapter_config.json").write_text(json.dumps(self._adapter_config(), indent=2) + "\n")
+        write_meta(path, self.name, self.lora, self.model_path)
+        return path
+
+    def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
+        import mlx.core as mx
+        from mlx.utils import tree_unflatten
+        from mlx_lm.tuner.lora import LoRALinear
+        from mlx_lm.tuner.utils import load_adapters
+
+        if self.lora is not None:
+            raise RuntimeError("this backend already has a LoRA adapter")
+        path = Path(path)
+        neutral = read_adapter(path)
+        if adapter_format(path) == "mlx":
+            load_adapters(self.model, str(path))
+        else:  # a peft adapter: same matrices, transposed, under mlx-lm's names
+            spec = neutral.spec
+            modules = dict(self.model.named_modules())
+            swaps = []
+            for name, (a, b) in neutral.weights.items():
+                if name not in modules:
+                    raise ValueError(f"{path}: adapter module {name} is not in the model")
+                lora = LoRALinear.from_base(modules[name], r=spec.rank, dropout=spec.dropout, scale=spec.scale)
+                lora.lora_a = mx.array(a.T)
+                lora.lora_b = mx.array(b.T)
+                swaps.append((name, lora))
+            self.model.update_modules(tree_unflatten(swaps))
+        self.model.freeze()
+        if trainable:
+            for _, m in self._lora_modules():
+                m.unfreeze(keys=["lora_a", "lora_b"], recurse=False)
+        mx.eval(self.model.parameters())
+        self.model.eval()
+        self.lora = neutral.spec
+        self.adapter_path = path
+
+    def fuse(self, out_dir: str | Path) -> Path:
+        from mlx.utils import tree_unflatten
+        from mlx_lm.utils import save_model
+
+        if self.lora is None:
+            raise RuntimeError("no adapter to fuse")
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        loras = self._lora_modules()
+        self.model.update_modules(tree_unflatten([(n, m.fuse()) for n, m in loras]))
+        try:
+            save_model(out_dir, self.model, donate_model=False)
+        finally:
+            self.model.update_modules(tree_unflatten(loras))
+        copy_model_files(self.model_path, out_dir)
+        return out_dir
+
+    @contextmanager
+    def adapter_disabled(self) -> Iterator[None]:
+        loras = self._lora_modules()
+        scales = [m.scale for _, m in loras]
+        for _, m in loras:
+            m.scale = 0.0  # y + 0·BAx = y exactly
+        try:
+            yield
+        finally:
+            for (_, m), s in zip(loras, scales):
+                m.scale = s
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+def _pad(rows: Sequence[np.ndarray], T: int) -> np.ndarray:
+    out = np.zeros((len(rows), T), dtype=np.float32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def _mx_schedule(cfg: SFTConfig) -> Callable[[Any], Any]:
+    """`base.sft_lr` as MLX ops, for mlx-lm's compiled optimiser step (tested equal)."""
+    import mlx.core as mx
+
+    iters = cfg.iters
+    warm = min(cfg.warmup, max(0, iters - 1))
+    lr = cfg.lr
+
+    def schedule(step: Any) -> Any:
+        s = step.astype(mx.float32)
+        t = mx.clip((s - warm) / max(1, iters - warm), 0.0, 1.0)
+        main = lr * 0.5 * (1.0 + mx.cos(math.pi * t)) if cfg.lr_schedule == "cosine" else mx.array(lr)
+        if warm == 0:
+            return main
+        return mx.where(s < warm, lr * (s + 1) / warm, main)
+
+    return schedule
+
+
+def _choose(logits: Any, params: SamplingParams, key: Any) -> tuple[Any, Any]:
+    """Pick the next token per row; return it and its logprob at the sampling temperature."""
+    import mlx.core as mx
+
+    if params.temperature <= 0:
+        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        tok = mx.argmax(logp, axis=-1)
+        return tok, mx.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+    scaled = logits / params.temperature
+    logp = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
+    masked = logp
+    if params.top_p < 1.0:
+        order = mx.argsort(-logp, axis=-1)
+        sorted_lp = mx.take_along_axis(logp, order, axis=-1)
+        sorted_p = mx.exp(sorted_lp)
+        drop = (mx.cumsum(sorted_p, axis=-1) - sorted_p) >= params.top_p
+        sorted_lp = mx.where(drop, -mx.inf, sorted_lp)
+        masked = mx.put_along_axis(mx.full(logp.shape, -mx.inf), order, sorted_lp, axis=-1)
+    tok = mx.random.categorical(masked, axis=-1, key=key)
+    return tok, mx.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]

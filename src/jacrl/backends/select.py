@@ -1,0 +1,55 @@
+"""Pick and load a backend: `auto` = MLX on Apple Silicon, torch elsewhere.
+
+    backend = load_backend("models/tiny", "auto", adapter="adapters/r1/tiny/sft", threads=2)
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from jacrl.backends.base import Backend, ModelPathError, require_model_dir
+from jacrl.backends.config import BackendName, ModelSpec
+
+
+def resolve_backend(name: BackendName | str = "auto") -> str:
+    """'torch' or 'mlx' for a configured backend name."""
+    if name == "auto":
+        return "mlx" if platform.system() == "Darwin" and platform.machine() == "arm64" else "torch"
+    if name not in ("torch", "mlx"):
+        raise ValueError(f"unknown backend {name!r}: expected auto, torch or mlx")
+    return name
+
+
+def load_backend(
+    model_path: str | Path,
+    backend: BackendName | str = "auto",
+    adapter: str | Path | None = None,
+    threads: int | None = None,
+    model_name: str | None = None,
+) -> Backend:
+    """Load a model folder (+ optional adapter folder) with the chosen backend. A missing model
+    folder raises ModelPathError naming the model and the path, before any loader runs."""
+    require_model_dir(model_path, model_name)
+    kind = resolve_backend(backend)
+    if kind == "torch":
+        from jacrl.backends.torch_backend import TorchBackend
+
+        return TorchBackend(model_path, adapter, threads=threads, model_name=model_name)
+    from jacrl.backends.mlx_backend import MLXBackend
+
+    return MLXBackend(model_path, adapter, threads=threads, model_name=model_name)
+
+
+def missing_models(specs: list[ModelSpec], root: str | Path = ".") -> list[str]:
+    """One warning line per configured model whose folder is absent (builtin models excluded:
+    a rule builds them). For `snakemake -n`: plan anyway, but say which model and path."""
+    out = []
+    for spec in specs:
+        if spec.builtin:
+            continue
+        try:
+            require_model_dir(spec.model_dir(root), spec.name)
+        except ModelPathError as exc:
+            out.append(str(exc))
+    return out

@@ -1,0 +1,191 @@
+"""The batch API: `score_batch(tasks, completions) -> list[Score]`.
+
+Per batch: extract every body; identical (task, body) pairs are scored once; a persistent
+content-addressed cache answers what any process scored before; the rest run in parallel
+on a pool of runners (fork servers by default, one per worker).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from jacrl.reward.cache import ScoreCache, config_digest, score_key
+from jacrl.reward.config import RewardConfig
+from jacrl.reward.extract import extract_body
+from jacrl.reward.forkserver import ForkServerRunner
+from jacrl.reward.sandbox import RunResult, SubprocessRunner
+from jacrl.reward.score import Score, score_run, zero_score
+from jacrl.reward.splice import splice
+from jacrl.reward.task import Task, as_task, load_tasks
+
+
+@dataclass
+class _Job:
+    task: Task
+    body: str
+    extract: str
+    program: str
+    key: str
+    timeout: float
+
+
+def default_workers(cfg: RewardConfig, threads: int | None) -> int:
+    if cfg.workers:
+        return cfg.workers
+    if threads:
+        return threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class RewardScorer:
+    """Scores completions of tasks; holds the runner pool and the cache. Close it when done."""
+
+    def __init__(self, config: RewardConfig | dict | None = None, tasks: dict[str, Task] | str | Path | None = None, threads: int | None = None):
+        self.cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
+        self.tasks: dict[str, Task] = load_tasks(tasks) if isinstance(tasks, (str, Path)) else dict(tasks or {})
+        self.workers = default_workers(self.cfg, threads)
+        self.cache = ScoreCache(self.cfg.cache_path) if self.cfg.cache else None
+        self.stats: Counter = Counter()
+        self._digest = config_digest(self.cfg)
+        self._runners: queue.Queue | None = None
+        self._all_runners: list = []
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    # -- runners
+
+    def _ensure_pool(self) -> None:
+        with self._lock:
+            if self._runners is not None:
+                return
+            if self.cfg.runner == "fork":
+                runners = [ForkServerRunner(self.cfg) for _ in range(self.workers)]  # all start at once
+                for r in runners:
+                    r.wait_ready()
+            else:
+                runners = [SubprocessRunner(self.cfg)] * self.workers
+            self._all_runners = runners
+            self._runners = queue.Queue()
+            for r in runners:
+                self._runners.put(r)
+            self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="jacrl-reward")
+
+    def _run(self, job: _Job) -> RunResult:
+        runner = self._runners.get()
+        try:
+            return runner.run(job.program, job.timeout)
+        finally:
+            self._runners.put(runner)
+
+    def warm(self) -> RewardScorer:
+        """Start the runner pool now (fork servers take a second or two to warm up)."""
+        self._ensure_pool()
+        return self
+
+    # -- scoring
+
+    def task(self, ref: Task | dict | str) -> Task:
+        if isinstance(ref, str):
+            try:
+                return self.tasks[ref]
+            except KeyError:
+                raise KeyError(f"unknown task id {ref!r} (load the tasks file into the scorer)") from None
+        return as_task(ref)
+
+    def score_batch(self, tasks: list[Task | dict | str], completions: list[str]) -> list[Score]:
+        if len(tasks) != len(completions):
+            raise ValueError(f"{len(tasks)} tasks but {len(completions)} completions")
+        cfg = self.cfg
+        out: list[Score | None] = [None] * len(completions)
+        jobs: dict[object, _Job] = {}
+        slots: dict[object, list[tuple[int, str]]] = {}
+        for i, (ref, completion) in enumerate(zip(tasks, completions)):
+            task = self.task(ref)
+            ex = extract_body(completion or "", task)
+            if not ex.ok:
+                out[i] = zero_score(cfg, extract=ex.method, rejected=ex.rejected, task_id=task.id)
+                self.stats["empty_or_rejected"] += 1
+                continue
+            ident = (task.id, ex.body) if cfg.dedup else i
+            if ident in jobs:
+                self.stats["dedup_hits"] += 1
+            else:
+                program = splice(task.template, ex.body, task.indent)
+                timeout = float(task.timeout or cfg.timeout)
+                key = score_key(program, scheme=cfg.scheme, cfg_digest=self._digest, expected=task.expected_stdout, gold=task.gold_body, timeout=timeout)
+                jobs[ident] = _Job(task, ex.body, ex.method, program, key, timeout)
+            slots.setdefault(ident, []).append((i, ex.method))
+        done: dict[object, Score] = {}
+        if self.cache is not None and jobs:
+            hits = self.cache.get_many([j.key for j in jobs.values()])
+            for ident, job in jobs.items():
+                if job.key in hits:
+                    done[ident] = replace(Score.from_dict(hits[job.key]), cached=True)
+            self.stats["cache_hits"] += len(done)
+        todo = [(ident, job) for ident, job in jobs.items() if ident not in done]
+        if todo:
+            self._ensure_pool()
+            results = list(self._executor.map(lambda item: self._run(item[1]), todo))
+            self.stats["runs"] += len(todo)
+            fresh = {}
+            for (ident, job), run in zip(todo, results):
+                s = score_run(cfg, body=job.body, gold=job.task.gold_body, expected=job.task.expected_stdout, run=run, extract=job.extract, task_id=job.task.id)
+                done[ident] = s
+                if not run.timed_out or cfg.cache_timeouts:
+                    fresh[job.key] = s.to_dict()
+            if self.cache is not None:
+                self.cache.put_many(fresh)
+        for ident, where in slots.items():
+            for i, method in where:
+                out[i] = replace(done[ident], extract=method)
+        return out  # type: ignore[return-value]
+
+    def score(self, task: Task | dict | str, completion: str) -> Score:
+        return self.score_batch([task], [completion])[0]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
+            for r in self._all_runners:
+                r.close()
+            self._all_runners, self._runners = [], None
+            if self.cache is not None:
+                self.cache.close()
+                self.cache = None
+
+    def __enter__(self) -> RewardScorer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_default: dict[str, RewardScorer] = {}
+
+
+def score_batch(tasks: list[Task | dict], completions: list[str], config: RewardConfig | dict | None = None) -> list[Score]:
+    """Score with a process-wide scorer for this config (kept warm between calls)."""
+    cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
+    key = cfg.model_dump_json()
+    if key not in _default:
+        _default[key] = RewardScorer(cfg)
+    return _default[key].score_batch(tasks, completions)
+
+
+@atexit.register
+def _close_defaults() -> None:
+    for scorer in _default.values():
+        scorer.close()
+    _default.clear()

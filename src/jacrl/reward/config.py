@@ -1,0 +1,121 @@
+"""Reward configuration: the `reward:` section of the root config.
+
+Every field is documented here; defaults live here once. The root config holds a
+`RewardConfig` under the key `reward`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DenseV2Weights(_Section):
+    """The source document's additive score (its README, "Reward")."""
+
+    compiles: float = Field(0.25, ge=0, description="Weight of `compiles` (the run exits 0, or `jac check -p` passes).")
+    runs: float = Field(0.25, ge=0, description="Weight of `runs` (exit status 0 within the timeout).")
+    output: float = Field(0.25, ge=0, description="Weight of the output term: 1 on exact stdout, else near_miss·ratio; 0 unless it runs.")
+    idiom: float = Field(0.10, ge=0, description="Weight of the weighted object-spatial token density of the body; 0 unless it runs.")
+    body_sim: float = Field(0.15, ge=0, description="Weight of difflib ratio(body, gold body); scored for every completion.")
+    near_miss: float = Field(0.5, ge=0, le=1, description="Output credit per unit of difflib ratio when stdout is not exact.")
+    idiom_norm: float = Field(8.0, gt=0, description="idiom = min(weighted token count / idiom_norm, 1).")
+
+
+class TieredWeights(_Section):
+    """Monotone tiers: an exact pass always scores above any failure."""
+
+    exact: float = Field(1.0, gt=0, description="Score of an exact stdout match (exit 0, stdout equal after strip).")
+    runs_base: float = Field(0.40, ge=0, description="Floor of a run that exits 0 with wrong stdout.")
+    runs_lines: float = Field(0.25, ge=0, description="Per unit of line_frac (share of expected lines matched in place) in the runs tier.")
+    runs_sim: float = Field(0.15, ge=0, description="Per unit of body_sim in the runs tier.")
+    compiles_base: float = Field(0.20, ge=0, description="Floor of a program that parses (`jac check -p`) but does not run cleanly.")
+    compiles_sim: float = Field(0.15, ge=0, description="Per unit of body_sim in the compiles tier.")
+    fail_sim: float = Field(0.15, ge=0, description="Per unit of body_sim when the program does not even parse.")
+
+    @model_validator(mode="after")
+    def _monotone(self) -> TieredWeights:
+        runs_top = self.runs_base + self.runs_lines + self.runs_sim
+        if not runs_top < self.exact:
+            raise ValueError(f"tiered: runs_base + runs_lines + runs_sim ({runs_top:g}) must be below exact ({self.exact:g})")
+        if not self.compiles_base + self.compiles_sim < self.runs_base:
+            raise ValueError("tiered: compiles_base + compiles_sim must be below runs_base")
+        if not self.fail_sim < self.compiles_base:
+            raise ValueError("tiered: fail_sim must be below compiles_base")
+        return self
+
+
+class SandboxLimits(_Section):
+    """Resource limits applied to every program run (both runners)."""
+
+    isolation: Literal["auto", "uid", "none"] = Field(
+        "auto",
+        description="auto: run each program as its own unprivileged uid when we are root, else `none`. "
+        "uid: require that (fail if impossible). none: same user, process group + marker sweep only.",
+    )
+    uid_base: int = Field(
+        2_000_000_000, ge=1000, le=4_000_000_000,
+        description="Sandbox uid = uid_base + pid of the sandboxed process (unique among live processes).",
+    )
+    cpu_seconds: float = Field(0.0, ge=0, description="RLIMIT_CPU per process; 0 = ceil(timeout) + 1.")
+    address_space_mb: int = Field(2048, ge=256, description="RLIMIT_AS per process, MiB.")
+    max_processes: int = Field(48, ge=4, description="RLIMIT_NPROC for the sandbox uid (enforced in uid mode only).")
+    file_size_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB.")
+    open_files: int = Field(256, ge=32, description="RLIMIT_NOFILE per process.")
+
+
+class RewardConfig(_Section):
+    """How completions are extracted, run and scored (DESIGN.md §5)."""
+
+    scheme: Literal["dense_v2", "tiered"] = Field(
+        "tiered",
+        description="Scoring scheme. dense_v2 is the source document's additive score (a wrong output can "
+        "outscore a terse exact pass); tiered is monotone in correctness.",
+    )
+    dense_v2: DenseV2Weights = Field(default_factory=DenseV2Weights, description="Weights of the dense_v2 scheme.")
+    tiered: TieredWeights = Field(default_factory=TieredWeights, description="Weights of the tiered scheme.")
+    timeout: float = Field(10.0, gt=0, description="Wall timeout (s) of a run when the task record has none.")
+    check_timeout: float = Field(15.0, gt=0, description="Wall timeout (s) of the `jac check -p` that decides `compiles` after a failed run.")
+    workers: int = Field(0, ge=0, description="Programs run in parallel; 0 = the threads the caller was given (else the CPU count).")
+    runner: Literal["fork", "subprocess"] = Field(
+        "fork",
+        description="fork: a pre-warmed fork server runs each program in a fresh forked child. "
+        "subprocess: one `jac run` process per program (the reference).",
+    )
+    dedup: bool = Field(True, description="Score identical (task, extracted body) pairs of a batch once.")
+    cache: bool = Field(True, description="Use the persistent content-addressed score cache.")
+    cache_path: Path = Field(Path(".cache/reward.sqlite"), description="SQLite file of the score cache (shared by all rules).")
+    cache_timeouts: bool = Field(
+        False, description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent)."
+    )
+    max_stdout_bytes: int = Field(1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running).")
+    max_stderr_bytes: int = Field(256 << 10, ge=1024, description="stderr cap; a program that writes more is killed.")
+    stderr_tail_chars: int = Field(1200, ge=0, description="Characters of stderr kept in each score's breakdown.")
+    tmp_root: Path | None = Field(None, description="Where per-run temp dirs are made; None = the system temp dir.")
+    limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-run resource limits and isolation.")
+
+    def weights(self) -> DenseV2Weights | TieredWeights:
+        return self.dense_v2 if self.scheme == "dense_v2" else self.tiered
+
+
+def load_reward_config(source: str | Path | dict | None = None) -> RewardConfig:
+    """A RewardConfig from a dict, a YAML/JSON file (its `reward:` key if it has one) or defaults."""
+    if source is None:
+        return RewardConfig()
+    if isinstance(source, dict):
+        data = source
+    else:
+        import yaml
+
+        data = yaml.safe_load(Path(source).read_text()) or {}
+    if isinstance(data, dict) and "reward" in data:
+        data = data["reward"] or {}
+    elif isinstance(data, dict) and not set(data) <= set(RewardConfig.model_fields):
+        data = {}  # a root config without a reward section
+    return RewardConfig.model_validate(data)

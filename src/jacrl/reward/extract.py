@@ -1,0 +1,325 @@
+"""Completion → the body to splice into the hole.
+
+Models answer in many shapes: a ```jac fence (or another fence, or none), the body alone,
+the whole unit, the whole file echoed back, prose before or after. The source project
+undercounted passes ~3.5x until it stopped unwrapping the first braces it saw; here the
+hole's unit is found by kind + name and its brace-matched body taken, with comments and
+strings masked so braces inside them never count. For a partial hole the template's own
+statements around the hole are cut back off when the answer repeats them.
+
+A body that closes more braces than it opens (it would escape its unit and could print the
+expected output from module level) or that ends inside a string or comment (it would
+swallow the template's code) is rejected.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+
+from jacrl.reward.task import HOLE, Task
+
+UNIT_RE = re.compile(r"\b(?P<kind>def|can)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_]\w*)")
+ARCHETYPE_RE = re.compile(r"\b(?P<kind>obj|node|walker|edge|class)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_]\w*)")
+FENCE_OPEN_RE = re.compile(r"^[ \t]*```[ \t]*(?P<lang>[\w+.-]*)[^\n`]*$")
+FENCE_CLOSE_RE = re.compile(r"^[ \t]*```[ \t]*$")
+TODO_RE = re.compile(r"^[ \t]*#\s*TODO\b.*$", re.IGNORECASE)
+WORD_RE = re.compile(r"[A-Za-z][A-Za-z']*")
+
+
+@dataclass(frozen=True)
+class Masked:
+    text: str  # comments and string contents blanked (newlines and quotes kept)
+    open_at_end: bool  # the text ends inside a string or block comment
+
+
+def mask(code: str) -> Masked:
+    """Blank comments (`# ...`, `#* ... *#`) and string contents, keeping offsets and newlines."""
+    out = list(code)
+    n = len(code)
+    i = 0
+    open_at_end = False
+
+    def blank(a: int, b: int) -> None:
+        for k in range(a, min(b, n)):
+            if out[k] != "\n":
+                out[k] = " "
+
+    while i < n:
+        c = code[i]
+        if c == "#":
+            if code.startswith("#*", i):
+                end = code.find("*#", i + 2)
+                stop = n if end < 0 else end + 2
+                open_at_end |= end < 0
+            else:
+                end = code.find("\n", i)
+                stop = n if end < 0 else end
+            blank(i, stop)
+            i = stop
+        elif c in "\"'":
+            triple = code.startswith(c * 3, i)
+            quote = c * 3 if triple else c
+            j = i + len(quote)
+            while j < n:
+                if code[j] == "\\":
+                    j += 2
+                    continue
+                if code.startswith(quote, j):
+                    break
+                if not triple and code[j] == "\n":
+                    break
+                j += 1
+            if j >= n or (not triple and code[j] == "\n"):
+                open_at_end |= triple and j >= n
+                blank(i + len(quote), j)
+                i = j
+            else:
+                blank(i + len(quote), j)
+                i = j + len(quote)
+        else:
+            i += 1
+    return Masked("".join(out), open_at_end)
+
+
+@dataclass(frozen=True)
+class UnitSpan:
+    kind: str
+    name: str
+    start: int  # offset of the keyword
+    open: int  # offset of the body's `{`
+    close: int  # offset of the matching `}` (len(code) when never closed)
+
+    def body(self, code: str) -> str:
+        return code[self.open + 1 : self.close]
+
+
+def find_units(code: str, masked: str | None = None, pattern: re.Pattern = UNIT_RE) -> list[UnitSpan]:
+    """Every `def`/`can` with a brace body, in order of appearance (nested ones included)."""
+    m_text = mask(code).text if masked is None else masked
+    spans = []
+    for m in pattern.finditer(m_text):
+        depth, k = 0, m.end()
+        open_at = -1
+        while k < len(m_text):
+            ch = m_text[k]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+                if depth < 0:
+                    break  # inside an expression (`[edge here -->]`), not a declaration
+            elif depth <= 0 and ch == "{":
+                open_at = k
+                break
+            elif depth <= 0 and ch in ";}":
+                break
+            k += 1
+        if open_at < 0:
+            continue
+        spans.append(UnitSpan(m["kind"], m["name"], m.start(), open_at, _match_brace(m_text, open_at)))
+    return spans
+
+
+def _match_brace(masked: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(masked)):
+        if masked[k] == "{":
+            depth += 1
+        elif masked[k] == "}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return len(masked)
+
+
+def brace_balance(code: str) -> tuple[int, int]:
+    """(lowest running depth, final depth) of `{`/`}` outside strings and comments."""
+    depth = low = 0
+    for ch in mask(code).text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            low = min(low, depth)
+    return low, depth
+
+
+# ---------------------------------------------------------------- fences and prose
+
+
+@dataclass(frozen=True)
+class Block:
+    lang: str
+    code: str
+
+
+def fenced_blocks(text: str) -> list[Block]:
+    """Fenced code blocks in order; an unterminated fence runs to the end of the text."""
+    lines = text.split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        m = FENCE_OPEN_RE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        j = i + 1
+        code = []
+        while j < len(lines) and not FENCE_CLOSE_RE.match(lines[j]):
+            if lines[j].rstrip().endswith("```"):  # `last line;```` closes the fence too
+                code.append(lines[j].rstrip()[:-3])
+                break
+            code.append(lines[j])
+            j += 1
+        blocks.append(Block(m["lang"].lower(), "\n".join(code)))
+        i = j + 1
+    return blocks
+
+
+def _is_prose(line: str) -> bool:
+    s = line.strip()
+    if not s or s.startswith("#") or s[-1] in ";{}()[],=+-*/<>|&" or s.startswith(("case ", "default")):
+        return False
+    return len(WORD_RE.findall(s)) >= 3 and (s[-1] in ".:!?" or s[0].isupper())
+
+
+def trim_prose(text: str) -> str:
+    """Drop runs of prose lines before the first and after the last line of code."""
+    lines = text.split("\n")
+    lo, hi = 0, len(lines)
+    while lo < hi and (not lines[lo].strip() or _is_prose(lines[lo])):
+        lo += 1
+    while hi > lo and (not lines[hi - 1].strip() or _is_prose(lines[hi - 1])):
+        hi -= 1
+    return "\n".join(lines[lo:hi])
+
+
+# ---------------------------------------------------------------- the extractor
+
+
+@dataclass(frozen=True)
+class Extraction:
+    body: str  # dedented, no leading/trailing blank lines; "" when nothing usable
+    method: str  # how it was found: fence/raw + unit/partial, or empty/rejected
+    rejected: str = ""  # why the body may not be spliced ("" when it may)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.body) and not self.rejected
+
+
+def clean_lines(text: str) -> str:
+    """Remove TODO placeholder and __HOLE__ lines, blank edge lines, then dedent."""
+    kept = [ln.rstrip() for ln in text.split("\n") if not TODO_RE.match(ln) and ln.strip() != HOLE]
+    while kept and not kept[0].strip():
+        kept.pop(0)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return textwrap.dedent("\n".join(kept))
+
+
+def _has_code(text: str) -> bool:
+    return bool(mask(text).text.strip())
+
+
+def _pick_unit(code: str, kind: str, name: str, archetype: str = "") -> UnitSpan | None:
+    """The unit to take the body from: same name; inside the hole's archetype first (methods
+    of the same name in other archetypes are common), then the hole's kind, then order."""
+    masked = mask(code).text
+    spans = [s for s in find_units(code, masked) if s.name == name]
+    if not spans:
+        return None
+    homes = [a for a in find_units(code, masked, ARCHETYPE_RE) if a.name == archetype] if archetype else []
+    spans.sort(key=lambda s: (not any(a.open < s.start < a.close for a in homes), s.kind != kind))
+    for s in spans:
+        if _has_code(clean_lines(s.body(code))):
+            return s
+    return None
+
+
+@lru_cache(maxsize=2048)
+def _template_info(template: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(enclosing archetype name, unit statements before the hole, after it) of a template."""
+    at = next(m.start() for m in re.finditer(r"^[ \t]*__HOLE__[ \t]*$", template, re.M))
+    masked = mask(template).text
+    archs = [a for a in find_units(template, masked, ARCHETYPE_RE) if a.open < at < a.close]
+    archetype = max(archs, key=lambda a: a.open).name if archs else ""
+    inner = [s for s in find_units(template, masked) if s.open < at < s.close]
+    if not inner:
+        return archetype, (), ()
+    span = max(inner, key=lambda s: s.open)
+    before = template[span.open + 1 : at].split("\n")[1:]
+    after = template[at : span.close].split("\n")[1:]
+    return archetype, tuple(before), tuple(after)
+
+
+def hole_context(task: Task) -> tuple[list[str], list[str]]:
+    """The template's statements of the hole's unit before and after the __HOLE__ line."""
+    _, before, after = _template_info(task.template)
+    return list(before), list(after)
+
+
+def _norm(line: str) -> str:
+    return " ".join(line.split())
+
+
+def cut_context(body: str, before: list[str], after: list[str]) -> str:
+    """Cut the template's own statements back off a partial-hole answer that repeats them.
+
+    A side is cut only when the answer starts (ends) with all of it, and only if what
+    remains is brace-balanced; both sides first, then one, then none.
+    """
+    lines = body.split("\n")
+    code_at = [i for i, ln in enumerate(lines) if ln.strip()]
+    got = [_norm(lines[i]) for i in code_at]
+    pre = [_norm(ln) for ln in before if ln.strip()]
+    post = [_norm(ln) for ln in after if ln.strip()]
+    can_pre = bool(pre) and got[: len(pre)] == pre
+    can_post = bool(post) and len(got) >= len(pre) * can_pre + len(post) and got[len(got) - len(post) :] == post
+    for cut_pre, cut_post in ((can_pre, can_post), (can_pre, False), (False, can_post)):
+        if not (cut_pre or cut_post):
+            continue
+        lo = code_at[len(pre) - 1] + 1 if cut_pre else 0
+        hi = code_at[len(got) - len(post)] if cut_post else len(lines)
+        rest = "\n".join(lines[lo:hi])
+        if lo <= hi and brace_balance(rest) == (0, 0) and _has_code(rest):
+            return rest
+    return body
+
+
+def extract_body(completion: str, task: Task) -> Extraction:
+    """The body to splice for `task` from a raw model completion."""
+    if not completion or not completion.strip():
+        return Extraction("", "empty")
+    blocks = fenced_blocks(completion)
+    jac = [b for b in blocks if b.lang == "jac"] or blocks
+    kind, name = task.unit.kind, task.unit.name
+    archetype = _template_info(task.template)[0]
+    if jac:
+        source = "fence"
+        code = next((b.code for b in jac if _pick_unit(b.code, kind, name, archetype)), jac[0].code)
+    else:
+        source, code = "raw", trim_prose(completion)
+    unit = _pick_unit(code, kind, name, archetype)
+    body = clean_lines(unit.body(code) if unit else code)
+    method = f"{source}+unit" if unit else source
+    if task.partial and body:
+        before, after = hole_context(task)
+        cut = cut_context(body, before, after)
+        if cut != body:
+            body, method = clean_lines(cut), method + "+cut"
+    if not _has_code(body):
+        return Extraction("", "empty")
+    low, _ = brace_balance(body)
+    if low < 0:
+        return Extraction(body, method, "closes a brace it did not open (would escape its unit)")
+    if mask(body).open_at_end:
+        return Extraction(body, method, "ends inside a string or block comment")
+    return Extraction(body, method)
+
+
+def normalize_body(body: str) -> str:
+    """The form bodies are compared in: dedented, trailing spaces and edge blank lines removed."""
+    return clean_lines(body)

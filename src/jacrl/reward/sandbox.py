@@ -1,0 +1,428 @@
+"""Running untrusted Jac: the sandbox plan, supervision, sweeping, and the subprocess runner.
+
+Every program runs in a fresh temp dir (its cwd, HOME, TMPDIR and JAC_DATA_PATH) with a
+scrubbed environment, rlimits, a wall timeout and capped stdout/stderr. Isolation modes:
+
+* **uid** (we are root): the program runs as its own uid `uid_base + pid`, with no
+  supplementary groups and no capabilities except, where needed, CAP_DAC_READ_SEARCH (read
+  and traverse only: the interpreter may live under /root, which only root may enter). It
+  therefore cannot write, delete or signal anything it does not own; RLIMIT_NPROC, counted
+  per uid, caps a fork bomb; and everything it leaves behind — including daemons that
+  escaped with setsid and files it created in world-writable dirs (/tmp, /var/tmp,
+  /dev/shm) — is found by uid and removed after the run.
+* **none** (not root, or asked for): same user. The process group is killed and every
+  process carrying the run's marker in its environment is swept; files the user may write
+  are not protected. Weaker; documented, not hidden.
+
+Limits (honest): reads are not confined (with CAP_DAC_READ_SEARCH the program can read any
+file, e.g. under /root, but no process's environment); the network is not cut; memory is
+limited per process (RLIMIT_AS), not per sandbox, so max_processes × address_space is the
+bound; new files in world-writable dirs other than the swept ones survive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from jacrl.reward.config import RewardConfig, SandboxLimits
+
+CONFINE = str(Path(__file__).with_name("_confine.py"))
+PROGRAM = "prog.jac"
+WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+@dataclass
+class RunResult:
+    """What one sandboxed `jac run` (and, when it failed, `jac check -p`) did."""
+
+    exit_code: int  # negative: killed by that signal
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    killed: str = ""  # "", "timeout" or "output_cap"
+    compiles: bool = False  # exit 0, or `jac check -p` passed
+    check_exit: int | None = None  # exit status of `jac check -p` (None: not needed)
+    duration: float = 0.0
+
+    @property
+    def runs(self) -> bool:
+        return self.exit_code == 0 and not self.killed
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunResult:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How programs are isolated on this machine (resolved once per process)."""
+
+    mode: str  # "uid" or "none"
+    uid_base: int
+    dac_read_search: bool
+    jac: str
+    xdg_cache: str
+    reason: str = ""
+
+
+def jac_executable() -> str:
+    here = Path(sys.executable).with_name("jac")
+    return str(here) if here.exists() else (shutil.which("jac") or "jac")
+
+
+def jac_cache_home() -> str:
+    """XDG_CACHE_HOME as jaclang resolves it (its bootstrap/JIR cache lives under it)."""
+    return os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+
+
+def _probe(uid_base: int, read: list[str], caps: bool) -> bool:
+    spec = {
+        "uid_base": uid_base,
+        "read": read,
+        "dac_read_search": caps,
+        "limits": {"cpu": 30, "as": 1 << 32, "fsize": 1 << 24, "nofile": 256, "nproc": 0},
+    }
+    try:
+        r = subprocess.run([sys.executable, "-I", "-S", CONFINE, "probe", json.dumps(spec)], capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return r.returncode == 0
+
+
+@lru_cache(maxsize=8)
+def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
+    jac, xdg = jac_executable(), jac_cache_home()
+    if isolation == "none":
+        return Plan("none", uid_base, False, jac, xdg, "isolation: none was asked for")
+    if os.geteuid() != 0:
+        if isolation == "uid":
+            raise RuntimeError("reward sandbox: isolation 'uid' needs root (to switch to a per-run uid)")
+        return Plan("none", uid_base, False, jac, xdg, "not root: cannot switch to a per-run uid")
+    import importlib.util
+
+    jaclang = importlib.util.find_spec("jaclang")
+    read = [os.path.realpath(sys.executable), os.__file__, jac, tmp_root]
+    if jaclang and jaclang.origin:
+        read.append(jaclang.origin)
+    cache = os.path.join(xdg, "jac", "jir")
+    if os.path.isdir(cache):
+        read.append(cache)
+    if _probe(uid_base, read, caps=False):
+        return Plan("uid", uid_base, False, jac, xdg)
+    if _probe(uid_base, read, caps=True):
+        return Plan("uid", uid_base, True, jac, xdg, "interpreter or cache not world-readable: CAP_DAC_READ_SEARCH kept")
+    if isolation == "uid":
+        raise RuntimeError("reward sandbox: a per-run uid cannot read the interpreter and jaclang")
+    return Plan("none", uid_base, False, jac, xdg, "probe failed: a per-run uid cannot read the interpreter")
+
+
+def plan_for(cfg: RewardConfig) -> Plan:
+    return resolve_plan(cfg.limits.isolation, cfg.limits.uid_base, str(tmp_root(cfg)))
+
+
+def tmp_root(cfg: RewardConfig) -> Path:
+    return Path(cfg.tmp_root) if cfg.tmp_root else Path(tempfile.gettempdir())
+
+
+# ---------------------------------------------------------------- per-run pieces
+
+
+def program_env(run_dir: str, plan: Plan, marker: str) -> dict[str, str]:
+    """The whole environment a program sees: nothing inherited, no secrets."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": run_dir,
+        "TMPDIR": run_dir,
+        "JAC_DATA_PATH": run_dir,
+        "XDG_CACHE_HOME": plan.xdg_cache,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "JACRL_SANDBOX": marker,
+    }
+
+
+def _user_process_count() -> int:
+    uid, n = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                n += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                pass
+    return n
+
+
+def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, chown: list[str], env: dict) -> dict:
+    cpu = limits.cpu_seconds or int(timeout) + 2
+    if plan.mode == "uid":
+        nproc = limits.max_processes
+    elif os.geteuid() != 0:  # RLIMIT_NPROC counts every process of the user
+        nproc = _user_process_count() + limits.max_processes
+    else:
+        nproc = 0  # root is exempt from RLIMIT_NPROC; the sweep is the only defence
+    return {
+        "mode": plan.mode,
+        "uid_base": plan.uid_base,
+        "dac_read_search": plan.dac_read_search,
+        "chown": chown,
+        "parent": os.getpid(),
+        "env": env,
+        "limits": {
+            "cpu": int(max(1, cpu)),
+            "as": limits.address_space_mb << 20,
+            "fsize": limits.file_size_mb << 20,
+            "nofile": limits.open_files,
+            "nproc": nproc,
+        },
+    }
+
+
+def _state(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+        return chr(data[data.rindex(b")") + 2])
+    except (OSError, ValueError, IndexError):
+        return "X"
+
+
+def sandbox_pids(uid: int | None, marker: str) -> list[int]:
+    """Live (non-zombie) processes of a run: by uid in uid mode, else by environment marker."""
+    me, found = os.getpid(), []
+    needle = f"JACRL_SANDBOX={marker}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            if uid is not None:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+            else:
+                with open(f"/proc/{name}/environ", "rb") as fh:
+                    if needle not in fh.read():
+                        continue
+        except OSError:
+            continue
+        if _state(name) not in "ZX":
+            found.append(int(name))
+    return found
+
+
+def sweep(uid: int | None, marker: str, pgid: int | None) -> None:
+    """SIGKILL every process of the run until none is left alive."""
+    for rnd in range(200):
+        if pgid:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except OSError:
+                pass
+        pids = sandbox_pids(uid, marker)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(min(0.001 * (rnd + 1), 0.02))
+
+
+def remove_strays(uid: int, keep: str) -> None:
+    """Delete what the sandbox uid created at the top of the world-writable dirs."""
+    seen = set()
+    for d in (tempfile.gettempdir(), *WORLD_WRITABLE):
+        real = os.path.realpath(d)
+        if real in seen or not os.path.isdir(real):
+            continue
+        seen.add(real)
+        try:
+            entries = list(os.scandir(real))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid != uid or os.path.realpath(e.path) == keep:
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    shutil.rmtree(e.path, ignore_errors=True)
+                else:
+                    os.unlink(e.path)
+            except OSError:
+                pass
+
+
+def make_run_dir(root: Path, program: str) -> str:
+    d = tempfile.mkdtemp(prefix="jacrl-run-", dir=root)
+    with open(os.path.join(d, PROGRAM), "w", encoding="utf-8") as fh:
+        fh.write(program)
+    return os.path.realpath(d)
+
+
+@dataclass
+class Supervised:
+    status: int  # exit code, or -signal
+    stdout: bytes
+    stderr: bytes
+    killed: str = ""
+    duration: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+
+
+def supervise(pid: int, out_fd: int, err_fd: int, timeout: float, caps: tuple[int, int], kill) -> Supervised:
+    """Wait for `pid` with a wall deadline, reading its stdout/stderr up to the caps.
+
+    On timeout or an overflowing stream the whole run is killed; in every case `kill()`
+    (the sweep) runs once the main process is done, so nothing outlives the run.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    cap = {out_fd: caps[0], err_fd: caps[1]}
+    open_fds = {out_fd, err_fd}
+    for fd in open_fds:
+        os.set_blocking(fd, False)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    # Exit is detected without reaping (WNOWAIT): the zombie keeps the pid and process group
+    # id reserved until the sweep has run, so a killpg can never hit a recycled group.
+    exited_at, killed = None, ""
+    try:
+        while True:
+            if exited_at is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                exited_at = time.monotonic()
+            now = time.monotonic()
+            if exited_at is not None and (not open_fds or now - exited_at > 0.1):
+                break  # done; a pipe still open is held by a leftover process (swept below)
+            if now >= deadline:
+                killed = "timeout"
+                break
+            watch = list(open_fds) + ([pidfd] if pidfd is not None and exited_at is None else [])
+            wait = deadline - now if exited_at is None and pidfd is not None else min(deadline - now, 0.02)
+            ready = select.select(watch, [], [], wait)[0] if watch else time.sleep(wait) or []
+            for fd in ready:
+                if fd == pidfd:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    open_fds.discard(fd)
+                    continue
+                bufs[fd] += chunk
+                if len(bufs[fd]) > cap[fd]:
+                    killed = "output_cap"
+            if killed:
+                break
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+    kill()
+    status = os.waitpid(pid, 0)[1]
+    end = time.monotonic() + 0.5
+    while open_fds and time.monotonic() < end:  # pipes close once every holder is dead
+        for fd in select.select(list(open_fds), [], [], 0.05)[0]:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                open_fds.discard(fd)
+            elif len(bufs[fd]) <= cap[fd]:
+                bufs[fd] += chunk
+    out = bytes(bufs[out_fd][: caps[0]])
+    err = bytes(bufs[err_fd][: caps[1]])
+    return Supervised(_exit_code(status), out, err, killed, time.monotonic() - start)
+
+
+def decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- the subprocess runner
+
+
+class SubprocessRunner:
+    """The reference runner: one `jac run` process per program (then `jac check -p` if it failed)."""
+
+    name = "subprocess"
+
+    def __init__(self, cfg: RewardConfig):
+        self.cfg = cfg
+        self.plan = plan_for(cfg)
+        self.root = tmp_root(cfg)
+
+    def _one(self, program: str, argv: list[str], timeout: float) -> Supervised:
+        cfg, plan = self.cfg, self.plan
+        run_dir = make_run_dir(self.root, program)
+        marker = uuid.uuid4().hex
+        env = program_env(run_dir, plan, marker)
+        spec = confine_spec(cfg.limits, timeout, plan, [run_dir, os.path.join(run_dir, PROGRAM)], env)
+        cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(spec), "--", plan.jac, *argv, PROGRAM]
+        try:
+            proc = subprocess.Popen(
+                cmd, cwd=run_dir, env={"PATH": env["PATH"], "LANG": "C.UTF-8"}, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            )
+            uid = plan.uid_base + proc.pid if plan.mode == "uid" else None
+            sup = supervise(
+                proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), timeout,
+                (cfg.max_stdout_bytes, cfg.max_stderr_bytes), lambda: sweep(uid, marker, proc.pid),
+            )
+            proc.returncode = sup.status
+            proc.stdout.close()
+            proc.stderr.close()
+            if uid is not None:
+                remove_strays(uid, run_dir)
+            return sup
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def run(self, program: str, timeout: float) -> RunResult:
+        run = self._one(program, ["run"], timeout)
+        result = RunResult(
+            exit_code=run.status, stdout=decode(run.stdout), stderr=decode(run.stderr),
+            timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
+        )
+        if result.runs:
+            result.compiles = True
+        else:
+            check = self._one(program, ["check", "-p"], self.cfg.check_timeout)
+            result.check_exit = check.status if not check.killed else None
+            result.compiles = check.status == 0 and not check.killed
+            result.duration += check.duration
+        return result
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,37 @@
+"""GRPO knobs (the source document's defaults; the default config.yaml overrides what the tiny
+model's size needs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GRPOConfig(BaseModel):
+    """The RL stage: sample a group per prompt, score with the Jac reward, train the enabled terms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    iters: int = Field(200, ge=1, description="Optimiser steps (one step = prompts_per_step prompts × group_size samples).")
+    lr: float = Field(1e-6, gt=0, description="Learning rate of the LoRA parameters (Adam, constant after warm-up).")
+    warmup: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
+    prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
+    max_completion: int = Field(256, ge=1, description="Completion length cap in tokens (hits are logged as truncations).")
+    max_seq: int = Field(1280, ge=16, description="Longest prompt + completion trained on; longer prompts lose tokens from their start.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature; the trainer's forward uses the same temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    lora_layers: int = Field(8, ge=-1, description="LoRA on the last N transformer layers (-1 = all) for a fresh adapter (raw_grpo).")
+    lora_rank: int = Field(8, ge=1, description="LoRA rank of a fresh adapter.")
+    lora_scale: float = Field(10.0, gt=0, description="LoRA scale of a fresh adapter (mlx-lm's scale; peft alpha = scale × rank).")
+    advantage: Literal["std", "mean"] = Field(
+        "std", description="Group advantage: `std` = (r − mean)/(std + eps); `mean` = r − mean (Dr. GRPO style)."
+    )
+    eps: float = Field(1e-4, gt=0, description="Added to the group std before dividing.")
+    filter_zero_advantage: bool = Field(
+        True, description="Drop samples with zero advantage (no policy-gradient signal); echo-only envs are kept."
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm over the LoRA parameters).")
+    save_every: int = Field(50, ge=1, description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.")
+    seed: int = Field(0, description="Seed of prompt order and sampling.")

@@ -1,0 +1,179 @@
+"""GRPO from start to adapter: the loop, its metrics, and checkpoint / resume.
+
+    for step in range(start, iters):
+        batch = orchestrator.step(step)      # sample → reward → advantages → filters → batch
+        trainer.train_step(batch, lr)         # forward → enabled loss terms → backward → step
+        checkpoint every `save_every` steps   # adapter + optimiser + step (+ metrics so far)
+
+Checkpoints live beside the output (`<out>.ckpt/`), outside Snakemake's declared output, so a
+killed job restarted (with or without `--rerun-incomplete`) resumes from the last one and ends
+at the same step count. The checkpoint is removed once the final adapter is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from jacrl.backends.base import Backend, LoraSpec
+from jacrl.io import atomic_dir, write_text
+from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
+from jacrl.losses.plan import EnvLossPlans
+from jacrl.rl.config import GRPOConfig
+from jacrl.rl.orchestrator import Orchestrator
+from jacrl.rl.trainer import Trainer
+from jacrl.training.metrics import MetricsWriter, read_metrics
+
+STATE = "state.json"
+RESUME_INSENSITIVE = {"iters", "save_every"}
+"""GRPO knobs that may change between a killed run and its restart without invalidating it."""
+
+
+def lr_at(step: int, cfg: GRPOConfig) -> float:
+    return cfg.lr * min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else cfg.lr
+
+
+def _resumable_cfg(cfg: GRPOConfig) -> dict:
+    return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in RESUME_INSENSITIVE}
+
+
+def _read_checkpoint(ckpt: Path, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig, start_from: str) -> dict | None:
+    """The saved state when it can be resumed; raises when its loss terms differ (resuming would
+    silently change the objective mid-run); None (with a warning) when other knobs changed."""
+    state_path = ckpt / STATE
+    if not state_path.exists():
+        return None
+    state = json.loads(state_path.read_text())
+    check_resume_compatible(state["losses"], dump_losses(loss_cfg.losses))
+    if state["grpo"] != _resumable_cfg(cfg) or state["start_from"] != start_from:
+        warnings.warn(f"{ckpt}: GRPO settings or starting point changed since the checkpoint; starting over", stacklevel=2)
+        shutil.rmtree(ckpt)
+        return None
+    return state
+
+
+def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig,
+                     start_from: str, metrics_rows: list[dict]) -> None:
+    """Write a complete checkpoint next to the old one, then swap it in (never half-written)."""
+    with atomic_dir(ckpt) as tmp:
+        backend.save_adapter(tmp / "adapter")
+        backend.save_optimizer(tmp / "optimizer")
+        torch.save({"torch_rng": torch.get_rng_state()}, tmp / "rng.pt")
+        (tmp / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_rows))
+        state = {"step": step, "losses": dump_losses(loss_cfg.losses), "grpo": _resumable_cfg(cfg), "start_from": start_from}
+        (tmp / STATE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def prepare_backend(model_path: str | Path, init_adapter: str | Path | None, cfg: GRPOConfig, backend: str,
+                    threads: int | None, model_name: str | None, resume_adapter: Path | None) -> Backend:
+    from jacrl.backends.select import load_backend
+
+    b = load_backend(model_path, backend, threads=threads, model_name=model_name)
+    adapter = resume_adapter or init_adapter
+    if adapter is not None:
+        b.load_adapter(adapter, trainable=True)
+    else:
+        b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
+    return b
+
+
+def train_grpo(
+    model_path: str | Path,
+    tasks: list[dict],
+    out_adapter_dir: str | Path,
+    cfg: GRPOConfig,
+    loss_cfg: LossFrameworkConfig,
+    scorer: Any,
+    init_adapter: str | Path | None = None,
+    backend: str = "auto",
+    threads: int | None = None,
+    model_name: str | None = None,
+    ckpt_dir: str | Path | None = None,
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> Path:
+    """GRPO on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
+
+    `stop_after` ends the run (without writing the output) after that many steps of this call —
+    what a kill does; used to test resume.
+    """
+    out = Path(out_adapter_dir)
+    ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
+    start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model_path}"
+    state = _read_checkpoint(ckpt, cfg, loss_cfg, start_from)
+    start = state["step"] if state else 0
+    rows: list[dict] = read_metrics(ckpt / "metrics.jsonl")[:start] if state else []
+
+    b = prepare_backend(model_path, init_adapter, cfg, backend, threads, model_name, ckpt / "adapter" if state else None)
+    b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
+    if state:
+        b.load_optimizer(ckpt / "optimizer")
+        torch.set_rng_state(torch.load(ckpt / "rng.pt")["torch_rng"])
+        print(f"resuming GRPO from {ckpt} at step {start}/{cfg.iters}")
+
+    plans = EnvLossPlans.from_config(loss_cfg)
+    orch = Orchestrator(tasks, b, scorer, cfg, plans)
+    trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature)
+
+    bar = tqdm(total=cfg.iters, initial=start, desc=f"grpo ({b.name})", unit="step", disable=not progress)
+    done_here = 0
+    for step in range(start, cfg.iters):
+        data = orch.step(step)
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"step": step + 1, "lr": lr_at(step, cfg), **data.metrics}
+        if data.batch is not None:
+            row.update(trainer.train_step(data.batch, lr_at(step, cfg)))
+            tokens = float(data.batch.attention_mask.sum())
+        else:
+            row["skipped"] = "every group had zero advantage"
+            tokens = 0.0
+        row["time/train_s"] = time.perf_counter() - t0
+        row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
+        rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+        bar.update(1)
+        bar.set_postfix(r=f"{row['reward/mean']:.3f}", pass_=f"{row['reward/pass_rate']:.2f}",
+                        σ0=f"{row['groups/zero_variance_frac']:.2f}", trunc=f"{row['samples/truncated_frac']:.2f}",
+                        kl_ref=f"{row.get('kl/reference', 0.0):.2e}")
+        done_here += 1
+        if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
+            _save_checkpoint(ckpt, b, step + 1, cfg, loss_cfg, start_from, rows)
+        if stop_after is not None and done_here >= stop_after and step + 1 < cfg.iters:
+            bar.close()
+            return ckpt
+    bar.close()
+
+    with atomic_dir(out) as tmp:
+        b.save_adapter(tmp)
+        with MetricsWriter(tmp / "metrics.jsonl") as mw:
+            for r in rows:
+                mw.log(**r)
+        report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
+                  "tasks": [t["id"] for t in tasks], "grpo": cfg.model_dump(mode="json"),
+                  "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
+        write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return out
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Mean reward of the first and last 20 % of steps, and the σ=0 / truncation fractions."""
+    if not rows:
+        return {}
+    k = max(1, len(rows) // 5)
+    mean = lambda rs, key: round(sum(r.get(key, 0.0) or 0.0 for r in rs) / len(rs), 4)  # noqa: E731
+    return {
+        "reward_first_20pct": mean(rows[:k], "reward/mean"),
+        "reward_last_20pct": mean(rows[-k:], "reward/mean"),
+        "pass_first_20pct": mean(rows[:k], "reward/pass_rate"),
+        "pass_last_20pct": mean(rows[-k:], "reward/pass_rate"),
+        "zero_variance_frac": mean(rows, "groups/zero_variance_frac"),
+        "truncated_frac": mean(rows, "samples/truncated_frac"),
+        "reference_kl_last": rows[-1].get("kl/reference"),
+    }

@@ -1,0 +1,79 @@
+"""The trainer: one forward at the sampling temperature, the enabled loss terms, one backward.
+
+The backend computes differentiable per-token logprobs (and, with the adapter disabled, the
+frozen reference's); the loss framework turns them into one scalar. The batch is laid out as
+whole sequences (position t = token t); the backend is asked for the logprobs of each row from
+its first supervised token on (the completion, or earlier when a prompt-role echo term
+supervises prompt tokens), and they are placed back at their positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from jacrl.backends.base import Backend, TokenLogprobs
+from jacrl.losses.config import RefKLLossConfig
+from jacrl.losses.registry import LossTerm, build_terms
+from jacrl.losses.compute import compute_loss
+from jacrl.rl.batch import TrainBatch
+
+
+def first_supervised(batch: TrainBatch) -> list[int]:
+    """Per row, the first position any term trains on (at least 1: token 0 has no prediction)."""
+    needed = batch.loss_mask | batch.echo_mask
+    lengths = batch.attention_mask.sum(dim=1)
+    out = []
+    for row in range(needed.shape[0]):
+        hits = needed[row].nonzero()
+        out.append(max(1, int(hits[0]) if len(hits) else int(lengths[row]) - 1))
+    return out
+
+
+def place(lp: torch.Tensor, starts: list[int], seq: int) -> torch.Tensor:
+    """Row i's logprobs of tokens starts[i].. → [B, seq] at their positions (0 elsewhere).
+    Differentiable: built with index arithmetic, not in-place writes into a leaf."""
+    rows = []
+    for i, start in enumerate(starts):
+        width = min(lp.shape[1], seq - start)
+        rows.append(torch.cat([lp.new_zeros(start), lp[i, :width], lp.new_zeros(seq - start - width)]))
+    return torch.stack(rows)
+
+
+def reference_kl(trainer_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean k3 estimate of KL(policy ‖ reference) over the masked tokens (a metric, no gradient)."""
+    if not bool(mask.any()):
+        return 0.0
+    d = (ref_lp - trainer_lp).detach()[mask]
+    return float((torch.exp(d) - d - 1).mean())
+
+
+class Trainer:
+    def __init__(self, backend: Backend, losses: Sequence[Any], training_mode: str = "rl", temperature: float = 1.0,
+                 log_reference_kl: bool = True):
+        self.backend = backend
+        self.terms: list[LossTerm] = build_terms(list(losses), training_mode)
+        self.temperature = temperature
+        self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
+
+    def train_step(self, batch: TrainBatch, lr: float) -> dict[str, float]:
+        lengths = batch.attention_mask.sum(dim=1).tolist()
+        seqs = [batch.input_ids[i, : int(n)].tolist() for i, n in enumerate(lengths)]
+        starts = first_supervised(batch)
+        heads, tails = [s[:k] for s, k in zip(seqs, starts)], [s[k:] for s, k in zip(seqs, starts)]
+        seq = batch.input_ids.shape[1]
+        extra: dict[str, float] = {}
+
+        def loss_fn(t: TokenLogprobs) -> tuple[torch.Tensor, dict[str, float]]:
+            trainer_lp = place(t.logprobs, starts, seq)
+            ref_lp = None if t.ref_logprobs is None else place(t.ref_logprobs.to(trainer_lp.dtype), starts, seq)
+            result = compute_loss(self.terms, batch.loss_inputs(trainer_lp, ref_lp))
+            if ref_lp is not None:
+                extra["kl/reference"] = reference_kl(trainer_lp, ref_lp, batch.loss_mask)
+            return result.loss, result.scalars()
+
+        metrics = self.backend.backward(heads, tails, self.temperature, loss_fn, reference=self.needs_reference)
+        self.backend.step(lr)
+        return {**metrics, **extra, **batch.metrics}

@@ -1,0 +1,1 @@
+"""Supervised training of LoRA adapters: gold-SFT (`sft`) and the RFT warm start (`rft`)."""

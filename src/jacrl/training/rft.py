@@ -1,0 +1,151 @@
+"""RFT warm start (`rule rft`): the base model learns from its own passing completions.
+
+For models marked `warm_start: rft` — cold bases that emit little compiling Jac, on which GRPO
+would see an all-zero reward. Sample `samples` completions per train-pool task at
+`temperature`, score them with the reward, keep those scoring ≥ `pass` (≥ `fallback_pass` when
+none reaches `pass`), LoRA-SFT on the kept ones for `iters` steps and fuse:
+
+    models/{model}-rft/   a full model folder (base + adapter merged), plus
+      rft_report.json     how many completions were kept at each threshold, which was used
+      rft_samples.jsonl   every sampled completion with its score and whether it was kept
+      metrics.jsonl       the SFT loss curve
+
+When nothing reaches even `fallback_pass`, the warm start is the base model unchanged (its
+weights are copied) and the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from jacrl.backends.base import SamplingParams
+from jacrl.backends.config import BackendName, RFTConfig, SFTConfig
+from jacrl.io import atomic_dir, dumps_line
+from jacrl.training.metrics import MetricsWriter
+from jacrl.training.sft import fit_lora, load_tasks_arg, sft_examples
+
+ScoreFn = Callable[[list[dict[str, Any]], list[str]], list[float]]
+
+
+def reward_score_fn(reward_cfg: Any = None, threads: int | None = None) -> ScoreFn:
+    """Score completions with jacrl.reward (`score_batch(tasks, completions) -> list[Score]`)."""
+
+    def score(tasks: list[dict[str, Any]], completions: list[str]) -> list[float]:
+        from jacrl.reward.batch import RewardScorer
+
+        with RewardScorer(reward_cfg, threads=threads) as scorer:
+            return [score_value(s) for s in scorer.score_batch(tasks, completions)]
+
+    return score
+
+
+def score_value(s: Any) -> float:
+    """A Score's scalar (`.value` or `.score`), or a plain number."""
+    if isinstance(s, (int, float)):
+        return float(s)
+    for attr in ("value", "score"):
+        v = getattr(s, attr, None)
+        if isinstance(v, (int, float)):
+            return float(v)
+    raise TypeError(f"cannot read a reward value from {type(s).__name__}")
+
+
+def select_kept(scores: Sequence[float], cfg: RFTConfig) -> tuple[float | None, dict[str, int]]:
+    """The threshold used (None: nothing reached even `fallback_pass`) and counts at each."""
+    at_pass = sum(s >= cfg.pass_threshold for s in scores)
+    at_fallback = sum(s >= cfg.fallback_pass for s in scores)
+    counts = {"pass": at_pass, "fallback_pass": at_fallback, "total": len(scores)}
+    if at_pass:
+        return cfg.pass_threshold, counts
+    if at_fallback:
+        return cfg.fallback_pass, counts
+    return None, counts
+
+
+def train_rft(
+    model_path: str | Path,
+    tasks: str | Path | Sequence[dict[str, Any]],
+    out_model_dir: str | Path,
+    cfg: RFTConfig | None = None,
+    reward_cfg: Any = None,
+    backend: BackendName | str = "auto",
+    threads: int | None = None,
+    sft_cfg: SFTConfig | None = None,
+    model_name: str | None = None,
+    score_fn: ScoreFn | None = None,
+) -> Path:
+    """Warm-start `model_path` by rejection-sampling fine-tuning on `tasks` (the train pool).
+
+    LoRA knobs come from `sft_cfg` (default SFTConfig) with `cfg.iters` steps; `score_fn`
+    defaults to the real reward with `reward_cfg`.
+    """
+    from jacrl.backends.select import load_backend
+
+    cfg = cfg or RFTConfig()
+    sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters})
+    score_fn = score_fn or reward_score_fn(reward_cfg, threads)
+    records = load_tasks_arg(tasks)
+    if not records:
+        raise ValueError("RFT needs at least one task")
+    t0 = time.perf_counter()
+    b = load_backend(model_path, backend, threads=threads, model_name=model_name)
+    params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.seed)
+    groups = b.generate([t["prompt"] for t in records], n=cfg.samples, params=params)
+    t_sample = time.perf_counter() - t0
+
+    flat = [(t, c) for t, group in zip(records, groups) for c in group]
+    scores = score_fn([t for t, _ in flat], [c.text for _, c in flat])
+    threshold, counts = select_kept(scores, cfg)
+    kept_pairs: dict[tuple[str, str], None] = {}
+    rows = []
+    for (t, c), s in zip(flat, scores):
+        keep = threshold is not None and s >= threshold
+        if keep:
+            kept_pairs.setdefault((t["id"], c.text), None)
+        rows.append({"id": t["id"], "score": s, "kept": keep, "truncated": c.truncated, "completion": c.text})
+    by_id = {t["id"]: t for t in records}
+    kept = [(by_id[i], text) for i, text in kept_pairs]
+
+    out = Path(out_model_dir)
+    with atomic_dir(out) as tmp:
+        losses: list[float] = []
+        with MetricsWriter(tmp / "metrics.jsonl") as metrics:
+            if kept:
+                examples = sft_examples(b, [t["prompt"] for t, _ in kept], [text for _, text in kept])
+                losses = fit_lora(b, examples, sft_cfg, metrics)
+        if kept:
+            b.fuse(tmp)
+        else:
+            _copy_model(Path(model_path), tmp)
+        report = {
+            "model": str(model_path),
+            "backend": b.name,
+            "tasks": len(records),
+            "samples_per_task": cfg.samples,
+            "kept_at": counts,
+            "threshold_used": threshold,
+            "kept_unique": len(kept),
+            "tasks_with_kept": len({t["id"] for t, _ in kept}),
+            "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
+            "config": cfg.model_dump(by_alias=True),
+            "sft": sft_cfg.model_dump(),
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None,
+            "seconds": {"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)},
+        }
+        (tmp / "rft_report.json").write_text(json.dumps(report, indent=2) + "\n")
+        with open(tmp / "rft_samples.jsonl", "w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(dumps_line(r) + "\n")
+    return out
+
+
+def _copy_model(src: Path, dst: Path) -> None:
+    for f in src.iterdir():
+        if f.is_file() and f.name not in ("metrics.jsonl",):
+            shutil.copy2(f, dst / f.name)

@@ -1,0 +1,16 @@
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads sleep instead of spinning
+
+import pytest
+from tiny_fixture import FIXTURES, test_model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> "os.PathLike":
+    return test_model_dir(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    return FIXTURES

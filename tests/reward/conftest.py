@@ -1,0 +1,49 @@
+"""Fixtures for the reward tests: hand-made tasks, warm scorers, corruptions of gold bodies."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from reward_helpers import CORPUS, FIXTURES, REPO
+
+from jacrl.reward.batch import RewardScorer
+from jacrl.reward.task import Task, load_tasks
+
+
+@pytest.fixture(scope="session")
+def tasks() -> dict[str, Task]:
+    return load_tasks(FIXTURES / "tasks.jsonl")
+
+
+def _scorer(**cfg) -> RewardScorer:
+    return RewardScorer({"cache": False, "workers": 2, **cfg})
+
+
+@pytest.fixture(scope="session")
+def tiered_scorer(tasks):
+    s = _scorer(scheme="tiered")
+    s.tasks.update(tasks)
+    yield s.warm()
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def dense_scorer(tasks):
+    s = _scorer(scheme="dense_v2")
+    s.tasks.update(tasks)
+    yield s.warm()
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def corpus() -> dict[str, Task]:
+    if not CORPUS.exists():
+        pytest.skip(f"{CORPUS.relative_to(REPO)} is not built")
+    return load_tasks(CORPUS)
+
+
+@pytest.fixture(scope="session")
+def is_root() -> bool:
+    return os.geteuid() == 0
