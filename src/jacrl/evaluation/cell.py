@@ -43,8 +43,16 @@ def score_cell(tasks: list[dict], greedy: list[Completion], sampled: list[list[C
     return cell_metrics(tasks, outcomes, k), records
 
 
+def cell_tasks(tasks: list[dict], split: str, cfg: EvalConfig) -> list[dict]:
+    """The tasks a cell evaluates: the whole holdout, or the rung's train tasks up to `mem_max_tasks`."""
+    if split == "mem" and cfg.mem_max_tasks is not None:
+        return tasks[: cfg.mem_max_tasks]
+    return tasks
+
+
 def evaluate_cell(tasks: list[dict], backend: Backend, scorer: Any, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
+    tasks = cell_tasks(tasks, meta["split"], cfg)
     greedy, sampled = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg)
     metrics, records = score_cell(tasks, greedy, sampled, scorer, cfg.k)
     write_jsonl(samples_out, records)
