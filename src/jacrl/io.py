@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class JsonlError(ValueError):
     """A JSONL line that is not a JSON object; the message names file and line."""
 
@@ -31,6 +35,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():  # mkstemp makes 0600 files; give outputs the usual umask mode
+            os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)

@@ -121,9 +121,13 @@ SUBPROCESS_TASK = HOSTILE_TASK.model_copy(update={"timeout": 8.0})
 
 
 def leftovers() -> list[str]:
-    """Live processes carrying our token, or running as a sandbox uid under us or init."""
+    """Live processes carrying our token, or running as a sandbox uid below this test process.
+
+    Only our own descendants count (this process is made a child subreaper below, so
+    orphans come back to it): other sessions may be scoring on this machine at the same time.
+    """
     base = plan_for(RewardScorer({"cache": False}).cfg).uid_base
-    found = []
+    procs = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -132,28 +136,31 @@ def leftovers() -> list[str]:
                 cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
             with open(f"/proc/{name}/stat", "rb") as fh:
                 stat = fh.read()
-            state = chr(stat[stat.rindex(b")") + 2])
-            uid = os.stat(f"/proc/{name}").st_uid
-        except (OSError, ValueError):
+            rest = stat[stat.rindex(b")") + 2 :].split()
+            procs[int(name)] = (int(rest[1]), chr(rest[0][0]), os.stat(f"/proc/{name}").st_uid, cmd)
+        except (OSError, ValueError, IndexError):
             continue
+    ours, frontier = set(), {os.getpid()}
+    while frontier:
+        ours |= frontier
+        frontier = {p for p, (ppid, *_) in procs.items() if ppid in frontier and p not in ours}
+    found = []
+    for pid, (_, state, uid, cmd) in procs.items():
         if state in "ZX":
             continue
-        if TOKEN in cmd or (UID_MODE and base <= uid < base + (1 << 22) and ("forkserver" in cmd or "bin/jac" in cmd)):
-            found.append(f"{name} uid={uid} {cmd[:120]}")
+        if TOKEN in cmd or (pid in ours and base <= uid < base + (1 << 22)):
+            found.append(f"{pid} uid={uid} {cmd[:120]}")
     return found
 
 
-def sandbox_files_in_tmp() -> list[str]:
-    base = plan_for(RewardScorer({"cache": False}).cfg).uid_base
-    out = []
-    for d in ("/tmp", "/var/tmp", "/dev/shm"):
-        try:
-            for e in os.scandir(d):
-                if base <= e.stat(follow_symlinks=False).st_uid < base + (1 << 22):
-                    out.append(e.path)
-        except OSError:
-            pass
-    return out
+@pytest.fixture(scope="module", autouse=True)
+def _subreaper():
+    """Orphans of a run re-parent to this process instead of init, so `leftovers` sees them."""
+    from jacrl.reward._confine import _prctl
+
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    yield
+    _prctl(36, 0)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +187,6 @@ def _hostile(scorer, name, tmp_path, monkeypatch, bound, task=HOSTILE_TASK):
     case.check(s, (keep, gone, stray))
     assert elapsed <= bound, f"{name} took {elapsed:.1f}s"
     assert leftovers() == []
-    assert sandbox_files_in_tmp() == []
     assert keep.read_text() == "precious\n" and gone.exists()
     again = scorer.score_batch([task] * 2, ["```jac\nreturn n * 2;\n```", "return n + n;"])
     assert [x.score for x in again] == [1.0, 1.0], again
