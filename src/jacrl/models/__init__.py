@@ -1,0 +1,1 @@
+"""The embedded tiny Jac model: tokenizer, architecture and brief pre-training (`models.tiny`)."""
