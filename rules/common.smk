@@ -1,6 +1,11 @@
 # Config validation and the input functions shared by every stage.
+import os
 import sys
 from pathlib import Path
+
+# Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
+# slower whenever another job shared the cores); inherited by every job's script.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 

@@ -9,8 +9,9 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
   per-token logprobs of given completions at a temperature, with the adapter on or off (off =
   the frozen base, the reference policy);
 - training: `backward(…, loss_fn)` runs a torch `loss_fn` on differentiable per-token logprobs
-  and accumulates its gradient into the adapter; `step()` applies it. The loss is always torch
-  code (DESIGN.md §7): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
+  and accumulates its gradient into the adapter; `step()` applies it (`configure_optimizer`,
+  `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code (DESIGN.md
+  §7): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
 - LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`;
 - `train_sft(examples, cfg)`: LoRA SFT with prompt tokens masked.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -289,13 +290,17 @@ class MLXBackend(Backend):
                 losses.append(loss)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.3f}")
+                now = time.perf_counter()
+                dt, clock[0] = now - clock[0], now
                 if on_step is not None:
+                    # mlx-lm's own tokens_per_second counts only the unmasked (trained) tokens;
+                    # report whole sequences per second, as the torch backend does.
                     it = int(info["iteration"])
                     tokens = sum(len(data[i][0]) for i in order[it - 1])
-                    tps = float(info["tokens_per_second"])
-                    on_step(StepInfo(it, loss, float(info["learning_rate"]), tps, tokens))
+                    on_step(StepInfo(it, loss, float(info["learning_rate"]), tokens / max(dt, 1e-9), tokens))
 
         opt = optim.Adam(learning_rate=_mx_schedule(cfg), bias_correction=True)  # as torch
+        clock = [time.perf_counter()]
         with tempfile.TemporaryDirectory(prefix="jacrl-mlx-sft-") as tmp:
             args = TrainingArgs(
                 batch_size=batch_size,
