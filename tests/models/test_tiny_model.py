@@ -21,11 +21,11 @@ from jacrl.models.tiny import (
 SMALL = TinyModelConfig(corpus_chars=20_000, vocab_size=300)
 
 
-def test_holdout_drivers_never_reach_the_pretraining_corpus(tiny_model, fixtures_dir):
+def test_holdout_drivers_never_reach_the_pretraining_corpus(tiny_model, tiny_fixtures):
     """The built model's manifest lists every pre-training file: exactly the train-pool drivers,
     plus jaclang's own sources. No holdout driver is among them, nor is its text inside any."""
-    holdout = {p.resolve() for p in driver_paths_from_tasks(fixtures_dir / "holdout.jsonl", fixtures_dir)}
-    train = {p.resolve() for p in driver_paths_from_tasks(fixtures_dir / "trainpool.jsonl", fixtures_dir)}
+    holdout = {p.resolve() for p in driver_paths_from_tasks(tiny_fixtures / "holdout.jsonl", tiny_fixtures)}
+    train = {p.resolve() for p in driver_paths_from_tasks(tiny_fixtures / "trainpool.jsonl", tiny_fixtures)}
     assert holdout and train and not holdout & train
 
     corpus = read_manifest(tiny_model)["corpus"]
@@ -40,15 +40,15 @@ def test_holdout_drivers_never_reach_the_pretraining_corpus(tiny_model, fixtures
         assert not any(text in d.text for d in docs)
 
 
-def test_a_holdout_driver_given_as_training_text_is_refused(fixtures_dir):
-    train = driver_paths_from_tasks(fixtures_dir / "trainpool.jsonl", fixtures_dir)
-    holdout = driver_paths_from_tasks(fixtures_dir / "holdout.jsonl", fixtures_dir)
+def test_a_holdout_driver_given_as_training_text_is_refused(tiny_fixtures):
+    train = driver_paths_from_tasks(tiny_fixtures / "trainpool.jsonl", tiny_fixtures)
+    holdout = driver_paths_from_tasks(tiny_fixtures / "holdout.jsonl", tiny_fixtures)
     with pytest.raises(CorpusError, match="holdout"):
         pretraining_corpus(train + holdout[:1], SMALL, holdout_driver_paths=holdout)
 
 
-def test_corpus_reads_only_the_drivers_it_is_given(fixtures_dir, tmp_path):
-    train = driver_paths_from_tasks(fixtures_dir / "trainpool.jsonl", fixtures_dir)[:1]
+def test_corpus_reads_only_the_drivers_it_is_given(tiny_fixtures, tmp_path):
+    train = driver_paths_from_tasks(tiny_fixtures / "trainpool.jsonl", tiny_fixtures)[:1]
     docs = pretraining_corpus(train, SMALL)
     assert [d.path for d in docs if d.kind == "driver"] == [train[0].as_posix()]
     with pytest.raises(CorpusError, match="does not exist"):

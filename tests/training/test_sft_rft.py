@@ -49,9 +49,9 @@ def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tmp_path, backe
     assert b.has_adapter and b.lora.rank == TINY_SFT.rank
 
 
-def test_train_sft_on_real_task_records(tiny_model, tmp_path, fixtures_dir):
-    tasks = read_jsonl(fixtures_dir / "trainpool.jsonl")[:2]
-    out = train_sft(tiny_model, fixtures_dir / "trainpool.jsonl", tmp_path / "sft", SFTConfig(iters=2, batch=1), backend="torch", threads=2)
+def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):
+    tasks = read_jsonl(tiny_fixtures / "trainpool.jsonl")[:2]
+    out = train_sft(tiny_model, tiny_fixtures / "trainpool.jsonl", tmp_path / "sft", SFTConfig(iters=2, batch=1), backend="torch", threads=2)
     report = json.loads((out / "sft_report.json").read_text())
     assert report["examples"] == 8 and report["tokens"]["prompt_max"] > 500
     assert tasks[0]["id"] in report["tasks"]
