@@ -22,7 +22,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 ladder: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl
+	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl results/ladder.md
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
