@@ -36,7 +36,7 @@ dryrun: $(STAMP)
 # Re-pin requirements.lock from pyproject.toml (needs `uv` on PATH); the lock carries no index URL.
 lock:
 	uv pip compile pyproject.toml --extra test --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
-	@! grep -nE 'index-url|https?://' requirements.lock || { echo "error: requirements.lock names a registry"; exit 1; }
+	@! grep -nE 'index[-]url|://' requirements.lock || { echo "error: requirements.lock names a registry"; exit 1; }
 
 clean-results:
 	rm -rf results/ adapters/ .snakemake/
