@@ -29,7 +29,7 @@ def write_data(tasks: list[dict], out_dir: str | Path) -> Path:
     out = Path(out_dir)
     rows = [{"prompt": t["prompt"], "answer": t["id"], "system": ""} for t in tasks]
     write_jsonl(out / "train.jsonl", rows)
-    write_jsonl(out / "valid.jsonl", rows[:1])
+    write_jsonl(out / "valid.jsonl", rows)  # mlx-lm needs at least a batch of validation rows
     return out
 
 
