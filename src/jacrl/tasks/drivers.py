@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jacrl.reward.extract import mask
+
 OPEN_RE = re.compile(r'^(?P<indent>[ \t]*)# >>>HOLE\s+id="(?P<id>[^"]*)"\s+instruction="(?P<instr>[^"]*)"\s*$')
 CLOSE_RE = re.compile(r"^[ \t]*# <<<HOLE\s*$")
 SOURCE_RE = re.compile(r"^\s*source:\s*(?P<source>[a-z][a-z0-9_]*)\s*$", re.MULTILINE)
@@ -100,46 +102,9 @@ class Driver:
 
 
 def mask_code(text: str) -> str:
-    """Blank out comments and string contents (keeping newlines and quotes), so that braces,
-    semicolons and keywords can be found by plain scanning. Line structure is preserved."""
-    out = list(text)
-    i, n = 0, len(text)
-
-    def blank(a: int, b: int) -> None:
-        for k in range(a, b):
-            if out[k] != "\n":
-                out[k] = " "
-
-    while i < n:
-        c = text[i]
-        if c == "#":
-            if text.startswith("#*", i):
-                end = text.find("*#", i + 2)
-                end = n if end < 0 else end + 2
-            else:
-                end = text.find("\n", i)
-                end = n if end < 0 else end
-            blank(i, end)
-            i = end
-            continue
-        if c in "\"'":
-            # A string literal; an alphabetic prefix (f, r, b, rb, ...) was already passed.
-            quote = text[i : i + 3] if text.startswith(c * 3, i) else c
-            j = i + len(quote)
-            while j < n:
-                if text[j] == "\\":
-                    j += 2
-                    continue
-                if text.startswith(quote, j):
-                    break
-                if len(quote) == 1 and text[j] == "\n":
-                    break  # unterminated single-line string: stop at end of line
-                j += 1
-            blank(i + len(quote), min(j, n))
-            i = min(j + len(quote), n)
-            continue
-        i += 1
-    return "".join(out)
+    """Comments and string contents blanked (newlines and quotes kept), so braces, semicolons and
+    keywords can be found by plain scanning — the reward's Jac lexer, shared."""
+    return mask(text).text
 
 
 @dataclass
