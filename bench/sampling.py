@@ -6,6 +6,9 @@ Without --model (or when the folder is missing) a small tiny model is built into
 first. Prompts are real task prompts (dataset/rl/trainpool.jsonl, else the test fixtures).
 Prints, per backend, prefill throughput, generation throughput on the task prompts (prefill
 included) and decode throughput after a one-line prompt; then the torch/MLX ratios.
+
+Then an eval cell's sampling on torch (--cell-prompts prompts × --cell-n samples, --cell-tokens
+tokens): one prompt at a time against all prompts in left-padded batches, and the speed-up.
 """
 
 from __future__ import annotations
@@ -62,6 +65,21 @@ def bench(backend: str, model: Path, prompts: list[str], n: int, max_tokens: int
     }
 
 
+def bench_batching(model: Path, prompts: list[str], n: int, max_tokens: int, threads: int) -> None:
+    b = load_backend(model, "torch", threads=threads)
+    ids = [b.prompt_ids(p) for p in prompts]
+    params = SamplingParams(temperature=0.8, max_tokens=max_tokens, seed=0)
+    seconds = {}
+    for label, rows in (("one prompt at a time", n), ("batched", 64)):
+        b.max_batch_rows = rows
+        t0 = time.perf_counter()
+        out = b.generate_ids(ids, n, params, progress=False)
+        seconds[label] = time.perf_counter() - t0
+        tokens = sum(len(c.token_ids) for g in out for c in g)
+        print(f"torch {label:>20}: {len(ids)} prompts × {n} → {tokens} tok in {seconds[label]:.1f}s = {tokens / seconds[label]:.1f} tok/s")
+    print(f"ratio batched/one-at-a-time speed: {seconds['one prompt at a time'] / seconds['batched']:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=ROOT / "models" / "tiny")
@@ -69,6 +87,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4, help="completions per prompt (one batch)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cell-prompts", type=int, default=36, help="prompts of the eval-cell comparison (0 skips it)")
+    ap.add_argument("--cell-n", type=int, default=2)
+    ap.add_argument("--cell-tokens", type=int, default=160)
+    ap.add_argument("--skip-mlx", action="store_true")
     args = ap.parse_args()
 
     model = args.model
@@ -83,7 +105,7 @@ def main() -> None:
     prompts = task_prompts(args.prompts)
     print(f"model {model}; {len(prompts)} prompts × n={args.n}, max_tokens={args.max_tokens}, threads={args.threads}")
     res = {}
-    for backend in ("torch", "mlx"):
+    for backend in ("torch",) if args.skip_mlx else ("torch", "mlx"):
         r = bench(backend, model, prompts, args.n, args.max_tokens, args.threads)
         res[backend] = r
         print(
@@ -91,11 +113,14 @@ def main() -> None:
             f"generated {r['generated']} tok in {r['seconds']:.1f}s = {r['gen_tok_s']:.1f} tok/s "
             f"| decode after a short prompt {r['decode_tok_s']:.1f} tok/s"
         )
-    t, m = res["torch"], res["mlx"]
-    print(
-        f"ratio torch/mlx: generation {t['gen_tok_s'] / m['gen_tok_s']:.2f}x, "
-        f"decode {t['decode_tok_s'] / m['decode_tok_s']:.2f}x, prefill {t['prefill_tok_s'] / m['prefill_tok_s']:.2f}x"
-    )
+    if "mlx" in res:
+        t, m = res["torch"], res["mlx"]
+        print(
+            f"ratio torch/mlx: generation {t['gen_tok_s'] / m['gen_tok_s']:.2f}x, "
+            f"decode {t['decode_tok_s'] / m['decode_tok_s']:.2f}x, prefill {t['prefill_tok_s'] / m['prefill_tok_s']:.2f}x"
+        )
+    if args.cell_prompts:
+        bench_batching(model, task_prompts(args.cell_prompts), args.cell_n, args.cell_tokens, args.threads)
     if tmp is not None:
         tmp.cleanup()
 

@@ -56,6 +56,15 @@ def test_exact_needs_a_clean_exit():
     assert not s.exact and s.score < 0.4
 
 
+def test_normalised_whitespace_pass():
+    """Only whitespace differs: not exact, but a normalised-whitespace pass; other text differs: neither."""
+    spaced = score("tiered", "b", "b", run("a  \nb\n\nc"))
+    assert not spaced.exact and spaced.norm_exact
+    assert score("tiered", "b", "b", run("a\nb\nc\n")).norm_exact
+    assert not score("tiered", "b", "b", run("a\nbb\nc")).norm_exact
+    assert not score("tiered", "b", "b", run("a b c", exit_code=1, compiles=True)).norm_exact
+
+
 def test_idiom_counts_code_not_comments_or_strings():
     assert idiom_score('# visit --> spawn\nx = "visit spawn -->";') == 0.0
     assert idiom_score("report here.name;") == pytest.approx(4 / 8)

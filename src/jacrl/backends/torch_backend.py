@@ -36,7 +36,8 @@ from jacrl.backends.lora_format import adapter_format, read_adapter, write_meta
 
 
 SMALL_MODEL_PARAMS = 50_000_000
-"""Below this many parameters, CPU decoding runs on one thread (see `_decode_threads`)."""
+SMALL_DECODE_ROWS = 16
+"""Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
 
 def pick_device() -> str:
@@ -60,6 +61,7 @@ class TorchBackend(Backend):
         device: str | None = None,
         dtype: str = "auto",
         model_name: str | None = None,
+        max_batch_rows: int = 64,
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -82,6 +84,7 @@ class TorchBackend(Backend):
         self._opt = None
         self._max_grad_norm: float | None = 1.0
         self._n_params: int | None = None
+        self.max_batch_rows = max_batch_rows
         if adapter_path is not None:
             self.load_adapter(adapter_path)
 
@@ -102,65 +105,111 @@ class TorchBackend(Backend):
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], n: int = 1, params: SamplingParams = SamplingParams(), progress: bool = True
     ) -> list[list[Completion]]:
+        """Prompts are decoded together, up to `max_batch_rows` sequences at a time.
+
+        Prompts are grouped by length (little padding), left-padded, prefilled once and their KV
+        cache copied n times. Each prompt keeps its own generator seeded `seed + i`, so what a
+        prompt gets does not depend on which prompts share its batch.
+        """
         import torch
 
-        out: list[list[Completion]] = []
+        out: list[list[Completion]] = [[] for _ in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        per_chunk = max(1, self.max_batch_rows // max(n, 1))
         bar = tqdm(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
-        for i, prompt in enumerate(prompts):
-            gen = torch.Generator(device="cpu").manual_seed(params.seed + i)
-            ids, lps = self._sample(list(prompt), n, params, gen)
-            out.append([self._finish(a, b) for a, b in zip(ids, lps)])
-            bar.update(n)
+        for start in range(0, len(order), per_chunk):
+            chunk = order[start : start + per_chunk]
+            gens = [torch.Generator(device="cpu").manual_seed(params.seed + i) for i in chunk]
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], n, params, gens)
+            for j, i in enumerate(chunk):
+                rows = range(j * n, (j + 1) * n)
+                out[i] = [self._finish(ids[r], lps[r]) for r in rows]
+            bar.update(len(chunk) * n)
         bar.close()
         return out
 
-    def _sample(self, prompt: list[int], n: int, params: SamplingParams, gen: Any) -> tuple[list[list[int]], list[list[float]]]:
-        """Prefill the prompt once, copy its KV cache n times, then decode the n rows together."""
+    def _sample(
+        self, prompts: list[list[int]], n: int, params: SamplingParams, gens: list[Any]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Prefill each prompt, left-pad the KV caches into one static cache of n copies, decode all rows together."""
         import torch
-        from transformers import DynamicCache
 
-        lm = self._causal_lm()
+        width = max(map(len, prompts))
+        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(n)
+        # The mask spans the whole static cache: left padding and not-yet-written slots are 0.
+        mask = torch.zeros((len(lens), width + params.max_tokens), dtype=torch.long, device=self.device)
+        mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
         with torch.inference_mode():
-            cache = DynamicCache(config=lm.config)
-            kw = {_cache_kwarg(lm): cache, "use_cache": True}
-            logits = self.model(input_ids=torch.tensor([prompt], device=self.device), **kw).logits[:, -1, :].float()
-            if n > 1:
-                cache.batch_repeat_interleave(n)
-                logits = logits.expand(n, -1)
-            with self._decode_threads():
-                tokens, logps = self._decode(logits, params, gen, kw)
+            cache, logits = self._prefill(prompts, n, width + params.max_tokens)
+            kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
+            with self._decode_threads(len(lens)):
+                tokens, logps = self._decode(logits.repeat_interleave(n, dim=0), mask, lens, width, params, gens, n, kw)
         return tokens.tolist(), logps.tolist()
 
-    def _decode(self, logits: Any, params: SamplingParams, gen: Any, kw: dict) -> tuple[Any, Any]:
+    def _prefill(self, prompts: list[list[int]], n: int, max_len: int) -> tuple[Any, Any]:
+        """One unpadded forward per prompt (the fast attention path: no mask); the caches are
+        left-padded with zeros, repeated n times and written into one preallocated `StaticCache`
+        (a growing cache copies itself at every decoding step)."""
+        import torch
+        from torch.nn.functional import pad
+        from transformers import DynamicCache, StaticCache
+
+        lm = self._causal_lm()
+        width = max(map(len, prompts))
+        keys: list[list[Any]] = []
+        values: list[list[Any]] = []
+        last = []
+        for p in prompts:
+            one = DynamicCache(config=lm.config)
+            out = self.model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
+            last.append(out.logits[:, -1, :].float())
+            for i, layer in enumerate(one.layers):
+                if i == len(keys):
+                    keys.append([])
+                    values.append([])
+                keys[i].append(pad(layer.keys, (0, 0, width - len(p), 0)))
+                values[i].append(pad(layer.values, (0, 0, width - len(p), 0)))
+        cache = StaticCache(config=lm.config, max_cache_len=max_len)
+        for layer, k, v in zip(cache.layers, keys, values, strict=True):
+            layer.update(torch.cat(k).repeat_interleave(n, dim=0), torch.cat(v).repeat_interleave(n, dim=0))
+        return cache, torch.cat(last)
+
+    def _decode(
+        self, logits: Any, mask: Any, lens: Any, width: int, params: SamplingParams, gens: list[Any], n: int, kw: dict
+    ) -> tuple[Any, Any]:
         import torch
 
-        n = logits.shape[0]
+        rows = logits.shape[0]
         eos = torch.tensor(sorted(self.eos_token_ids))
         tokens, logps = [], []
-        done = torch.zeros(n, dtype=torch.bool)
-        for _ in range(params.max_tokens):
-            tok, lp = _choose(logits.cpu(), params, gen)
+        done = torch.zeros(rows, dtype=torch.bool)
+        for t in range(params.max_tokens):
+            tok, lp = _choose_per_prompt(logits.cpu(), params, gens, n)
             tok = torch.where(done, eos[0], tok)
             tokens.append(tok)
             logps.append(lp)
             done |= torch.isin(tok, eos)
-            if bool(done.all()):
+            if bool(done.all()) or t == params.max_tokens - 1:
                 break
-            logits = self.model(input_ids=tok[:, None].to(self.device), **kw).logits[:, -1, :].float()
+            mask[:, width + t] = 1
+            logits = self.model(
+                input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
+            ).logits[:, -1, :].float()
         if not tokens:
-            return torch.empty((n, 0), dtype=torch.long), torch.empty((n, 0))
+            return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
 
     @contextmanager
-    def _decode_threads(self) -> Iterator[None]:
-        """One intra-op thread while decoding a small model on CPU: each step's matmuls are
-        tiny, and waking threads costs more than it saves (measured 2× faster on 2 cores;
-        10× or more when the cores are shared with other jobs)."""
+    def _decode_threads(self, rows: int) -> Iterator[None]:
+        """One intra-op thread while decoding a few rows of a small model on CPU: each step's
+        matmuls are tiny, and waking threads costs more than it saves (measured 2× faster on 2
+        cores; 10× or more when the cores are shared with other jobs). Wide batches keep them all."""
         import torch
 
         if self._n_params is None:
             self._n_params = sum(p.numel() for p in self._causal_lm().parameters())
-        if self.device != "cpu" or self._n_params >= SMALL_MODEL_PARAMS or torch.get_num_threads() == 1:
+        small = self.device == "cpu" and self._n_params < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
+        if not small or torch.get_num_threads() == 1:
             yield
             return
         before = torch.get_num_threads()
@@ -435,6 +484,16 @@ def _drop_stale_weights(out_dir: Path) -> None:
         names = set(json.loads(index.read_text())["weight_map"].values())
         if "model.safetensors" not in names:
             (out_dir / "model.safetensors").unlink()
+
+
+def _choose_per_prompt(logits: Any, params: SamplingParams, gens: list[Any], n: int) -> tuple[Any, Any]:
+    """`_choose` over rows grouped n per prompt, each group drawing from its prompt's generator."""
+    import torch
+
+    if params.temperature <= 0:
+        return _choose(logits, params, None)
+    picks = [_choose(logits[j * n : (j + 1) * n], params, g) for j, g in enumerate(gens)]
+    return torch.cat([t for t, _ in picks]), torch.cat([lp for _, lp in picks])
 
 
 def _choose(logits: Any, params: SamplingParams, gen: Any) -> tuple[Any, Any]:

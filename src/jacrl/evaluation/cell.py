@@ -35,7 +35,7 @@ def score_cell(tasks: list[dict], greedy: list[Completion], sampled: list[list[C
     outcomes, records = [], []
     for (t, c, is_greedy, i), s in zip(flat, scores, strict=True):
         outcomes.append(Outcome(task_id=t["id"], greedy=is_greedy, runs=s.runs, exact=s.exact,
-                                norm_exact=getattr(s, "norm_exact", s.exact), output_ratio=s.output_ratio,
+                                norm_exact=s.norm_exact, output_ratio=s.output_ratio,
                                 idiom=s.idiom, truncated=c.truncated))
         records.append({"task_id": t["id"], "family": t["family"], "kind": "greedy" if is_greedy else "sample",
                         "index": i, "truncated": c.truncated, "tokens": len(c.token_ids), "completion": c.text,

@@ -35,9 +35,13 @@ def config_digest(cfg: RewardConfig) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
+SCORE_FIELDS = "score-v2"
+"""Bumped whenever `Score` gains or changes a field, so cached scores of the old shape are not reused."""
+
+
 def score_key(program: str, *, scheme: str, cfg_digest: str, expected: str, gold: str, timeout: float) -> str:
     h = hashlib.sha256()
-    for part in (jaclang_version(), scheme, cfg_digest, repr(float(timeout)), expected, gold, program):
+    for part in (SCORE_FIELDS, jaclang_version(), scheme, cfg_digest, repr(float(timeout)), expected, gold, program):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\x00")
     return h.hexdigest()

@@ -40,6 +40,7 @@ class Score:
     compiles: bool = False
     runs: bool = False
     exact: bool = False
+    norm_exact: bool = False  # stdout equals expected once every whitespace run is one space
     output_ratio: float = 0.0  # difflib ratio(stdout, expected), both stripped
     line_frac: float = 0.0  # share of expected lines matched in place
     idiom: float = 0.0  # min(weighted OSP token count / norm, 1), of the body (0 unless it runs)
@@ -110,6 +111,7 @@ def score_run(cfg: RewardConfig, *, body: str, gold: str, expected: str, run: Ru
     runs = run.runs
     compiles = runs or run.compiles
     exact = runs and run.stdout.strip() == expected.strip()
+    norm_exact = runs and run.stdout.split() == expected.split()
     ratio = output_ratio(run.stdout, expected) if runs else 0.0
     frac = line_fraction(run.stdout, expected) if runs else 0.0
     sim = body_similarity(body, gold)
@@ -121,7 +123,7 @@ def score_run(cfg: RewardConfig, *, body: str, gold: str, expected: str, run: Ru
     tail = run.stderr[-cfg.stderr_tail_chars :] if cfg.stderr_tail_chars else ""
     return Score(
         score=value, scheme=cfg.scheme, compiles=compiles, runs=runs, exact=exact,
-        output_ratio=ratio, line_frac=frac, idiom=idiom, body_sim=sim,
+        norm_exact=norm_exact, output_ratio=ratio, line_frac=frac, idiom=idiom, body_sim=sim,
         timed_out=run.timed_out, killed=run.killed, exit_code=run.exit_code, stderr_tail=tail,
         extract=extract, task_id=task_id,
     )
