@@ -32,6 +32,11 @@ class TasksConfig(Section):
     drivers: Path = Field(Path("dataset/drivers"), description="Folder of driver programs, one sub-folder per family.")
     timeout: float = Field(10.0, gt=0, description="Wall timeout (s) recorded in each task for scoring a completion.")
     build_timeout: float = Field(60.0, gt=0, description="Wall timeout (s) for each gold run while building tasks.")
+    gold_runner: Literal["fork", "jac"] = Field(
+        "fork",
+        description="How gold programs run while building: `fork` = the reward's fork servers (jaclang "
+        "loaded once; the path completions are scored on), `jac` = one `jac run` process per program.",
+    )
 
 
 class SplitsConfig(Section):

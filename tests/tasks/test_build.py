@@ -1,4 +1,5 @@
-"""Building tasks from drivers with real `jac run`s: records, sidecars, failures, determinism."""
+"""Building tasks from drivers with real Jac runs (fork servers by default, `jac run` processes
+on request): records, sidecars, failures, determinism."""
 
 import shutil
 from pathlib import Path
@@ -11,9 +12,9 @@ from jacrl.tasks.build import BuildError, build_tasks
 FIXTURES = Path(__file__).parent / "fixtures" / "drivers"
 
 
-def build(drivers: Path, out: Path):
+def build(drivers: Path, out: Path, runner: str = "fork"):
     return build_tasks(drivers, out / "tasks.jsonl", out / "templates", out / "refbodies",
-                       timeout=10, build_timeout=60, jobs=2, root=drivers.parent)
+                       timeout=10, build_timeout=60, jobs=2, root=drivers.parent, runner=runner)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +43,26 @@ def test_records_and_sidecars(built):
 def test_rebuild_is_byte_identical(built, tmp_path):
     build(FIXTURES, tmp_path)
     assert (tmp_path / "tasks.jsonl").read_bytes() == (built / "tasks.jsonl").read_bytes()
+
+
+def test_jac_run_processes_build_the_same_bytes(built, tmp_path):
+    """The fork-server runner and one `jac run` process per program agree byte for byte."""
+    build(FIXTURES, tmp_path, runner="jac")
+    assert (tmp_path / "tasks.jsonl").read_bytes() == (built / "tasks.jsonl").read_bytes()
+
+
+def test_unknown_runner_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown gold runner 'docker'"):
+        build(FIXTURES, tmp_path, runner="docker")
+
+
+@pytest.mark.parametrize("runner", ["fork", "jac"])
+def test_timeout_stops_the_build(tmp_path, runner):
+    body = 'def f() -> int {\n    # >>>HOLE id="z_f" instruction="x"\n    while True { }\n    return 1;\n    # <<<HOLE\n}\nwith entry { print(f()); }\n'
+    drivers = _corpus_with(tmp_path, "zz.jac", '"""Slow.\n\nsource: zz_slow\n"""\n' + body, with_fixtures=False)
+    with pytest.raises(BuildError, match="timed out after 2s"):
+        build_tasks(drivers, tmp_path / "tasks.jsonl", tmp_path / "t", tmp_path / "r", timeout=10, build_timeout=2,
+                    jobs=1, root=drivers.parent, runner=runner)
 
 
 def _corpus_with(tmp_path: Path, name: str, text: str, with_fixtures: bool) -> Path:

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from jacrl.io import atomic_dir, write_jsonl
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
-from jacrl.tasks.gold import RunResult, run_program
+from jacrl.tasks.gold import RunResult, Runner, gold_runner, run_program
 
 HOLE = "__HOLE__"
 TODO = "# TODO: write the body"
@@ -134,13 +134,15 @@ def parse_all(paths: Iterable[Path]) -> tuple[list[Driver], list[str]]:
     return drivers, problems
 
 
-def run_gold_checks(drivers: list[Driver], timeout: float, jobs: int, desc: str = "gold runs") -> tuple[dict[Path, str], list[str]]:
+def run_gold_checks(
+    drivers: list[Driver], timeout: float, jobs: int, desc: str = "gold runs", runner: Runner = run_program
+) -> tuple[dict[Path, str], list[str]]:
     outputs: dict[Path, str] = {}
     problems: list[str] = []
 
     def one(d: Driver) -> tuple[Driver, str | None, str | None]:
         try:
-            return d, check_gold(d, timeout).stdout, None
+            return d, check_gold(d, timeout, runner).stdout, None
         except DriverError as exc:
             return d, None, str(exc)
 
@@ -153,14 +155,17 @@ def run_gold_checks(drivers: list[Driver], timeout: float, jobs: int, desc: str 
     return outputs, problems
 
 
-def build_records(drivers_dir: str | Path, timeout: float, build_timeout: float, jobs: int, root: str | Path = ".") -> list[dict]:
+def build_records(
+    drivers_dir: str | Path, timeout: float, build_timeout: float, jobs: int, root: str | Path = ".", runner: str = "fork"
+) -> list[dict]:
     """Parse and run every driver under `drivers_dir`; returns task records or raises BuildError."""
     drivers, problems = parse_all(discover_drivers(drivers_dir))
     if problems:
         raise BuildError(problems)
     if not drivers:
         raise BuildError([f"{drivers_dir}: no driver files (*.jac) found"])
-    outputs, problems = run_gold_checks(drivers, build_timeout, jobs)
+    with gold_runner(runner, jobs) as run:
+        outputs, problems = run_gold_checks(drivers, build_timeout, jobs, runner=run)
     if problems:
         raise BuildError(sorted(problems))
     return [task_record(d, h, outputs[d.path], timeout, Path(root)) for d in drivers for h in d.holes]
@@ -175,9 +180,10 @@ def build_tasks(
     build_timeout: float = 30.0,
     jobs: int = 1,
     root: str | Path = ".",
+    runner: str = "fork",
 ) -> list[dict]:
     """Build the task set; all three outputs are replaced atomically, or none is touched."""
-    records = build_records(drivers_dir, timeout, build_timeout, jobs, root)
+    records = build_records(drivers_dir, timeout, build_timeout, jobs, root, runner)
     with atomic_dir(templates_out) as tdir, atomic_dir(refbodies_out) as rdir:
         for rec in records:
             (tdir / f"{rec['id']}.jac").write_text(rec["template"], encoding="utf-8")

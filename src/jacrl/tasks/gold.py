@@ -8,10 +8,13 @@ group. Untrusted model completions never come here: they go through `jacrl.rewar
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +74,45 @@ def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResul
             except ProcessLookupError:
                 pass
         return RunResult(proc.returncode, out, err, timed_out)
+
+
+Runner = Callable[[str, float], RunResult]
+
+
+@contextmanager
+def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
+    """A `(program, timeout) -> RunResult` callable safe to call from `jobs` threads.
+
+    `jac`: a fresh `jac run` process per program (`run_program`). `fork`: the reward's fork
+    servers — jaclang imported once, each program in a fresh forked child with its own cwd, HOME
+    and JAC_DATA_PATH; the same output as `jac run` (checked program by program on the whole
+    corpus) at a fraction of the start-up cost, and the very path completions are scored on.
+    """
+    if kind == "jac":
+        yield run_program
+        return
+    if kind != "fork":
+        raise ValueError(f"unknown gold runner {kind!r} (expected 'fork' or 'jac')")
+    from jacrl.reward.config import RewardConfig
+    from jacrl.reward.forkserver import ForkServerRunner
+
+    servers = [ForkServerRunner(RewardConfig()) for _ in range(max(1, jobs))]
+    free: queue.Queue = queue.Queue()
+    try:
+        for server in servers:
+            server.wait_ready()
+            free.put(server)
+
+        def run(program: str, timeout: float) -> RunResult:
+            server = free.get()
+            try:
+                r = server.run(program, timeout)
+            finally:
+                free.put(server)
+            code = r.exit_code if r.exit_code != 0 or not r.killed else -9  # an output cap is a failure
+            return RunResult(returncode=code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out)
+
+        yield run
+    finally:
+        for server in servers:
+            server.close()
