@@ -21,6 +21,11 @@ class EvalConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold of the n samples.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap (truncation is reported per cell).")
     seed: int = Field(0, description="Sampling seed (prompt i uses seed + i).")
+    threads: int | None = Field(
+        None, ge=1,
+        description="Threads of one eval job (model and reward workers); None = the top-level `threads`. "
+        "Half the cores lets two cells run side by side: a cell's start-up and scoring leave cores idle.",
+    )
     mem_max_tasks: int | None = Field(
         None, ge=1,
         description="Cap on the tasks of a `mem` cell: a rung larger than this is evaluated on its first N train "
