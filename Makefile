@@ -23,6 +23,7 @@ $(STAMP): requirements.lock pyproject.toml
 
 ladder: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl results/ladder.md
+	$(BIN)/python -m jacrl.ladder timings benchmarks
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
