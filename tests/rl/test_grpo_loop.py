@@ -100,3 +100,15 @@ def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
     out = train_grpo(tiny_model, tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer, backend="torch", progress=False)
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/pg/loss"]) for r in rows)
+
+
+def test_summary_first_and_last_fifth_and_last_trained_kl():
+    from jacrl.rl.loop import summarise
+
+    rows = [{"reward/mean": r, "reward/pass_rate": r, "groups/zero_variance_frac": 0.0, "samples/truncated_frac": 0.5,
+             "kl/reference": 0.1 * i} for i, r in enumerate([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 0.8, 0.6, 0.4])]
+    rows[-1] = {k: v for k, v in rows[-1].items() if k != "kl/reference"} | {"skipped": "every group had zero advantage"}
+    s = summarise(rows)
+    assert s["reward_first_20pct"] == 0.1 and s["reward_last_20pct"] == 0.5
+    assert s["truncated_frac"] == 0.5
+    assert s["reference_kl_last"] == pytest.approx(0.8)

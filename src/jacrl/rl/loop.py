@@ -175,5 +175,6 @@ def summarise(rows: list[dict]) -> dict:
         "pass_last_20pct": mean(rows[-k:], "reward/pass_rate"),
         "zero_variance_frac": mean(rows, "groups/zero_variance_frac"),
         "truncated_frac": mean(rows, "samples/truncated_frac"),
-        "reference_kl_last": rows[-1].get("kl/reference"),
+        # the last trained step's (a step whose groups all had zero advantage trains nothing)
+        "reference_kl_last": next((r["kl/reference"] for r in reversed(rows) if "kl/reference" in r), None),
     }
