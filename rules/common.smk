@@ -98,4 +98,5 @@ def all_targets():
 
 # The config sections each job depends on (its params): changing another section does not rerun it.
 CELL_KEYS = {"threads", "reward", "eval"}
+EVAL_THREADS = CFG.eval.threads or CFG.threads
 GRPO_KEYS = {"threads", "reward", "grpo", "losses", "training_mode", "trainer", "orchestrator"}

@@ -18,7 +18,7 @@ rule eval_base_gen:
         "logs/eval/shared/{model}/base/gen.log",
     benchmark:
         "benchmarks/eval/shared/{model}/base/gen.tsv"
-    threads: CFG.eval.threads or CFG.threads
+    threads: EVAL_THREADS
     resources:
         mem_mb=6000,
         gpu=lambda wc: gpu_count(wc.model),
@@ -63,7 +63,7 @@ rule eval:
         "logs/eval/r{rung}/{model}/{cond}/{split}.log",
     benchmark:
         "benchmarks/eval/r{rung}/{model}/{cond}/{split}.tsv"
-    threads: CFG.eval.threads or CFG.threads
+    threads: EVAL_THREADS
     resources:
         mem_mb=6000,
         gpu=lambda wc: gpu_count(wc.model),

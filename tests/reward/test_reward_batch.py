@@ -39,7 +39,7 @@ def test_persistent_cache_hits_across_scorers(tasks, cached_cfg):
     with RewardScorer(cached_cfg, tasks=tasks) as second:
         warm = second.score_batch(ids, comps)
         assert second.stats["runs"] == 0 and second.stats["cache_hits"] == 3
-        assert second._runners is None  # nothing ran: the pool was never started
+        assert second._pool is None  # nothing ran: the pool was never started
     assert [s.cached for s in warm] == [True] * 3
     strip = lambda s: {k: v for k, v in s.to_dict().items() if k != "cached"}  # noqa: E731
     assert [strip(s) for s in warm] == [strip(s) for s in cold]

@@ -208,11 +208,11 @@ def test_hostile_subprocess_runner(name, subprocess_scorer, tmp_path, monkeypatc
 
 @uid_only
 def test_a_sandboxed_program_cannot_signal_its_server(tiered_scorer):
-    servers = [r.proc.pid for r in tiered_scorer._all_runners]
+    servers = [r.proc.pid for r in tiered_scorer._pool.runners]
     s = tiered_scorer.score(HOSTILE_TASK, "```jac\nos.kill(os.getppid(), signal.SIGKILL);\nreturn n * 2;\n```")
     assert not s.runs and "Operation not permitted" in s.stderr_tail
-    assert [r.proc.pid for r in tiered_scorer._all_runners] == servers
-    assert all(r.proc.poll() is None for r in tiered_scorer._all_runners)
+    assert [r.proc.pid for r in tiered_scorer._pool.runners] == servers
+    assert all(r.proc.poll() is None for r in tiered_scorer._pool.runners)
 
 
 def test_the_leftover_check_sees_a_stray_process():
@@ -230,5 +230,5 @@ def test_isolation_none_still_sweeps_by_marker():
     body = f'subprocess.Popen(["sleep", "{TOKEN}"], start_new_session=True);\nreturn n * 2;'
     with RewardScorer({"cache": False, "workers": 1, "limits": {"isolation": "none"}}) as scorer:
         s = scorer.score(HOSTILE_TASK, f"```jac\n{body}\n```")
-        assert s.exact and scorer._all_runners[0].plan.mode == "none"
+        assert s.exact and scorer._pool.runners[0].plan.mode == "none"
     assert leftovers() == []

@@ -140,38 +140,35 @@ class TorchBackend(Backend):
         mask = torch.zeros((len(lens), width + params.max_tokens), dtype=torch.long, device=self.device)
         mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
         with torch.inference_mode():
-            cache, logits = self._prefill(prompts, n, width + params.max_tokens)
+            cache, logits = self._prefill(prompts, n, width, width + params.max_tokens)
             kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
             with self._decode_threads(len(lens)):
                 tokens, logps = self._decode(logits.repeat_interleave(n, dim=0), mask, lens, width, params, gens, n, kw)
         return tokens.tolist(), logps.tolist()
 
-    def _prefill(self, prompts: list[list[int]], n: int, max_len: int) -> tuple[Any, Any]:
+    def _prefill(self, prompts: list[list[int]], n: int, width: int, max_len: int) -> tuple[Any, Any]:
         """One unpadded forward per prompt (the fast attention path: no mask); the caches are
-        left-padded with zeros, repeated n times and written into one preallocated `StaticCache`
-        (a growing cache copies itself at every decoding step)."""
+        left-padded with zeros to `width`, repeated n times and written into one preallocated
+        `StaticCache` of `max_len` slots (a growing cache copies itself at every decoding step)."""
         import torch
         from torch.nn.functional import pad
         from transformers import DynamicCache, StaticCache
 
         lm = self._causal_lm()
-        width = max(map(len, prompts))
-        keys: list[list[Any]] = []
-        values: list[list[Any]] = []
-        last = []
+        caches, last = [], []
         for p in prompts:
             one = DynamicCache(config=lm.config)
             out = self.model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
+            caches.append(one)
             last.append(out.logits[:, -1, :].float())
-            for i, layer in enumerate(one.layers):
-                if i == len(keys):
-                    keys.append([])
-                    values.append([])
-                keys[i].append(pad(layer.keys, (0, 0, width - len(p), 0)))
-                values[i].append(pad(layer.values, (0, 0, width - len(p), 0)))
+
+        def batched(layer: int, field: str) -> Any:
+            parts = [pad(getattr(c.layers[layer], field), (0, 0, width - len(p), 0)) for c, p in zip(caches, prompts)]
+            return torch.cat(parts).repeat_interleave(n, dim=0)
+
         cache = StaticCache(config=lm.config, max_cache_len=max_len)
-        for layer, k, v in zip(cache.layers, keys, values, strict=True):
-            layer.update(torch.cat(k).repeat_interleave(n, dim=0), torch.cat(v).repeat_interleave(n, dim=0))
+        for i, layer in enumerate(cache.layers):
+            layer.update(batched(i, "keys"), batched(i, "values"))
         return cache, torch.cat(last)
 
     def _decode(

@@ -47,6 +47,38 @@ def default_workers(cfg: RewardConfig, threads: int | None) -> int:
         return os.cpu_count() or 1
 
 
+class RunnerPool:
+    """`workers` program runners (fork servers or subprocess launchers, per `cfg.runner`) shared
+    by threads: each `run` borrows a free runner for one program."""
+
+    def __init__(self, cfg: RewardConfig, workers: int):
+        if cfg.runner == "fork":
+            self.runners: list = [ForkServerRunner(cfg) for _ in range(workers)]  # all start at once
+            try:
+                for r in self.runners:
+                    r.wait_ready()
+            except BaseException:
+                self.close()
+                raise
+        else:
+            self.runners = [SubprocessRunner(cfg)] * workers
+        self._free: queue.Queue = queue.Queue()
+        for r in self.runners:
+            self._free.put(r)
+
+    def run(self, program: str, timeout: float) -> RunResult:
+        runner = self._free.get()
+        try:
+            return runner.run(program, timeout)
+        finally:
+            self._free.put(runner)
+
+    def close(self) -> None:
+        for r in self.runners:
+            r.close()
+        self.runners = []
+
+
 class RewardScorer:
     """Scores completions of tasks; holds the runner pool and the cache. Close it when done."""
 
@@ -57,8 +89,7 @@ class RewardScorer:
         self.cache = ScoreCache(self.cfg.cache_path) if self.cfg.cache else None
         self.stats: Counter = Counter()
         self._digest = config_digest(self.cfg)
-        self._runners: queue.Queue | None = None
-        self._all_runners: list = []
+        self._pool: RunnerPool | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
@@ -66,26 +97,13 @@ class RewardScorer:
 
     def _ensure_pool(self) -> None:
         with self._lock:
-            if self._runners is not None:
+            if self._pool is not None:
                 return
-            if self.cfg.runner == "fork":
-                runners = [ForkServerRunner(self.cfg) for _ in range(self.workers)]  # all start at once
-                for r in runners:
-                    r.wait_ready()
-            else:
-                runners = [SubprocessRunner(self.cfg)] * self.workers
-            self._all_runners = runners
-            self._runners = queue.Queue()
-            for r in runners:
-                self._runners.put(r)
+            self._pool = RunnerPool(self.cfg, self.workers)
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="jacrl-reward")
 
     def _run(self, job: _Job) -> RunResult:
-        runner = self._runners.get()
-        try:
-            return runner.run(job.program, job.timeout)
-        finally:
-            self._runners.put(runner)
+        return self._pool.run(job.program, job.timeout)
 
     def warm(self) -> RewardScorer:
         """Start the runner pool now (fork servers take a second or two to warm up)."""
@@ -158,9 +176,9 @@ class RewardScorer:
             if self._executor is not None:
                 self._executor.shutdown(wait=True)
                 self._executor = None
-            for r in self._all_runners:
-                r.close()
-            self._all_runners, self._runners = [], None
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
             if self.cache is not None:
                 self.cache.close()
                 self.cache = None

@@ -8,7 +8,6 @@ group. Untrusted model completions never come here: they go through `jacrl.rewar
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -93,26 +92,17 @@ def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
         return
     if kind != "fork":
         raise ValueError(f"unknown gold runner {kind!r} (expected 'fork' or 'jac')")
+    from jacrl.reward.batch import RunnerPool
     from jacrl.reward.config import RewardConfig
-    from jacrl.reward.forkserver import ForkServerRunner
 
-    servers = [ForkServerRunner(RewardConfig()) for _ in range(max(1, jobs))]
-    free: queue.Queue = queue.Queue()
+    pool = RunnerPool(RewardConfig(runner="fork"), max(1, jobs))
+
+    def run(program: str, timeout: float) -> RunResult:
+        r = pool.run(program, timeout)
+        code = r.exit_code if r.exit_code != 0 or not r.killed else -9  # an output cap is a failure
+        return RunResult(returncode=code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out)
+
     try:
-        for server in servers:
-            server.wait_ready()
-            free.put(server)
-
-        def run(program: str, timeout: float) -> RunResult:
-            server = free.get()
-            try:
-                r = server.run(program, timeout)
-            finally:
-                free.put(server)
-            code = r.exit_code if r.exit_code != 0 or not r.killed else -9  # an output cap is a failure
-            return RunResult(returncode=code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out)
-
         yield run
     finally:
-        for server in servers:
-            server.close()
+        pool.close()
