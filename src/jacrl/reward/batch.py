@@ -93,6 +93,11 @@ class RewardScorer:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
+    @property
+    def isolation(self) -> str:
+        """The sandbox level every score of this scorer records ("strict" or "weak")."""
+        return self.cfg.isolation
+
     # -- runners
 
     def _ensure_pool(self) -> None:
@@ -131,7 +136,7 @@ class RewardScorer:
             task = self.task(ref)
             ex = extract_body(completion or "", task)
             if not ex.ok:
-                out[i] = zero_score(cfg, extract=ex.method, rejected=ex.rejected, task_id=task.id)
+                out[i] = replace(zero_score(cfg, extract=ex.method, rejected=ex.rejected, task_id=task.id), isolation=cfg.isolation)
                 self.stats["empty_or_rejected"] += 1
                 continue
             ident = (task.id, ex.body) if cfg.dedup else i
@@ -165,7 +170,7 @@ class RewardScorer:
                 self.cache.put_many(fresh)
         for ident, where in slots.items():
             for i, method in where:
-                out[i] = replace(done[ident], extract=method)
+                out[i] = replace(done[ident], extract=method, isolation=cfg.isolation)
         return out  # type: ignore[return-value]
 
     def score(self, task: Task | dict | str, completion: str) -> Score:

@@ -54,20 +54,21 @@ class TieredWeights(_Section):
 class SandboxLimits(_Section):
     """Resource limits applied to every program run (both runners)."""
 
-    isolation: Literal["auto", "uid", "none"] = Field(
-        "auto",
-        description="auto: run each program as its own unprivileged uid when we are root, else `none`. "
-        "uid: require that (fail if impossible). none: same user, process group + marker sweep only.",
-    )
     uid_base: int = Field(
         2_000_000_000, ge=1000, le=4_000_000_000,
         description="Sandbox uid = uid_base + pid of the sandboxed process (unique among live processes).",
     )
     cpu_seconds: float = Field(0.0, ge=0, description="RLIMIT_CPU per process; 0 = ceil(timeout) + 1.")
     address_space_mb: int = Field(2048, ge=256, description="RLIMIT_AS per process, MiB.")
-    max_processes: int = Field(48, ge=4, description="RLIMIT_NPROC for the sandbox uid (enforced in uid mode only).")
+    max_processes: int = Field(
+        48, ge=4,
+        description="RLIMIT_NPROC of a run: per sandbox uid (root) or per run's user namespace (strict, not root); "
+        "weak without root: the user's current count plus this.",
+    )
     file_size_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB.")
     open_files: int = Field(256, ge=32, description="RLIMIT_NOFILE per process.")
+    tmp_size_mb: int = Field(64, ge=1, description="Size of the run dir's tmpfs (strict): the bytes a run may write in all, MiB.")
+    tmp_files: int = Field(4096, ge=64, description="Files and directories the run dir's tmpfs may hold (strict).")
 
 
 class RewardConfig(_Section):
@@ -97,6 +98,15 @@ class RewardConfig(_Section):
     max_stdout_bytes: int = Field(1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running).")
     max_stderr_bytes: int = Field(256 << 10, ge=1024, description="stderr cap; a program that writes more is killed.")
     stderr_tail_chars: int = Field(1200, ge=0, description="Characters of stderr kept in each score's breakdown.")
+    isolation: Literal["strict", "weak"] = Field(
+        "strict",
+        description="strict: each run gets its own network namespace (no network), mount namespace (a size-limited tmpfs "
+        "run dir; the temp root and /run hidden) and Landlock view (read only the Python installation, the packages and "
+        "system libraries; write only its run dir; no TCP; no signals or abstract sockets outside the run) — through an "
+        "unprivileged user namespace when not root; scoring refuses to start, with the reason and the fix, where the "
+        "kernel cannot do this. weak: rlimits, a per-run uid when root, the sweep; nothing else. The level used is "
+        "recorded in every score and is part of the cache key.",
+    )
     tmp_root: Path | None = Field(None, description="Where per-run temp dirs are made; None = the system temp dir.")
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-run resource limits and isolation.")
 

@@ -119,7 +119,7 @@ class _Server:
         run_dir = make_run_dir(self.root, program)
         marker = uuid.uuid4().hex
         env = program_env(run_dir, plan, marker)
-        spec = confine_spec(cfg.limits, timeout, plan, [run_dir, os.path.join(run_dir, PROGRAM)], env)
+        spec = confine_spec(cfg.limits, timeout, plan, run_dir, env)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -131,7 +131,7 @@ class _Server:
             uid = plan.uid_base + pid if plan.mode == "uid" else None
             sup = supervise(
                 pid, out_r, err_r, timeout, (cfg.max_stdout_bytes, cfg.max_stderr_bytes),
-                lambda: sweep(uid, marker, pid),
+                lambda: sweep(uid, marker, pid, tree=os.getpid()),
             )
             _reap_orphans()
             if uid is not None:

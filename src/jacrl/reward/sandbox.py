@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -71,16 +71,24 @@ class RunResult:
 # ---------------------------------------------------------------- the plan
 
 
+class IsolationUnavailable(RuntimeError):
+    """Strict isolation was asked for and this machine cannot provide it (one-line reason + fix)."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """How programs are isolated on this machine (resolved once per process)."""
 
-    mode: str  # "uid" or "none"
+    mode: str  # "uid" (a per-run uid; we are root) or "none" (our own uid)
     uid_base: int
     dac_read_search: bool
     jac: str
     xdg_cache: str
     reason: str = ""
+    level: str = "weak"  # "strict": namespaces + run tmpfs + Landlock; "weak": uid and rlimits only
+    userns: bool = False  # strict without root: the namespaces live in a new user namespace
+    landlock_abi: int = 0
+    ro_paths: tuple[str, ...] = ()  # what a strict run may read and execute
 
 
 def jac_executable() -> str:
@@ -93,28 +101,51 @@ def jac_cache_home() -> str:
     return os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
 
 
-def _probe(uid_base: int, read: list[str], caps: bool) -> bool:
-    spec = {
-        "uid_base": uid_base,
-        "read": read,
-        "dac_read_search": caps,
-        "limits": {"cpu": 30, "as": 1 << 32, "fsize": 1 << 24, "nofile": 256, "nproc": 0},
-    }
+SYSTEM_READ = (
+    "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo",
+    "/dev/urandom", "/dev/zero",
+)
+
+
+def read_view(xdg_cache: str) -> tuple[str, ...]:
+    """What running Jac needs to read (measured with strace): the Python installation, the
+    installed packages (wherever jaclang was imported from), jaclang's own compiled-module
+    cache, and the system's shared libraries. Not the project, not any home directory."""
+    import importlib.util
+    import site
+    import sysconfig
+
+    paths = {sys.base_prefix, sys.prefix, *site.getsitepackages()}
+    paths.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    spec = importlib.util.find_spec("jaclang")
+    if spec and spec.origin:
+        paths.add(str(Path(spec.origin).parent.parent))
+    paths.add(os.path.join(xdg_cache, "jac", "jir"))
+    paths.update(SYSTEM_READ)
+    real = sorted({os.path.realpath(p) for p in paths if os.path.exists(p)})
+    return tuple(p for p in real if not any(p.startswith(q + os.sep) for q in real))  # outermost only
+
+
+def _run_confine(mode: str, spec: dict) -> subprocess.CompletedProcess | None:
     try:
-        r = subprocess.run([sys.executable, "-I", "-S", CONFINE, "probe", json.dumps(spec)], capture_output=True, timeout=30)
+        return subprocess.run([sys.executable, "-I", "-S", CONFINE, mode, json.dumps(spec)], capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0
+        return None
 
 
-@lru_cache(maxsize=8)
-def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
+PROBE_LIMITS = {"cpu": 30, "as": 1 << 32, "fsize": 1 << 24, "nofile": 256, "nproc": 0}
+
+
+def _probe_uid(uid_base: int, read: list[str], caps: bool) -> bool:
+    spec = {"mode": "uid", "uid_base": uid_base, "read": read, "dac_read_search": caps, "limits": PROBE_LIMITS}
+    r = _run_confine("probe", spec)
+    return r is not None and r.returncode == 0
+
+
+def _uid_plan(uid_base: int, tmp_root: str) -> Plan:
+    """Today's weak plan: a per-run uid when we are root and it can read the interpreter."""
     jac, xdg = jac_executable(), jac_cache_home()
-    if isolation == "none":
-        return Plan("none", uid_base, False, jac, xdg, "isolation: none was asked for")
     if os.geteuid() != 0:
-        if isolation == "uid":
-            raise RuntimeError("reward sandbox: isolation 'uid' needs root (to switch to a per-run uid)")
         return Plan("none", uid_base, False, jac, xdg, "not root: cannot switch to a per-run uid")
     import importlib.util
 
@@ -125,17 +156,75 @@ def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
     cache = os.path.join(xdg, "jac", "jir")
     if os.path.isdir(cache):
         read.append(cache)
-    if _probe(uid_base, read, caps=False):
+    if _probe_uid(uid_base, read, caps=False):
         return Plan("uid", uid_base, False, jac, xdg)
-    if _probe(uid_base, read, caps=True):
+    if _probe_uid(uid_base, read, caps=True):
         return Plan("uid", uid_base, True, jac, xdg, "interpreter or cache not world-readable: CAP_DAC_READ_SEARCH kept")
-    if isolation == "uid":
-        raise RuntimeError("reward sandbox: a per-run uid cannot read the interpreter and jaclang")
     return Plan("none", uid_base, False, jac, xdg, "probe failed: a per-run uid cannot read the interpreter")
 
 
+FIX = "; or set reward.isolation: weak to score without it (recorded as weak in every score)"
+
+
+def _strict_blocker(plan: Plan) -> str:
+    """Why strict isolation cannot work here without trying it ('' when nothing obvious)."""
+    if not sys.platform.startswith("linux"):
+        return f"strict isolation needs Linux namespaces and Landlock ({sys.platform} has neither; macOS is not supported)"
+    if os.geteuid() == 0 and plan.mode != "uid":
+        return f"as root, strict isolation needs a per-run uid ({plan.reason}); fix: make the interpreter readable by other uids"
+    if plan.landlock_abi < 1:
+        return "the kernel has no Landlock; fix: Linux >= 6.7 with landlock in the lsm= boot list (CONFIG_SECURITY_LANDLOCK)"
+    if plan.landlock_abi < 4:
+        return f"Landlock ABI {plan.landlock_abi} cannot deny TCP; fix: Linux >= 6.7"
+    if plan.userns and plan.landlock_abi < 6:
+        return f"Landlock ABI {plan.landlock_abi} cannot scope signals (needed without root); fix: Linux >= 6.12, or score as root"
+    return ""
+
+
+def _probe_strict(plan: Plan, tmp_root: str) -> str:
+    """Confine a throwaway process exactly as a run would be; '' when it worked, else why not."""
+    run_dir = make_run_dir(Path(tmp_root), "")
+    fd, deny = tempfile.mkstemp(prefix="jacrl-probe-", dir=os.path.dirname(run_dir))
+    os.close(fd)
+    try:
+        spec = confine_spec(SandboxLimits(), 10.0, plan, run_dir, {})
+        spec.update(read=list(plan.ro_paths), deny=deny, parent=0)
+        r = _run_confine("probe", spec)
+        if r is None:
+            return "the probe did not run"
+        return "" if r.returncode == 0 else (r.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+    finally:
+        os.unlink(deny)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _probe_fix(err: str, plan: Plan) -> str:
+    if plan.userns and ("unshare" in err or "Operation not permitted" in err or "uid_map" in err):
+        return ("fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
+                "kernel.unprivileged_userns_clone=1; on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or score as root")
+    return "fix: run where mount/network namespaces and Landlock are permitted (e.g. a container with --privileged or a VM)"
+
+
+@lru_cache(maxsize=8)
+def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
+    from jacrl.reward._confine import landlock_abi
+
+    base = _uid_plan(uid_base, tmp_root)
+    if isolation == "weak":
+        return replace(base, reason=base.reason or "isolation: weak was asked for")
+    plan = replace(base, level="strict", userns=os.geteuid() != 0, landlock_abi=landlock_abi() if sys.platform.startswith("linux") else 0)
+    blocker = _strict_blocker(plan)
+    if blocker:
+        raise IsolationUnavailable(f"reward sandbox: {blocker}{FIX}")
+    plan = replace(plan, ro_paths=read_view(plan.xdg_cache))
+    err = _probe_strict(plan, tmp_root)
+    if err:
+        raise IsolationUnavailable(f"reward sandbox: strict isolation failed here ({err}); {_probe_fix(err, plan)}{FIX}")
+    return plan
+
+
 def plan_for(cfg: RewardConfig) -> Plan:
-    return resolve_plan(cfg.limits.isolation, cfg.limits.uid_base, str(tmp_root(cfg)))
+    return resolve_plan(cfg.isolation, cfg.limits.uid_base, os.path.realpath(tmp_root(cfg)))
 
 
 def tmp_root(cfg: RewardConfig) -> Path:
@@ -175,19 +264,19 @@ def _user_process_count() -> int:
     return n
 
 
-def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, chown: list[str], env: dict) -> dict:
+def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, run_dir: str, env: dict) -> dict:
     cpu = limits.cpu_seconds or int(timeout) + 2
-    if plan.mode == "uid":
+    if plan.mode == "uid" or plan.userns:  # counted per uid, or per (user namespace, uid)
         nproc = limits.max_processes
     elif os.geteuid() != 0:  # RLIMIT_NPROC counts every process of the user
         nproc = _user_process_count() + limits.max_processes
     else:
         nproc = 0  # root is exempt from RLIMIT_NPROC; the sweep is the only defence
-    return {
+    spec = {
         "mode": plan.mode,
         "uid_base": plan.uid_base,
         "dac_read_search": plan.dac_read_search,
-        "chown": chown,
+        "chown": [run_dir, os.path.join(run_dir, PROGRAM)],
         "parent": os.getpid(),
         "env": env,
         "limits": {
@@ -198,6 +287,18 @@ def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, chown: list[
             "nproc": nproc,
         },
     }
+    if plan.level == "strict":
+        parent = os.path.dirname(run_dir)
+        spec["isolate"] = {
+            "run_dir": run_dir,
+            "userns": plan.userns,
+            # the temp root is covered by an empty tmpfs unless that would hide what runs need
+            "cover_parent": not any(p == parent or p.startswith(parent + os.sep) for p in plan.ro_paths),
+            "tmpfs_bytes": limits.tmp_size_mb << 20,
+            "tmpfs_inodes": limits.tmp_files,
+            "landlock": {"abi": plan.landlock_abi, "ro": list(plan.ro_paths), "rw_files": ["/dev/null"]},
+        }
+    return spec
 
 
 def _state(pid: str) -> str:
@@ -209,9 +310,35 @@ def _state(pid: str) -> str:
         return "X"
 
 
-def sandbox_pids(uid: int | None, marker: str) -> list[int]:
-    """Live (non-zombie) processes of a run: by uid in uid mode, else by environment marker."""
-    me, found = os.getpid(), []
+def _descendants(root: int, procs: dict[int, int]) -> set[int]:
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {p for p, ppid in procs.items() if ppid in frontier and p not in found}
+        found |= frontier
+    return found
+
+
+def _ppids() -> dict[int, int]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    data = fh.read()
+                out[int(name)] = int(data[data.rindex(b")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def sandbox_pids(uid: int | None, marker: str, tree: int | None = None) -> list[int]:
+    """Live (non-zombie) processes of a run. Given `tree` (a child subreaper that runs one
+    program at a time, so no process of the run can leave its subtree): its descendants.
+    Else by uid in uid mode, or by the environment marker."""
+    me = os.getpid()
+    if tree is not None:
+        return [p for p in _descendants(tree, _ppids()) if p != me and _state(str(p)) not in "ZX"]
+    found = set()
     needle = f"JACRL_SANDBOX={marker}".encode()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
@@ -226,12 +353,11 @@ def sandbox_pids(uid: int | None, marker: str) -> list[int]:
                         continue
         except OSError:
             continue
-        if _state(name) not in "ZX":
-            found.append(int(name))
-    return found
+        found.add(int(name))
+    return [p for p in found if _state(str(p)) not in "ZX"]
 
 
-def sweep(uid: int | None, marker: str, pgid: int | None) -> None:
+def sweep(uid: int | None, marker: str, pgid: int | None, tree: int | None = None) -> None:
     """SIGKILL every process of the run until none is left alive."""
     for rnd in range(200):
         if pgid:
@@ -239,7 +365,7 @@ def sweep(uid: int | None, marker: str, pgid: int | None) -> None:
                 os.killpg(pgid, signal.SIGKILL)
             except OSError:
                 pass
-        pids = sandbox_pids(uid, marker)
+        pids = sandbox_pids(uid, marker, tree)
         if not pids:
             return
         for pid in pids:
@@ -388,7 +514,7 @@ class SubprocessRunner:
         run_dir = make_run_dir(self.root, program)
         marker = uuid.uuid4().hex
         env = program_env(run_dir, plan, marker)
-        spec = confine_spec(cfg.limits, timeout, plan, [run_dir, os.path.join(run_dir, PROGRAM)], env)
+        spec = confine_spec(cfg.limits, timeout, plan, run_dir, env)
         cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(spec), "--", plan.jac, *argv, PROGRAM]
         try:
             proc = subprocess.Popen(

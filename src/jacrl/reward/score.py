@@ -53,6 +53,7 @@ class Score:
     rejected: str = ""  # why the body was not run ("" when it was)
     task_id: str = ""
     cached: bool = False
+    isolation: str = ""  # the sandbox level the scorer ran with: "strict" or "weak" (config `reward.isolation`)
 
     def to_dict(self) -> dict:
         return asdict(self)
