@@ -17,9 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel jac runs")
     c.add_argument("--timeout", type=float, default=30.0, help="seconds per gold run")
     c.add_argument("--no-mutation", action="store_true", help="skip the empty-body (load-bearing) runs")
+    c.add_argument("--jac", action="store_true",
+                   help="run each program as its own `jac run` process instead of on the reward's fork servers (slow; a second opinion)")
     args = parser.parse_args(argv)
     if args.cmd == "check":
-        return check(args.path, jobs=args.jobs, timeout=args.timeout, mutation=not args.no_mutation)
+        return check(args.path, jobs=args.jobs, timeout=args.timeout, mutation=not args.no_mutation, jac=args.jac)
     return 2
 
 

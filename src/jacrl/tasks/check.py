@@ -3,6 +3,8 @@
 Parses every driver (markers, source tag, determinism screen), runs each gold program twice,
 checks that every hole is load-bearing (an empty body must change the output or fail), and
 prints a per-family table plus the corpus targets when PATH is the whole drivers folder.
+Programs run on the reward's fork servers, like the task build (`jac=True`: one `jac run`
+process per program, a second opinion at about a hundred times the cost).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from tqdm import tqdm
 
 from jacrl.tasks.build import parse_all, run_gold_checks
 from jacrl.tasks.drivers import Driver, Hole
-from jacrl.tasks.gold import run_program
+from jacrl.tasks.gold import Runner, gold_runner
 
-# Corpus-wide targets (issue: the task corpus).
-MIN_TASKS, MIN_FAMILIES, MAX_FAMILY_SHARE, MIN_SOURCES, MIN_OSP_SHARE = 150, 8, 0.25, 3, 0.5
+# Corpus-wide targets: enough tasks for a holdout of 100+, spread so no family dominates it.
+MIN_TASKS, MIN_FAMILIES, MAX_FAMILY_SHARE, MIN_SOURCES, MIN_OSP_SHARE = 400, 12, 0.12, 5, 0.55
 
 
 @dataclass(frozen=True)
@@ -60,13 +62,13 @@ def corpus_targets(table: pd.DataFrame) -> list[Target]:
     ]
 
 
-def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, jobs: int) -> list[str]:
+def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, jobs: int, runner: Runner) -> list[str]:
     """A hole is load-bearing when the program with an empty body fails or prints differently."""
     cases = [(d, h) for d in drivers if d.path in expected for h in d.holes]
 
     def one(case: tuple[Driver, Hole]) -> str | None:
         d, h = case
-        res = run_program(d.render(h, ""), timeout)
+        res = runner(d.render(h, ""), timeout)
         if res.ok and res.stdout == expected[d.path]:
             return f"{d.path}:{h.open_line}: hole {h.id!r} is not load-bearing: the output is unchanged with an empty body"
         return None
@@ -76,15 +78,17 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
     return [p for p in found if p]
 
 
-def check(path: str, jobs: int = 2, timeout: float = 30.0, mutation: bool = True, whole_corpus: bool | None = None) -> int:
+def check(path: str, jobs: int = 2, timeout: float = 30.0, mutation: bool = True, whole_corpus: bool | None = None,
+          jac: bool = False) -> int:
     from jacrl.tasks.drivers import discover_drivers
 
     paths = discover_drivers(path)
     drivers, problems = parse_all(paths)
-    outputs, run_problems = run_gold_checks(drivers, timeout, jobs)
-    problems += run_problems
-    if mutation:
-        problems += mutation_problems(drivers, outputs, timeout, jobs)
+    with gold_runner("jac" if jac else "fork", jobs) as runner:
+        outputs, run_problems = run_gold_checks(drivers, timeout, jobs, runner=runner)
+        problems += run_problems
+        if mutation:
+            problems += mutation_problems(drivers, outputs, timeout, jobs, runner)
 
     table = family_table(drivers)
     print()
