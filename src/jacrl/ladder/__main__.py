@@ -6,17 +6,40 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jacrl.io import read_jsonl
+from jacrl.io import JsonlError, read_jsonl
 from jacrl.ladder.pivot import render_markdown, rows_frame
 
 
+def show_rows(path: str) -> int:
+    try:
+        rows = read_jsonl(path)
+    except (OSError, JsonlError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not rows:
+        print(f"error: {path}: no rows", file=sys.stderr)
+        return 1
+    try:
+        print(render_markdown(rows_frame(rows)))
+    except (KeyError, TypeError, AttributeError) as exc:
+        print(f"error: {path}: not ladder rows (missing or malformed field {exc}); rebuild it with "
+              "`snakemake results/rl_ladder.jsonl`", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jacrl.ladder")
+    from jacrl import __version__
+
+    parser = argparse.ArgumentParser(prog="python -m jacrl.ladder", description=__doc__,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"jacrl {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print the rung × condition table with Wilson CIs and paired tests")
-    show.add_argument("rows", help="results/rl_ladder.jsonl")
-    times = sub.add_parser("timings", help="sum Snakemake's benchmark files per rule")
-    times.add_argument("folder", nargs="?", default="benchmarks")
+    show.add_argument("rows", help="the ladder rows, e.g. results/rl_ladder.jsonl")
+    times = sub.add_parser("timings", help="sum Snakemake's benchmark files per rule",
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    times.add_argument("folder", nargs="?", default="benchmarks", help="Snakemake's benchmark folder")
     args = parser.parse_args(argv)
     if args.cmd == "timings":
         from jacrl.ladder.timings import benchmark_totals
@@ -27,12 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return 1
         return 0
-    rows = read_jsonl(args.rows)
-    if not rows:
-        print(f"{args.rows}: no rows", file=sys.stderr)
-        return 1
-    print(render_markdown(rows_frame(rows)))
-    return 0
+    return show_rows(args.rows)
 
 
 if __name__ == "__main__":
