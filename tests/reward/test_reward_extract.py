@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-import pytest
+import textwrap
+from typing import Callable
 
-from jacrl.reward.extract import ARCHETYPE_RE, brace_balance, extract_body, fenced_blocks, find_units, mask
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jacrl.reward.extract import (
+    ARCHETYPE_RE,
+    UNIT_RE,
+    UnitSpan,
+    answer_text,
+    brace_balance,
+    extract_body,
+    fenced_blocks,
+    find_units,
+    mask,
+    normalize_body,
+)
 from jacrl.reward.splice import splice
-from jacrl.reward.task import Task
+from jacrl.reward.task import HOLE, Task
 
 GOLD_TOTAL = "s = 0;\nfor c in cities {\n    s += c.population;\n}\nreturn s;"
 
@@ -159,3 +175,260 @@ def test_same_method_name_in_several_archetypes_takes_the_holes_archetype():
     assert extract_body(f"```jac\n{whole}```", t).body == "return self.w * self.h;"
     edge_expr = "for p in [edge here ->:Road:-> there] {\n    x = 1;\n}"
     assert [u.name for u in find_units(edge_expr, pattern=ARCHETYPE_RE)] == []
+
+
+# ---------------------------------------------------------------- what real models emit
+#
+# Each class of answer shape has a table of forms; every form wraps or echoes a gold body and
+# must extract back to it, on the fixture tasks (fast, with real runs), on every corpus task
+# (slow, with real runs) and under hypothesis (any combination of the forms).
+
+FENCES: dict[str, Callable[[str], str]] = {
+    "backticks_jac": lambda c: f"```jac\n{c}\n```",
+    "backticks_bare": lambda c: f"```\n{c}\n```",
+    "backticks_python_attrs": lambda c: f"```python {{.x}}\n{c}\n```",
+    "backticks_pandoc": lambda c: f"```{{.jac .numberLines}}\n{c}\n```",
+    "backticks_jaclang_title": lambda c: f'``` jaclang title="answer.jac"\n{c}\n```',
+    "tildes": lambda c: f"~~~\n{c}\n~~~",
+    "tildes_jac": lambda c: f"~~~jac\n{c}\n~~~",
+    "tildes_info_with_backticks": lambda c: f"~~~ jac `hole`\n{c}\n~~~",
+    "tildes_long_closed_longer": lambda c: f"~~~~~jac\n{c}\n~~~~~~~",
+    "four_backticks": lambda c: f"````jac\n{c}\n````",
+    "five_backticks_closed_by_six": lambda c: f"`````jac\n{c}\n``````",
+    "four_backticks_holding_a_three": lambda c: f"````\n{c}\n```\n````".replace("\n```\n````", "\n````"),
+    "indented_1": lambda c: " ```jac\n" + _indent(c, " ") + "\n ```",
+    "indented_3": lambda c: "   ```jac\n" + _indent(c, "   ") + "\n   ```",
+    "list_item": lambda c: "1. The body:\n\n    ```jac\n" + _indent(c, "    ") + "\n    ```",
+    "unclosed": lambda c: f"```jac\n{c}\n",
+    "unclosed_tildes": lambda c: f"~~~jac\n{c}",
+    "glued_close": lambda c: f"```jac\n{c}```",
+    "trailing_spaces_on_fences": lambda c: f"```jac   \n{c}\n```   ",
+    "crlf": lambda c: f"```jac\r\n{c}\r\n```".replace("\n", "\r\n").replace("\r\r\n", "\r\n"),
+    "prose_around": lambda c: f"Sure! Here is the code:\n\n```jac\n{c}\n```\n\nThis does what was asked.",
+    "output_block_first": lambda c: f"It prints:\n```text\n1 2 3\n```\nThe code:\n```\n{c}\n```",
+    "decoy_non_jac_then_jac": lambda c: f"```python\nprint('no')\n```\n```jac\n{c}\n```",
+    "jac_then_usage": lambda c: f"```jac\n{c}\n```\nUsage:\n```jac\nwith entry {{ print(1); }}\n```",
+}
+
+DECOY = '```jac\nprint("decoy");\n```'
+REASONING: dict[str, Callable[[str], str]] = {
+    "think": lambda a: f"<think>\nLet me draft it first.\n{DECOY}\nNo, that is wrong.\n</think>\n\n{a}",
+    "think_tilde_decoy": lambda a: f"<think>\n~~~jac\nreturn 0;\n~~~\n</think>\n{a}",
+    "think_unclosed_decoy_fence": lambda a: f"<think>\nA draft:\n```jac\nx = 1;\n</think>\n{a}",
+    "thinking": lambda a: f"<thinking>\nThe walker should add things up.\n{DECOY}\n</thinking>\n{a}",
+    "reasoning": lambda a: f"<reasoning>{DECOY}</reasoning>{a}",
+    "uppercase": lambda a: f"<THINK>short {DECOY} </THINK>  \n{a}",
+    "opened_by_the_chat_template": lambda a: f"Okay, the user wants the body.\n{DECOY}\nRight.\n</think>\n\n{a}",
+    "two_blocks": lambda a: f"<think>first {DECOY}</think>\n<think>\nsecond\n</think>\n{a}",
+    "harmony_channels": lambda a: f"<|channel|>analysis<|message|>{DECOY}<|end|><|start|>assistant<|channel|>final<|message|>{a}",
+    "answer_tag": lambda a: f"<think>{DECOY}</think>\n<answer>\n{a}\n</answer>",
+}
+
+NOT_WRITTEN: dict[str, str] = {
+    "empty": "",
+    "prose_only": "I am not sure how to write this in Jac.",
+    "empty_backticks": "```jac\n```",
+    "empty_tildes": "~~~\n~~~",
+    "empty_four_backticks": "````jac\n\n````",
+    "todo_only": "```jac\n# TODO: write the body\n```",
+    "reasoning_only": "<think>\nLet me think about the loop.\n",
+    "reasoning_never_closed_with_a_draft": "<think>\nA draft:\n```jac\nreturn 0;\n```\n",
+    "reasoning_then_nothing": f"<think>{DECOY}</think>\n\n",
+    "reasoning_then_prose": f"<think>{DECOY}</think>\nI cannot answer that.",
+}
+
+
+def _indent(code: str, pad: str) -> str:
+    return "\n".join(pad + ln if ln.strip() else ln for ln in code.split("\n"))
+
+
+def _hole_unit(t: Task) -> UnitSpan:
+    at = t.template.index(t.indent + HOLE + "\n")
+    return max((u for u in find_units(t.template) if u.open < at < u.close), key=lambda u: u.open)
+
+
+def whole_file(t: Task) -> str:
+    return t.template.replace(t.indent + HOLE + "\n", t.gold_body)
+
+
+def whole_unit(t: Task) -> str:
+    """The hole's unit with the gold body, as a model echoes it (modifiers included)."""
+    u = _hole_unit(t)
+    start = t.template.rfind("\n", 0, u.start) + 1
+    return textwrap.dedent(t.template[start : u.close + 1].replace(t.indent + HOLE + "\n", t.gold_body))
+
+
+def _owner(t: Task, u: UnitSpan) -> str:
+    archs = [a for a in find_units(t.template, pattern=ARCHETYPE_RE) if a.open < u.start < a.close]
+    return max(archs, key=lambda a: a.open).name if archs else ""
+
+
+def as_impl(t: Task) -> str:
+    """The hole's unit echoed as an `impl` block of its owner (`impl Circle.area -> float {...}`)."""
+    u = _hole_unit(t)
+    if u.kind == "impl":
+        return whole_unit(t)
+    header = t.template[u.start : u.open].rstrip()
+    sig = header[UNIT_RE.match(header).end() :]
+    owner = _owner(t, u)
+    body = textwrap.dedent(t.template[u.open + 1 : u.close].replace(t.indent + HOLE + "\n", t.gold_body))
+    return f"impl {owner + '.' if owner else ''}{u.method}{sig} {{{_indent(body.strip(chr(10)), '    ')}\n}}"
+
+
+def impl_variant(t: Task) -> Task | None:
+    """The task with its unit moved out of line: a declaration where it was, an `impl` block
+    after its archetype holding the hole. None for units nested in another unit."""
+    tpl, u = t.template, _hole_unit(t)
+    if u.kind == "impl" or any(o.open < u.start < o.close for o in find_units(tpl) if o is not u and o.start != u.start):
+        return None
+    line0 = tpl.rfind("\n", 0, u.start) + 1
+    d = len(tpl[line0:]) - len(tpl[line0:].lstrip(" "))
+    header = tpl[u.start : u.open].rstrip()
+    m = UNIT_RE.match(header)
+    owner = _owner(t, u)
+    inner = "\n".join(ln[d:] if not ln[:d].strip() else ln for ln in tpl[u.open + 1 : u.close].split("\n"))
+    impl = f"\nimpl {owner + '.' if owner else ''}{m['name']}{header[m.end():]} {{{inner}}}\n"
+    archs = [a for a in find_units(tpl, pattern=ARCHETYPE_RE) if a.open < u.start < a.close]
+    ins = archs[0].close + 1 if archs else u.close + 1
+    new = tpl[: u.start] + header + ";" + tpl[u.close + 1 : ins] + impl + tpl[ins:]
+    gold = "".join(ln[d:] if not ln[:d].strip() else ln for ln in t.gold_body.splitlines(keepends=True))
+    name = f"{owner}.{m['name']}" if owner else m["name"]
+    return Task.model_validate({**t.model_dump(), "id": t.id + "_impl", "unit": {"kind": "impl", "name": name},
+                                "indent": t.indent[d:], "template": new, "gold_body": gold})
+
+
+def corpus_forms(t: Task) -> dict[str, str]:
+    """The forms every corpus task is scored in (each must be an exact pass)."""
+    body = t.gold_body.rstrip("\n")
+    return {
+        "bare": t.gold_body,
+        "backticks_jac": FENCES["backticks_jac"](body),
+        "tildes": FENCES["tildes"](body),
+        "four_backticks": FENCES["four_backticks"](body),
+        "think_decoy_then_fence": REASONING["think"](FENCES["backticks_jac"](body)),
+        "whole_unit": FENCES["backticks_jac"](whole_unit(t)),
+        "whole_unit_as_impl": FENCES["backticks_jac"](as_impl(t)),
+        "file_unfenced": whole_file(t),
+        "file_fenced": FENCES["backticks_jac"](whole_file(t)),
+    }
+
+
+def _same(ex, t: Task) -> bool:
+    return ex.ok and normalize_body(ex.body) == normalize_body(t.gold_body)
+
+
+@pytest.mark.parametrize("form", sorted(FENCES))
+def test_every_fence_form_of_body_unit_and_file(tasks, form):
+    for t in tasks.values():
+        for echo in (t.gold_body.rstrip("\n"), whole_unit(t), whole_file(t)):
+            ex = extract_body(FENCES[form](echo), t)
+            assert _same(ex, t), (t.id, ex)
+
+
+@pytest.mark.parametrize("form", sorted(REASONING))
+def test_every_reasoning_form_drops_the_drafts(tasks, form):
+    for t in tasks.values():
+        for answer in (FENCES["backticks_jac"](t.gold_body), t.gold_body, whole_file(t), FENCES["tildes"](whole_unit(t))):
+            ex = extract_body(REASONING[form](answer), t)
+            assert _same(ex, t) and ex.method.startswith("think+"), (t.id, ex)
+
+
+@pytest.mark.parametrize("form", sorted(NOT_WRITTEN))
+def test_a_body_never_written_is_empty(tasks, form):
+    for t in tasks.values():
+        ex = extract_body(NOT_WRITTEN[form], t)
+        assert not ex.ok and ex.body == "", (t.id, ex)
+
+
+def test_unfenced_whole_file_keeps_its_docstring_whole(tasks):
+    """Unfenced, the file's docstring opens with a prose-like line; trimming it once left the
+    closing quotes to open a string that swallowed the file."""
+    for t in tasks.values():
+        for c in (whole_file(t), f"Here is the completed file.\n\n{whole_file(t)}\nHope this helps!"):
+            ex = extract_body(c, t)
+            assert _same(ex, t) and ex.method.startswith("raw+unit"), (t.id, ex)
+
+
+def test_impl_block_answers_a_method_hole(tasks):
+    for t in tasks.values():
+        for c in (as_impl(t), FENCES["backticks_jac"](as_impl(t)), FENCES["tildes"](whole_file(t) + as_impl(t).replace(HOLE, ""))):
+            assert _same(extract_body(c, t), t), (t.id, c)
+
+
+def test_impl_hole_answered_by_impl_block_inline_unit_or_file(tasks):
+    for t in map(impl_variant, tasks.values()):
+        assert t is not None and t.unit.kind == "impl"
+        inline = whole_unit(tasks[t.id.removesuffix("_impl")])
+        for c in (whole_unit(t), FENCES["four_backticks"](whole_unit(t)), whole_file(t), FENCES["tildes_jac"](whole_file(t)), inline):
+            assert _same(extract_body(c, t), t), (t.id, c)
+
+
+def test_impl_of_another_owner_is_not_taken():
+    template = "obj A {\n    def f -> int;\n}\nobj B {\n    def f -> int;\n}\nimpl B.f -> int {\n    __HOLE__\n}\n"
+    t = Task(id="t", expected_stdout="", unit={"kind": "impl", "name": "B.f"}, indent="    ", template=template, gold_body="")
+    c = "impl A.f -> int {\n    return 1;\n}\nimpl B.f -> int {\n    return 2;\n}"
+    assert extract_body(c, t).body == "return 2;"
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.6, 0.9])
+def test_truncated_answers_are_rejected_or_incomplete(tasks, cut):
+    for t in tasks.values():
+        unit = whole_unit(t)
+        ex = extract_body(FENCES["unclosed"](unit[: int(len(unit) * cut)]), t)
+        assert not _same(ex, t), (t.id, ex)
+    ex = extract_body("```jac\ndef total_population(cities: list[City]) -> int {\n    return 0;\n", tasks["fx_total_population"])
+    assert not ex.ok and "truncated" in ex.rejected
+    ex = extract_body("```jac\ns = 0;\nfor c in cities {\n    s += c.population;\n```", tasks["fx_total_population"])
+    assert not ex.ok and "truncated" in ex.rejected
+
+
+def test_fence_rules():
+    blocks = fenced_blocks("````\n```jac\nx;\n```\n````\n~~~\ny\n```\n~~~\n```a`b\nz")
+    assert [(b.lang, b.code) for b in blocks] == [("", "```jac\nx;\n```"), ("", "y\n```")]
+    assert [b.code for b in fenced_blocks("   ```jac\n     x;\n   y;\n   ```")] == ["  x;\ny;"]
+    assert answer_text("a</think>b<think>c") == ("b", True)
+
+
+@st.composite
+def answers(draw, pool):
+    t = draw(st.sampled_from(sorted(pool, key=lambda t: t.id)))
+    echo = draw(st.sampled_from(["body", "unit", "impl", "file"]))
+    code = {"body": t.gold_body.rstrip("\n"), "unit": whole_unit(t), "impl": as_impl(t), "file": whole_file(t)}[echo]
+    char = draw(st.sampled_from("`~"))
+    fence = char * draw(st.integers(3, 7))
+    info = draw(st.sampled_from(["", "jac", " jac", "python {.x}", "{.jac}", "Jac title=x"] + (["jac `x`"] if char == "~" else [])))
+    pad = " " * draw(st.integers(0, 3))
+    wrapped = draw(st.sampled_from([
+        f"{pad}{fence}{info}\n{_indent(code, pad)}\n{pad}{fence}{char * draw(st.integers(0, 2))}",
+        f"{fence}{info}\n{code}",
+        code,
+    ]))
+    if echo == "file" and not wrapped.startswith(code):
+        wrapped = draw(st.sampled_from(["", "Here is the whole file.\n"])) + wrapped
+    elif draw(st.booleans()):
+        wrapped = f"Here you go:\n\n{wrapped}\n\nThis should work."
+    think = draw(st.sampled_from([None, *sorted(REASONING)]))
+    return t, REASONING[think](wrapped) if think else wrapped
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_gold_in_any_form_extracts_back(tasks, data):
+    pool = list(tasks.values()) + [impl_variant(t) for t in tasks.values()]
+    t, completion = data.draw(answers(pool))
+    ex = extract_body(completion, t)
+    assert _same(ex, t), (completion, ex)
+
+
+def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
+    """Every table form of every fixture task (and of its impl variant) is an exact pass; a body
+    never written or truncated is not."""
+    variants = {v.id: v for v in map(impl_variant, tasks.values())}
+    tiered_scorer.tasks.update(variants)
+    rows = [(t.id, name, c) for t in [*tasks.values(), *variants.values()] for name, c in corpus_forms(t).items()]
+    rows += [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
+    scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
+    assert [r[:2] for r, s in zip(rows, scores) if not s.exact] == []
+    bad = [(t.id, c) for t in tasks.values() for c in [*NOT_WRITTEN.values(), FENCES["unclosed"](whole_unit(t)[: len(whole_unit(t)) // 2])]]
+    scores = tiered_scorer.score_batch([b[0] for b in bad], [b[1] for b in bad])
+    assert [b for b, s in zip(bad, scores) if s.exact or s.runs] == []

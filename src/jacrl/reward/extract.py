@@ -1,15 +1,20 @@
 """Completion → the body to splice into the hole.
 
-Models answer in many shapes: a ```jac fence (or another fence, or none), the body alone,
-the whole unit, the whole file echoed back, prose before or after. The source project
-undercounted passes ~3.5x until it stopped unwrapping the first braces it saw; here the
-hole's unit is found by kind + name and its brace-matched body taken, with comments and
-strings masked so braces inside them never count. For a partial hole the template's own
-statements around the hole are cut back off when the answer repeats them.
+Models answer in many shapes: reasoning first (`<think>…</think>` and its kin, possibly with
+fenced drafts inside), then a fence of any CommonMark form (backticks or tildes, three or more,
+an info string, indented) or none, the body alone, the whole unit (inline or as an `impl`
+block), the whole file echoed back, prose before or after. Reasoning is dropped before
+anything else, so a draft inside it is never graded. The source project undercounted passes
+~3.5x until it stopped unwrapping the first braces it saw; here the hole's unit is found by
+kind + name (+ owning archetype) and its brace-matched body taken, with comments and strings
+masked so braces inside them never count. For a partial hole the template's own statements
+around the hole are cut back off when the answer repeats them.
 
-A body that closes more braces than it opens (it would escape its unit and could print the
-expected output from module level) or that ends inside a string or comment (it would
-swallow the template's code) is rejected.
+A body that was never written is a failure: prose only, an empty fence, reasoning that never
+ends. So is a body that closes more braces than it opens (it would escape its unit and could
+print the expected output from module level), one that opens braces it never closes or whose
+unit is never closed (a truncated answer), and one that ends inside a string or comment (it
+would swallow the template's code).
 """
 
 from __future__ import annotations
@@ -21,10 +26,20 @@ from functools import lru_cache
 
 from jacrl.reward.task import HOLE, Task
 
-UNIT_RE = re.compile(r"\b(?P<kind>def|can)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_]\w*)")
+# `impl Owner.name` blocks are units too: their name keeps the owner (`Circle.area`).
+UNIT_RE = re.compile(r"\b(?P<kind>def|can|impl)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_][\w.]*)")
 ARCHETYPE_RE = re.compile(r"\b(?P<kind>obj|node|walker|edge|class)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_]\w*)")
-FENCE_OPEN_RE = re.compile(r"^[ \t]*```[ \t]*(?P<lang>[\w+.-]*)[^\n`]*$")
-FENCE_CLOSE_RE = re.compile(r"^[ \t]*```[ \t]*$")
+# CommonMark allows 0-3 spaces before a fence; deeper ones are what list items produce.
+FENCE_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+JAC_LANGS = frozenset({"jac", "jaclang"})
+NON_CODE_LANGS = frozenset({"text", "txt", "plaintext", "output", "console", "stdout", "shell", "sh", "bash", "markdown", "md"})
+REASONING_TAGS = ("think", "thinking", "reasoning", "reflection", "scratchpad", "analysis")
+_TAGS = "|".join(REASONING_TAGS)
+REASONING_BLOCK_RE = re.compile(rf"<(?P<tag>{_TAGS})(?:\s[^>]*)?>.*?</(?P=tag)\s*>(?:[ \t]*\n)?", re.IGNORECASE | re.DOTALL)
+REASONING_OPEN_RE = re.compile(rf"<(?:{_TAGS})(?:\s[^>]*)?>", re.IGNORECASE)
+REASONING_CLOSE_RE = re.compile(rf"</(?:{_TAGS})\s*>(?:[ \t]*\n)?", re.IGNORECASE)
+ANSWER_RE = re.compile(r"<answer>(?P<answer>.*?)(?:</answer>|\Z)", re.IGNORECASE | re.DOTALL)
+FINAL_CHANNEL = "<|channel|>final<|message|>"  # harmony-format chat: what follows is the answer
 TODO_RE = re.compile(r"^[ \t]*#\s*TODO\b.*$", re.IGNORECASE)
 WORD_RE = re.compile(r"[A-Za-z][A-Za-z']*")
 
@@ -95,9 +110,19 @@ class UnitSpan:
     def body(self, code: str) -> str:
         return code[self.open + 1 : self.close]
 
+    @property
+    def method(self) -> str:
+        """The unit's own name (`area` of `impl Circle.area`)."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def owner(self) -> str:
+        """The archetype an `impl` names (`Circle` of `impl Shapes.Circle.area`); "" otherwise."""
+        return self.name.rsplit(".", 2)[-2] if "." in self.name else ""
+
 
 def find_units(code: str, masked: str | None = None, pattern: re.Pattern = UNIT_RE) -> list[UnitSpan]:
-    """Every `def`/`can` with a brace body, in order of appearance (nested ones included)."""
+    """Every `def`/`can`/`impl` with a brace body, in order of appearance (nested ones included)."""
     m_text = mask(code).text if masked is None else masked
     spans = []
     for m in pattern.finditer(m_text):
@@ -156,40 +181,86 @@ class Block:
     code: str
 
 
+def _info_lang(info: str) -> str:
+    """The language of a fence's info string: `jac`, `python {.x}`, `{.jac .numberLines}`."""
+    words = info.strip().lstrip("{").split()
+    return words[0].lstrip(".").rstrip("}").lower() if words else ""
+
+
+def _unindent(line: str, n: int) -> str:
+    """Up to `n` columns of leading whitespace removed (a fence's own indentation)."""
+    k = 0
+    while k < len(line) and k < n and line[k] in " \t":
+        k += 1
+    return line[k:]
+
+
 def fenced_blocks(text: str) -> list[Block]:
-    """Fenced code blocks in order; an unterminated fence runs to the end of the text."""
+    """Fenced code blocks in order, CommonMark rules: ``` or ~~~ (three or more), an info string
+    (backtick fences' may hold no backtick), closed only by a line of the same character at least
+    as long; an unclosed fence runs to the end of the text. A closing fence glued to the last
+    code line (`x;```) closes it too: models write that."""
     lines = text.split("\n")
     blocks, i = [], 0
     while i < len(lines):
-        m = FENCE_OPEN_RE.match(lines[i])
-        if not m:
+        m = FENCE_RE.match(lines[i])
+        if not m or (m["fence"][0] == "`" and "`" in m["info"]):
             i += 1
             continue
-        j = i + 1
-        code = []
-        while j < len(lines) and not FENCE_CLOSE_RE.match(lines[j]):
-            if lines[j].rstrip().endswith("```"):  # `last line;```` closes the fence too
-                code.append(lines[j].rstrip()[:-3])
+        char, size, indent = m["fence"][0], len(m["fence"]), len(m["indent"])
+        j, code = i + 1, []
+        while j < len(lines):
+            line = _unindent(lines[j], indent)
+            tail = line.rstrip()
+            run = len(tail) - len(tail.rstrip(char))
+            if run >= size and not tail[:-run].strip():
                 break
-            code.append(lines[j])
+            if run >= size:
+                code.append(tail[:-run])
+                break
+            code.append(line)
             j += 1
-        blocks.append(Block(m["lang"].lower(), "\n".join(code)))
+        text_of = "\n".join(code)
+        # A fence left open runs to the end, and so takes in any prose after the code.
+        blocks.append(Block(_info_lang(m["info"]), text_of if j < len(lines) else trim_prose(text_of, lead=False)))
         i = j + 1
     return blocks
 
 
+def answer_text(completion: str) -> tuple[str, bool]:
+    """(the completion without its reasoning, whether reasoning was dropped).
+
+    Closed reasoning blocks go wherever they are; a closer without an opener (the chat template
+    opened the block) drops everything before it; an opener never closed drops everything
+    after it: a body drafted in unfinished reasoning was never answered.
+    """
+    text = completion.replace("\r\n", "\n")
+    out = text.rsplit(FINAL_CHANNEL, 1)[-1]
+    out = REASONING_BLOCK_RE.sub("", out)
+    closers = list(REASONING_CLOSE_RE.finditer(out))
+    if closers:
+        out = out[closers[-1].end() :]
+    opener = REASONING_OPEN_RE.search(out)
+    if opener:
+        out = out[: opener.start()]
+    answer = ANSWER_RE.search(out)
+    if answer:
+        out = answer["answer"]
+    return out, out != text
+
+
 def _is_prose(line: str) -> bool:
     s = line.strip()
-    if not s or s.startswith("#") or s[-1] in ";{}()[],=+-*/<>|&" or s.startswith(("case ", "default")):
+    if not s or s.startswith(("#", '"""', "'''")) or s[-1] in ";{}()[],=+-*/<>|&" or s.startswith(("case ", "default")):
         return False
     return len(WORD_RE.findall(s)) >= 3 and (s[-1] in ".:!?" or s[0].isupper())
 
 
-def trim_prose(text: str) -> str:
-    """Drop runs of prose lines before the first and after the last line of code."""
+def trim_prose(text: str, lead: bool = True) -> str:
+    """Drop runs of prose lines before the first (when `lead`) and after the last line of code."""
     lines = text.split("\n")
     lo, hi = 0, len(lines)
-    while lo < hi and (not lines[lo].strip() or _is_prose(lines[lo])):
+    while lead and lo < hi and (not lines[lo].strip() or _is_prose(lines[lo])):
         lo += 1
     while hi > lo and (not lines[hi - 1].strip() or _is_prose(lines[hi - 1])):
         hi -= 1
@@ -225,14 +296,24 @@ def _has_code(text: str) -> bool:
 
 
 def _pick_unit(code: str, kind: str, name: str, archetype: str = "") -> UnitSpan | None:
-    """The unit to take the body from: same name; inside the hole's archetype first (methods
-    of the same name in other archetypes are common), then the hole's kind, then order."""
+    """The unit to take the body from: same own name; at the hole's owner first (inside its
+    archetype or an `impl` of it: methods of the same name in other archetypes are common),
+    then the hole's kind, then order. `name` may be an impl's dotted name."""
     masked = mask(code).text
-    spans = [s for s in find_units(code, masked) if s.name == name]
+    method = name.rsplit(".", 1)[-1]
+    owner = name.rsplit(".", 2)[-2] if "." in name else archetype
+    spans = [s for s in find_units(code, masked) if s.method == method]
     if not spans:
         return None
-    homes = [a for a in find_units(code, masked, ARCHETYPE_RE) if a.name == archetype] if archetype else []
-    spans.sort(key=lambda s: (not any(a.open < s.start < a.close for a in homes), s.kind != kind))
+    archs = find_units(code, masked, ARCHETYPE_RE)
+
+    def at_home(s: UnitSpan) -> bool:
+        if s.kind == "impl":
+            return s.owner == owner
+        inside = [a for a in archs if a.open < s.start < a.close]
+        return (max(inside, key=lambda a: a.open).name if inside else "") == owner
+
+    spans.sort(key=lambda s: (not at_home(s), s.kind != kind))
     for s in spans:
         if _has_code(clean_lines(s.body(code))):
             return s
@@ -289,22 +370,41 @@ def cut_context(body: str, before: list[str], after: list[str]) -> str:
     return body
 
 
-def extract_body(completion: str, task: Task) -> Extraction:
-    """The body to splice for `task` from a raw model completion."""
-    if not completion or not completion.strip():
-        return Extraction("", "empty")
-    blocks = fenced_blocks(completion)
-    jac = [b for b in blocks if b.lang == "jac"] or blocks
+def _block_code(blocks: list[Block], kind: str, name: str, archetype: str) -> str:
+    """The code of the fence to read: jac fences first, program output last; among those, the
+    first holding the hole's unit, else the first with code."""
+    rank = lambda b: 0 if b.lang in JAC_LANGS else 2 if b.lang in NON_CODE_LANGS else 1  # noqa: E731
+    coded = [b for b in blocks if _has_code(b.code)]
+    if not coded:
+        return ""
+    best = [b for b in coded if rank(b) == min(map(rank, coded))]
+    return next((b.code for b in best if _pick_unit(b.code, kind, name, archetype)), best[0].code)
+
+
+def _locate(text: str, task: Task) -> tuple[str, UnitSpan | None, str]:
+    """(the code the body comes from, the hole's unit in it if echoed, where it came from)."""
     kind, name = task.unit.kind, task.unit.name
     archetype = _template_info(task.template)[0]
-    if jac:
-        source = "fence"
-        code = next((b.code for b in jac if _pick_unit(b.code, kind, name, archetype)), jac[0].code)
+    blocks = fenced_blocks(text)
+    if blocks:
+        code, source = _block_code(blocks, kind, name, archetype), "fence"
     else:
-        source, code = "raw", trim_prose(completion)
-    unit = _pick_unit(code, kind, name, archetype)
+        # An unfenced echo is read whole first: trimming "prose" would cut a docstring's first
+        # line and leave its closing quotes to swallow the file.
+        code, source = text, "raw"
+        if not _pick_unit(code, kind, name, archetype):
+            code = trim_prose(text)
+    return code, _pick_unit(code, kind, name, archetype), source
+
+
+def extract_body(completion: str, task: Task) -> Extraction:
+    """The body to splice for `task` from a raw model completion."""
+    text, reasoned = answer_text(completion or "")
+    if not text.strip():
+        return Extraction("", "empty")
+    code, unit, source = _locate(text, task)
     body = clean_lines(unit.body(code) if unit else code)
-    method = f"{source}+unit" if unit else source
+    method = ("think+" if reasoned else "") + source + ("+unit" if unit else "")
     if task.partial and body:
         before, after = hole_context(task)
         cut = cut_context(body, before, after)
@@ -312,11 +412,13 @@ def extract_body(completion: str, task: Task) -> Extraction:
             body, method = clean_lines(cut), method + "+cut"
     if not _has_code(body):
         return Extraction("", "empty")
-    low, _ = brace_balance(body)
+    low, depth = brace_balance(body)
     if low < 0:
         return Extraction(body, method, "closes a brace it did not open (would escape its unit)")
     if mask(body).open_at_end:
         return Extraction(body, method, "ends inside a string or block comment")
+    if depth > 0 or (unit and unit.close >= len(code)):
+        return Extraction(body, method, "opens a brace it never closes (a truncated answer)")
     return Extraction(body, method)
 
 
