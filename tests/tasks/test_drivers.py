@@ -100,3 +100,24 @@ def test_missing_source_tag(tmp_path):
 def test_seeded_random_is_allowed(tmp_path):
     path = write(tmp_path, 'import random;\ndef f() -> int {\n    random.seed(3);\n    # >>>HOLE id="a" instruction="x"\n    return random.randint(1, 9);\n    # <<<HOLE\n}\n')
     assert parse_driver(path).holes[0].partial
+
+
+def test_impl_body_of_a_walker_ability_is_object_spatial(tmp_path):
+    body = (
+        "walker Tally { has n: int = 0; can count with Item entry; }\n"
+        "obj Box { has n: int = 0; def add(k: int) -> int; }\n"
+        "impl Tally.count {\n"
+        '    # >>>HOLE id="fx_count" instruction="Add one to the tally for every item the walker reaches here."\n'
+        "    self.n += 1;\n"
+        "    # <<<HOLE\n"
+        "}\n"
+        "impl Box.add(k: int) -> int {\n"
+        '    # >>>HOLE id="fx_add" instruction="Add k to the box total and return the new total of the box."\n'
+        "    self.n += k;\n"
+        "    return self.n;\n"
+        "    # <<<HOLE\n"
+        "}\n"
+    )
+    holes = {h.id: h for h in parse_driver(write(tmp_path, body)).holes}
+    assert holes["fx_count"].unit.kind == "impl" and holes["fx_count"].osp
+    assert not holes["fx_add"].osp  # an obj method's impl is ordinary code

@@ -25,7 +25,7 @@ SOURCE_RE = re.compile(r"^\s*source:\s*(?P<source>[a-z][a-z0-9_]*)\s*$", re.MULT
 UNIT_RE = re.compile(r"\b(?P<kind>def|can|impl|walker|node|edge|obj|class|enum)\s+(?P<name>[A-Za-z_][\w.]*)")
 ARCHETYPE_KINDS = {"walker", "node", "edge", "obj", "class", "enum"}
 OSP_KINDS = {"walker", "node", "edge"}
-OSP_TOKEN_RE = re.compile(r"\bvisit\b|\bspawn\b|\bdisengage\b|\bhere\b|\breport\b|-->|<--|\+\+>|<\+\+|->:|:->|<-:|:<-|\+>:|:\+>")
+OSP_TOKEN_RE = re.compile(r"\bvisit\b|\bvisitor\b|\bspawn\b|\bdisengage\b|\bhere\b|\breport\b|-->|<--|\+\+>|<\+\+|->:|:->|<-:|:<-|\+>:|:\+>")
 
 # Static determinism screen; the build also runs every driver twice and compares stdout.
 FORBIDDEN = [
@@ -240,10 +240,21 @@ def parse_driver(path: str | Path, family: str | None = None) -> Driver:
         )
         unit_code = "\n".join(masked_lines[unit_blk.open_line - 1 : unit_blk.close_line])
         osp = bool(
-            (archetype and archetype.kind in OSP_KINDS) or unit.kind in OSP_KINDS or OSP_TOKEN_RE.search(unit_code)
+            (archetype and archetype.kind in OSP_KINDS) or unit.kind in OSP_KINDS
+            or _impl_owner_kind(unit, masked) in OSP_KINDS or OSP_TOKEN_RE.search(unit_code)
         )
         holes.append(Hole(hid, instruction, open_line, close_line, indent, body, unit, archetype, partial, osp))
     return Driver(path=path, family=family, source=source, lines=tuple(lines), holes=tuple(holes))
+
+
+def _impl_owner_kind(unit: Unit, masked: str) -> str | None:
+    """The archetype kind an `impl X.m` body belongs to (X declared elsewhere in the driver):
+    an impl of a walker's or node's ability is object-spatial code like the ability itself."""
+    if unit.kind != "impl" or "." not in unit.name:
+        return None
+    owner = re.escape(unit.name.split(".")[0])
+    m = re.search(rf"\b(?P<kind>walker|node|edge|obj|class)\s+{owner}\b", masked)
+    return m["kind"] if m else None
 
 
 def discover_drivers(root: str | Path) -> list[Path]:
