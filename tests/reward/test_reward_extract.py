@@ -411,7 +411,7 @@ def answers(draw, pool):
     return t, REASONING[think](wrapped) if think else wrapped
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_gold_in_any_form_extracts_back(tasks, data):
     pool = list(tasks.values()) + [impl_variant(t) for t in tasks.values()]

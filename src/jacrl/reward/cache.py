@@ -45,7 +45,7 @@ def config_digest(cfg: RewardConfig) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
-SCORE_FIELDS = "score-v3"
+SCORE_FIELDS = "score-v4"
 """Bumped whenever `Score` gains or changes a field, so cached scores of the old shape are not reused."""
 
 

@@ -48,6 +48,7 @@ WORD_RE = re.compile(r"[A-Za-z][A-Za-z']*")
 class Masked:
     text: str  # comments and string contents blanked (newlines and quotes kept)
     open_at_end: bool  # the text ends inside a string or block comment
+    strings: tuple[tuple[int, int, int], ...] = ()  # each literal: (opening quote, content start, content end)
 
 
 def mask(code: str) -> Masked:
@@ -56,6 +57,7 @@ def mask(code: str) -> Masked:
     n = len(code)
     i = 0
     open_at_end = False
+    strings: list[tuple[int, int, int]] = []
 
     def blank(a: int, b: int) -> None:
         for k in range(a, min(b, n)):
@@ -87,16 +89,16 @@ def mask(code: str) -> Masked:
                 if not triple and code[j] == "\n":
                     break
                 j += 1
+            strings.append((i, i + len(quote), min(j, n)))
+            blank(i + len(quote), j)
             if j >= n or (not triple and code[j] == "\n"):
                 open_at_end |= triple and j >= n
-                blank(i + len(quote), j)
                 i = j
             else:
-                blank(i + len(quote), j)
                 i = j + len(quote)
         else:
             i += 1
-    return Masked("".join(out), open_at_end)
+    return Masked("".join(out), open_at_end, tuple(strings))
 
 
 @dataclass(frozen=True)

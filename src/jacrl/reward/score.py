@@ -16,6 +16,7 @@ import difflib
 import re
 from dataclasses import asdict, dataclass
 
+from jacrl.reward.audit import audit_flags
 from jacrl.reward.config import DenseV2Weights, RewardConfig, TieredWeights
 from jacrl.reward.extract import mask, normalize_body
 from jacrl.reward.sandbox import RunResult
@@ -54,13 +55,14 @@ class Score:
     task_id: str = ""
     cached: bool = False
     isolation: str = ""  # the sandbox level the scorer ran with: "strict" or "weak" (config `reward.isolation`)
+    flags: tuple[str, ...] = ()  # risky capabilities the body uses (vocabulary: audit.FLAGS)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> Score:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        return cls(**{k: tuple(d[k]) if k == "flags" else d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 def idiom_score(body: str, norm: float = 8.0) -> float:
@@ -126,7 +128,7 @@ def score_run(cfg: RewardConfig, *, body: str, gold: str, expected: str, run: Ru
         score=value, scheme=cfg.scheme, compiles=compiles, runs=runs, exact=exact,
         norm_exact=norm_exact, output_ratio=ratio, line_frac=frac, idiom=idiom, body_sim=sim,
         timed_out=run.timed_out, killed=run.killed, exit_code=run.exit_code, stderr_tail=tail,
-        extract=extract, task_id=task_id,
+        extract=extract, task_id=task_id, flags=audit_flags(body),
     )
 
 
