@@ -86,17 +86,22 @@ def check_gold(driver: Driver, timeout: float, runner: Callable[[str, float], Ru
     """Run the gold program twice; exit 0, non-empty and identical stdout, else DriverError."""
     program = driver.gold_program()
     first = runner(program, timeout)
-    if first.timed_out:
-        raise DriverError(driver.path, 1, f"gold program timed out after {timeout:g}s")
-    if first.returncode != 0:
-        raise DriverError(driver.path, 1, f"gold program exited {first.returncode}: {error_summary(first.stderr)}")
+    _require_ok(driver, first, timeout, "")
     if not first.stdout.strip():
         raise DriverError(driver.path, 1, "gold program printed nothing")
     second = runner(program, timeout)
-    if not second.ok or second.stdout != first.stdout:
+    _require_ok(driver, second, timeout, " on its second run")  # a slow second run is not non-determinism
+    if second.stdout != first.stdout:
         diff = _first_difference(first.stdout, second.stdout)
         raise DriverError(driver.path, 1, f"not deterministic: two runs printed different output ({diff})")
     return GoldCheck(driver, first.stdout)
+
+
+def _require_ok(driver: Driver, run: RunResult, timeout: float, which: str) -> None:
+    if run.timed_out:
+        raise DriverError(driver.path, 1, f"gold program timed out after {timeout:g}s{which}")
+    if run.returncode != 0:
+        raise DriverError(driver.path, 1, f"gold program exited {run.returncode}{which}: {error_summary(run.stderr)}")
 
 
 def error_summary(stderr: str) -> str:
