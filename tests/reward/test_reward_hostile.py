@@ -42,7 +42,7 @@ LINGER = f'[sys.executable, "-c", "import time; time.sleep(1000)", "{TOKEN}"]'  
 
 ATTACK_TEMPLATE = HOSTILE_TEMPLATE.replace("import subprocess;\n", "import subprocess;\nimport socket;\nimport ctypes;\nimport json;\n")
 ATTACK_TASK = HOSTILE_TASK.model_copy(update={"id": "fx_attack", "template": ATTACK_TEMPLATE})
-SUBPROCESS_TIMEOUT = 8.0  # a `jac run` process needs seconds to start on a loaded machine
+SUBPROCESS_TIMEOUT = 15.0  # a `jac run` process needs seconds to start on a loaded machine
 
 
 @dataclass
@@ -210,7 +210,7 @@ CASES = {
     "read_other_proc": Case(PROC_SNOOP, honest_failure, attack=True),
     "signal_ptrace_server": Case(SIGNAL_PTRACE, honest_failure, attack=True),
 }
-SUBPROCESS_FAST = ["fork_bomb", "background_process", "read_answer_key", "network_loopback", "write_outside", "fill_disk"]
+SUBPROCESS_FAST = ["background_process", "read_answer_key", "network_loopback"]
 # Attacks that succeed without strict isolation (the weak control); per user, what weak cannot stop.
 WEAK_LEAKS = ["read_answer_key", "read_private_file", "network_loopback", "read_other_proc"]
 

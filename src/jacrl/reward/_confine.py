@@ -116,8 +116,8 @@ def _write(path: str, text: str) -> None:
         fh.write(text)
 
 
-def enter_namespaces(iso: dict, owner: int) -> None:
-    """Step 1 of the module docstring; `owner` is the uid the run dir's tmpfs belongs to."""
+def enter_namespaces(iso: dict, owner: tuple[int, int]) -> None:
+    """Step 1 of the module docstring; `owner` is the (uid, gid) the run dir's tmpfs belongs to."""
     run_dir = iso["run_dir"]
     with open(os.path.join(run_dir, PROGRAM), "rb") as fh:
         program = fh.read()  # the tmpfs about to cover run_dir hides it
@@ -138,12 +138,12 @@ def enter_namespaces(iso: dict, owner: int) -> None:
     if iso.get("cover_parent"):
         _mount("jacrl-empty", os.path.dirname(run_dir), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=16,mode=0755")
         os.mkdir(run_dir, 0o700)
-    opts = f"size={iso['tmpfs_bytes']},nr_inodes={iso['tmpfs_inodes']},mode=0700,uid={owner},gid={owner}"
+    opts = f"size={iso['tmpfs_bytes']},nr_inodes={iso['tmpfs_inodes']},mode=0700,uid={owner[0]},gid={owner[1]}"
     _mount("jacrl-run", run_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
     path = os.path.join(run_dir, PROGRAM)
     with open(path, "wb") as fh:
         fh.write(program)
-    os.chown(path, owner, owner)
+    os.chown(path, *owner)
     os.chdir(run_dir)  # the old cwd is the covered directory
 
 
@@ -225,7 +225,7 @@ def confine(spec: dict) -> None:
     uid = spec["uid_base"] + os.getpid() if spec.get("mode") == "uid" else None
     iso = spec.get("isolate")
     if iso:
-        enter_namespaces(iso, uid if uid is not None else os.getuid())
+        enter_namespaces(iso, (uid, uid) if uid is not None else (os.getuid(), os.getgid()))
     elif uid is not None:
         for path in spec.get("chown", []):
             os.chown(path, uid, uid)

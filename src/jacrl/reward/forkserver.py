@@ -34,6 +34,7 @@ from jacrl.reward.sandbox import (
     RunResult,
     confine_spec,
     decode,
+    interpreter_env,
     make_run_dir,
     plan_for,
     program_env,
@@ -348,7 +349,7 @@ class ForkServerRunner:
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.root), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
             "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-            "XDG_CACHE_HOME": self.plan.xdg_cache,
+            "XDG_CACHE_HOME": self.plan.xdg_cache, **interpreter_env(),
         }
         log = os.environ.get("JACRL_FORKSERVER_LOG")
         err = open(log, "ab") if log else subprocess.DEVNULL

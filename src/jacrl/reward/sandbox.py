@@ -234,10 +234,16 @@ def tmp_root(cfg: RewardConfig) -> Path:
 # ---------------------------------------------------------------- per-run pieces
 
 
+def interpreter_env() -> dict[str, str]:
+    """What a new interpreter of ours needs from the environment to start and find jaclang
+    (an interpreter outside its installation: libpython and the packages given by path)."""
+    return {k: os.environ[k] for k in ("LD_LIBRARY_PATH", "PYTHONPATH") if os.environ.get(k)}
+
+
 def program_env(run_dir: str, plan: Plan, marker: str) -> dict[str, str]:
     """The whole environment a program sees: nothing inherited, no secrets."""
     venv_bin = str(Path(sys.executable).parent)
-    return {
+    return interpreter_env() | {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
         "HOME": run_dir,
         "TMPDIR": run_dir,
@@ -518,7 +524,7 @@ class SubprocessRunner:
         cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(spec), "--", plan.jac, *argv, PROGRAM]
         try:
             proc = subprocess.Popen(
-                cmd, cwd=run_dir, env={"PATH": env["PATH"], "LANG": "C.UTF-8"}, stdin=subprocess.DEVNULL,
+                cmd, cwd=run_dir, env={"PATH": env["PATH"], "LANG": "C.UTF-8", **interpreter_env()}, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
             )
             uid = plan.uid_base + proc.pid if plan.mode == "uid" else None
