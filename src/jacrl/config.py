@@ -102,6 +102,8 @@ class Config(LossFrameworkConfig):
         extra = [r for r in self.ladder.rungs or [] if str(r) not in rungs]
         if extra:
             raise ValueError(f"ladder.rungs {extra} are not among `rungs` {self.rungs}")
+        if self.eval.policy_temperature is None:
+            self.eval.policy_temperature = self.grpo.temperature
         return self
 
     def model(self, name: str) -> ModelSpec:

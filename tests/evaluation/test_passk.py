@@ -25,8 +25,9 @@ def test_invalid_arguments():
         pass_at_k(4, 1, 5)
 
 
-def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None):
-    return Outcome(tid, greedy, runs, exact, exact if norm is None else norm, ratio, idiom, trunc)
+def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None, kind=None, flagged=False, iso="strict"):
+    kind = kind or ("greedy" if greedy else "sample")
+    return Outcome(tid, kind, runs, exact, exact if norm is None else norm, ratio, idiom, trunc, flagged, iso)
 
 
 def test_cell_metrics():
@@ -48,3 +49,35 @@ def test_cell_metrics():
 def test_normalise_ws():
     assert normalise_ws("a  b\n\n  c \n") == normalise_ws("a b\nc")
     assert normalise_ws("ab") != normalise_ws("a b")
+
+
+def test_verified_at_n_takes_the_first_sample_that_runs():
+    tasks = [{"id": t, "family": "f"} for t in "abcd"]
+    outs = [
+        # a: first sample fails to run, the second runs and passes → verified
+        o("a", True, False), o("a", False, False, runs=False), o("a", False, True),
+        # b: the first running sample is wrong though a later one passes → not verified
+        o("b", True, True), o("b", False, False), o("b", False, True),
+        # c: nothing runs → not verified
+        o("c", True, False), o("c", False, False, runs=False), o("c", False, False, runs=False),
+        # d: first sample runs and passes
+        o("d", True, False), o("d", False, True), o("d", False, False, runs=False),
+    ]
+    m = cell_metrics(tasks, outs, k=2)
+    assert [m["per_task"][t]["verified"] for t in "abcd"] == [1, 0, 0, 1]
+    assert m["verified"] == 2 and m["verified_pct"] == 50.0
+
+
+def test_policy_samples_flags_and_isolation():
+    tasks = [{"id": "a", "family": "f"}, {"id": "b", "family": "f"}]
+    outs = [
+        o("a", True, True, flagged=True), o("a", False, True, kind="policy"), o("a", False, False, kind="policy"),
+        o("b", True, False), o("b", False, True, kind="policy"), o("b", False, True, kind="policy", flagged=True),
+    ]
+    m = cell_metrics(tasks, outs, k=1)
+    assert m["samples"] == 0 and m["policy_samples"] == 2
+    assert m["policy_pass_pct"] == 75.0 and m["per_task"]["b"]["policy_c"] == 2
+    assert (m["passes"], m["flagged_passes"], m["flagged_pass_share"]) == (4, 2, 0.5)
+    assert m["isolation"] == "strict"
+    mixed = cell_metrics(tasks, outs[:-1] + [o("b", False, True, kind="policy", iso="weak")], k=1)
+    assert mixed["isolation"] == "mixed:strict,weak"

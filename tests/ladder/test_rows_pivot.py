@@ -13,20 +13,28 @@ FIX = Path(__file__).parent / "fixtures"
 TASKS = [f"h{i}" for i in range(6)]
 
 
-def cell(rung, cond, split, passes, idiom=0.25):
+def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict"):
+    policy = policy or {}
     per_task = {t: {"family": "fa" if i < 3 else "fb", "pass1": int(i in passes), "n": 2, "c": int(i in passes),
-                    "passk": float(i in passes), "idiom": idiom} for i, t in enumerate(TASKS)}
+                    "passk": float(i in passes), "verified": int(i in passes), "policy_n": 4 if policy else 0,
+                    "policy_c": policy.get(i, 0), "idiom": idiom} for i, t in enumerate(TASKS)}
     p = len(passes)
     return {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 6, "samples": 2, "k": 2,
-            "temperature": 0.8, "runs": p + 1, "pass1": p, "near_pass": 0, "norm_pass": p, "run_pct": round(100 * (p + 1) / 6, 2),
-            "pass1_pct": round(100 * p / 6, 2), "passk_pct": round(100 * p / 6, 2), "near_pct": 0.0, "norm_pct": round(100 * p / 6, 2),
-            "avg_osim": 0.5, "avg_idiom": idiom, "trunc_rate": 0.0, "by_family": {}, "per_task": per_task,
+            "temperature": 0.8, "policy_temperature": 0.3 if policy else None, "runs": p + 1, "pass1": p, "near_pass": 0,
+            "norm_pass": p, "verified": p, "run_pct": round(100 * (p + 1) / 6, 2), "pass1_pct": round(100 * p / 6, 2),
+            "passk_pct": round(100 * p / 6, 2), "verified_pct": round(100 * p / 6, 2), "near_pct": 0.0,
+            "norm_pct": round(100 * p / 6, 2), "policy_samples": 4 if policy else 0,
+            "policy_pass_pct": round(100 * sum(policy.values()) / 24, 2) if policy else None,
+            "avg_osim": 0.5, "avg_idiom": idiom, "trunc_rate": 0.0, "passes": p, "flagged_passes": 0,
+            "flagged_pass_share": 0.0, "isolation": isolation, "by_family": {}, "per_task": per_task,
             "config_hash": "abc", "code_version": "test"}
 
 
 CELLS = [
     cell("1", "base", "gen", {0}), cell("1", "sft", "gen", {0, 1}, idiom=0.5), cell("1", "sft_grpo", "gen", {0, 1, 2, 3}),
-    cell("3", "sft", "gen", {0, 1, 2}), cell("1", "base", "mem", {0}), cell("1", "sft", "mem", {0, 1, 2, 3, 4, 5}),
+    cell("3", "sft", "gen", {0, 1, 2}), cell("1", "base", "mem", {0}),
+    cell("1", "sft", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 1, 1: 2, 2: 1, 3: 0, 4: 1, 5: 2}),
+    cell("1", "sft_grpo", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 3, 1: 4, 2: 2, 3: 1, 4: 1, 5: 4}, isolation="weak"),
 ]
 
 
@@ -48,6 +56,8 @@ def test_rows_are_rebuilt_not_appended(cell_files, tmp_path):
     assert out.read_bytes() == before and len(read_jsonl(out)) == len(CELLS) == len(first)
     tags = [r["tag"] for r in first]
     assert tags[:4] == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r1/tiny/sft_grpo/gen", "r3/tiny/sft/gen"]
+    grpo_mem = next(r for r in first if r["tag"] == "r1/tiny/sft_grpo/mem")
+    assert grpo_mem["policy_by_task"]["h1"] == [4, 4] and grpo_mem["isolation"] == "weak"
     sft = next(r for r in first if r["tag"] == "r1/tiny/sft/gen")
     assert sft["idiom_delta_vs_base"] == 0.25 and sft["pass1_ci"][0] < 2 / 6 < sft["pass1_ci"][1]
     assert next(r for r in first if r["tag"] == "r3/tiny/sft/gen")["idiom_delta_vs_base"] == 0.0  # shared base gen

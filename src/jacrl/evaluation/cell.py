@@ -1,7 +1,8 @@
 """One eval cell: a model (+ adapter) on one split — generate, score, aggregate, audit.
 
-Per task: one greedy completion (pass@1 and the other greedy metrics) and `n` samples at
-temperature T (pass@k). Every completion and its full reward breakdown goes to the cell's
+Per task: one greedy completion (pass@1 and the other greedy metrics), `n` samples at the eval
+temperature (pass@k, verified@n) and `policy_n` samples at the GRPO sampling temperature (the
+sampled pass rate). Every completion and its full reward breakdown goes to the cell's
 `.samples.jsonl`, so any number in the cell can be recomputed by hand.
 """
 
@@ -12,34 +13,44 @@ from typing import Any
 
 from jacrl.backends.base import Backend, Completion, SamplingParams
 from jacrl.evaluation.config import EvalConfig
-from jacrl.evaluation.metrics import Outcome, cell_metrics
+from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
 from jacrl.io import write_jsonl
 
-
-def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig) -> tuple[list[Completion], list[list[Completion]]]:
-    greedy = backend.generate(prompts, n=1, params=SamplingParams(temperature=0.0, max_tokens=cfg.max_tokens, seed=cfg.seed))
-    sampled: list[list[Completion]] = [[] for _ in prompts]
-    if cfg.n > 0:
-        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-        sampled = backend.generate(prompts, n=cfg.n, params=params)
-    return [g[0] for g in greedy], sampled
+Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → completions in sample order
 
 
-def score_cell(tasks: list[dict], greedy: list[Completion], sampled: list[list[Completion]], scorer: Any, k: int) -> tuple[dict, list[dict]]:
+def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig) -> Generated:
+    """The greedy completion, the eval samples and the policy samples of every prompt."""
+    plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.n, cfg.temperature)]
+    if cfg.policy_n:
+        plan.append(("policy", cfg.policy_n, cfg.policy_temperature))
+    out: Generated = {}
+    for kind, n, temperature in plan:
+        if n == 0:
+            out[kind] = [[] for _ in prompts]
+            continue
+        top_p = 1.0 if kind == "greedy" else cfg.top_p
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
+        out[kind] = backend.generate(prompts, n=n, params=params)
+    return out
+
+
+def score_cell(tasks: list[dict], generated: Generated, scorer: Any, k: int) -> tuple[dict, list[dict]]:
     """Score every completion with the reward's batch API; returns (metrics, audit records)."""
-    flat: list[tuple[dict, Completion, bool, int]] = []
-    for t, g, ss in zip(tasks, greedy, sampled, strict=True):
-        flat.append((t, g, True, 0))
-        flat.extend((t, s, False, i) for i, s in enumerate(ss))
-    scores = scorer.score_batch([t for t, *_ in flat], [c.text for _, c, *_ in flat])
+    flat: list[tuple[dict, Kind, int, Completion]] = [
+        (t, kind, i, c)
+        for kind, per_prompt in generated.items()
+        for t, completions in zip(tasks, per_prompt, strict=True)
+        for i, c in enumerate(completions)
+    ]
+    scores = scorer.score_batch([t for t, *_ in flat], [c.text for *_, c in flat])
     outcomes, records = [], []
-    for (t, c, is_greedy, i), s in zip(flat, scores, strict=True):
-        outcomes.append(Outcome(task_id=t["id"], greedy=is_greedy, runs=s.runs, exact=s.exact,
-                                norm_exact=s.norm_exact, output_ratio=s.output_ratio,
-                                idiom=s.idiom, truncated=c.truncated))
-        records.append({"task_id": t["id"], "family": t["family"], "kind": "greedy" if is_greedy else "sample",
-                        "index": i, "truncated": c.truncated, "tokens": len(c.token_ids), "completion": c.text,
-                        "score": s.to_dict()})
+    for (t, kind, i, c), s in zip(flat, scores, strict=True):
+        outcomes.append(Outcome(task_id=t["id"], kind=kind, runs=s.runs, exact=s.exact, norm_exact=s.norm_exact,
+                                output_ratio=s.output_ratio, idiom=s.idiom, truncated=c.truncated,
+                                flagged=bool(s.flags), isolation=s.isolation))
+        records.append({"task_id": t["id"], "family": t["family"], "kind": kind, "index": i, "truncated": c.truncated,
+                        "tokens": len(c.token_ids), "completion": c.text, "score": s.to_dict()})
     return cell_metrics(tasks, outcomes, k), records
 
 
@@ -53,7 +64,8 @@ def cell_tasks(tasks: list[dict], split: str, cfg: EvalConfig) -> list[dict]:
 def evaluate_cell(tasks: list[dict], backend: Backend, scorer: Any, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
     tasks = cell_tasks(tasks, meta["split"], cfg)
-    greedy, sampled = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg)
-    metrics, records = score_cell(tasks, greedy, sampled, scorer, cfg.k)
+    generated = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg)
+    metrics, records = score_cell(tasks, generated, scorer, cfg.k)
     write_jsonl(samples_out, records)
-    return {**meta, "temperature": cfg.temperature, **metrics}
+    return {**meta, "temperature": cfg.temperature, "policy_temperature": cfg.policy_temperature if cfg.policy_n else None,
+            **metrics}

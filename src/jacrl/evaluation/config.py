@@ -21,6 +21,15 @@ class EvalConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold of the n samples.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap (truncation is reported per cell).")
     seed: int = Field(0, description="Sampling seed (prompt i uses seed + i).")
+    policy_n: int = Field(
+        0, ge=0,
+        description="Samples per task at `policy_temperature`: the sampled pass rate GRPO optimises, reported beside "
+        "pass@1 so `sft_grpo` vs `sft` shows whether GRPO helped (paired sign test in the pivot). 0 = none.",
+    )
+    policy_temperature: float | None = Field(
+        None, gt=0,
+        description="Temperature of the policy samples; None = `grpo.temperature` (the temperature GRPO samples at).",
+    )
     threads: int | None = Field(
         None, ge=1,
         description="Threads of one eval job (model and reward workers); None = the top-level `threads`. "

@@ -1,8 +1,11 @@
 """Aggregate scored completions of one eval cell into its metrics.
 
 Each task gets one greedy completion (pass@1, run %, near-pass, normalised-whitespace pass,
-output similarity, idiom) and n sampled completions at temperature T (pass@k with the
-unbiased estimator). Truncation is measured over every completion.
+output similarity, idiom), n samples at the eval temperature (pass@k with the unbiased
+estimator, and verified@n: the first sample that compiles and runs, chosen without looking at
+the expected output) and, optionally, samples at the GRPO sampling temperature (the sampled
+pass rate GRPO optimises). Truncation is measured over every completion; every pass is checked
+for the reward's audit flags, and the sandbox isolation of every score is recorded.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from statistics import fmean
+from typing import Literal
 
 from jacrl.evaluation.passk import pass_at_k
 
 NEAR_PASS = 0.9
+Kind = Literal["greedy", "sample", "policy"]
 
 
 @dataclass(frozen=True)
@@ -21,52 +26,74 @@ class Outcome:
     """What the metrics need of one scored completion."""
 
     task_id: str
-    greedy: bool
+    kind: Kind
     runs: bool
     exact: bool
     norm_exact: bool
     output_ratio: float
     idiom: float
     truncated: bool
+    flagged: bool = False  # the body uses a risky capability (reward audit flags)
+    isolation: str = ""  # the sandbox level the score was obtained under
 
 
 def normalise_ws(text: str) -> str:
     return "\n".join(" ".join(line.split()) for line in text.strip().splitlines() if line.strip())
 
 
-def cell_metrics(tasks: list[dict], outcomes: list[Outcome], k: int) -> dict:
-    """Cell metrics; every task must have exactly one greedy outcome."""
-    greedy: dict[str, Outcome] = {}
-    sampled: dict[str, list[Outcome]] = defaultdict(list)
+def _group(tasks: list[dict], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
+    """{task id: {kind: outcomes in order}}; every task must have exactly one greedy outcome."""
+    by_task: dict[str, dict[str, list[Outcome]]] = defaultdict(lambda: defaultdict(list))
     for o in outcomes:
-        if o.greedy:
-            if o.task_id in greedy:
-                raise ValueError(f"two greedy outcomes for task {o.task_id}")
-            greedy[o.task_id] = o
-        else:
-            sampled[o.task_id].append(o)
-    missing = [t["id"] for t in tasks if t["id"] not in greedy]
+        by_task[o.task_id][o.kind].append(o)
+    twice = [t for t, kinds in by_task.items() if len(kinds["greedy"]) > 1]
+    if twice:
+        raise ValueError(f"two greedy outcomes for task {twice[0]}")
+    missing = [t["id"] for t in tasks if not by_task[t["id"]]["greedy"]]
     if missing:
         raise ValueError(f"no greedy outcome for tasks {missing[:5]}")
+    return by_task
 
-    per_task, by_family = {}, defaultdict(lambda: [0, 0])
-    for t in tasks:
-        g, s = greedy[t["id"]], sampled[t["id"]]
-        n, c = len(s), sum(o.exact for o in s)
-        passk = pass_at_k(n, c, min(k, n)) if n else float(g.exact)
-        per_task[t["id"]] = {"family": t["family"], "pass1": int(g.exact), "n": n, "c": c,
-                             "passk": round(passk, 6), "idiom": round(g.idiom, 6)}
-        by_family[t["family"]][0] += int(g.exact)
-        by_family[t["family"]][1] += 1
 
-    gs = [greedy[t["id"]] for t in tasks]
+def verified(greedy: Outcome, samples: list[Outcome]) -> bool:
+    """Runtime-verified best-of-n: the first sample that compiles and runs (greedy when there are
+    no samples) — chosen from what running the program shows, never from the expected output."""
+    if not samples:
+        return greedy.exact
+    first = next((s for s in samples if s.runs), None)
+    return bool(first and first.exact)
+
+
+def task_record(task: dict, kinds: dict[str, list[Outcome]], k: int) -> dict:
+    g, s, p = kinds["greedy"][0], kinds["sample"], kinds["policy"]
+    n, c = len(s), sum(o.exact for o in s)
+    passk = pass_at_k(n, c, min(k, n)) if n else float(g.exact)
+    return {"family": task["family"], "pass1": int(g.exact), "n": n, "c": c, "passk": round(passk, 6),
+            "verified": int(verified(g, s)), "policy_n": len(p), "policy_c": sum(o.exact for o in p),
+            "idiom": round(g.idiom, 6)}
+
+
+def isolation_of(outcomes: list[Outcome]) -> str:
+    """The one isolation level of a cell's scores, or `mixed:a,b` (never hidden by averaging)."""
+    levels = sorted({o.isolation for o in outcomes})
+    return levels[0] if len(levels) == 1 else "mixed:" + ",".join(levels)
+
+
+def cell_metrics(tasks: list[dict], outcomes: list[Outcome], k: int) -> dict:
+    by_task = _group(tasks, outcomes)
+    per_task = {t["id"]: task_record(t, by_task[t["id"]], k) for t in tasks}
+    by_family: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for rec in per_task.values():
+        by_family[rec["family"]][0] += rec["pass1"]
+        by_family[rec["family"]][1] += 1
+
+    gs = [by_task[t["id"]]["greedy"][0] for t in tasks]
     n_tasks = len(gs)
     pct = lambda x: round(100.0 * x / n_tasks, 2) if n_tasks else 0.0  # noqa: E731
-    runs = sum(o.runs for o in gs)
-    pass1 = sum(o.exact for o in gs)
+    runs, pass1 = sum(o.runs for o in gs), sum(o.exact for o in gs)
     near = sum(o.runs and not o.exact and o.output_ratio >= NEAR_PASS for o in gs)
-    norm = sum(o.norm_exact for o in gs)
-    passk_mean = fmean(p["passk"] for p in per_task.values()) if per_task else 0.0
+    policy = [r["policy_c"] / r["policy_n"] for r in per_task.values() if r["policy_n"]]
+    passes = [o for o in outcomes if o.exact]
     return {
         "tasks": n_tasks,
         "samples": max((p["n"] for p in per_task.values()), default=0),
@@ -74,15 +101,23 @@ def cell_metrics(tasks: list[dict], outcomes: list[Outcome], k: int) -> dict:
         "runs": runs,
         "pass1": pass1,
         "near_pass": near,
-        "norm_pass": norm,
+        "norm_pass": sum(o.norm_exact for o in gs),
+        "verified": sum(r["verified"] for r in per_task.values()),
         "run_pct": pct(runs),
         "pass1_pct": pct(pass1),
-        "passk_pct": round(100.0 * passk_mean, 2),
+        "passk_pct": round(100.0 * fmean(p["passk"] for p in per_task.values()), 2) if per_task else 0.0,
+        "verified_pct": pct(sum(r["verified"] for r in per_task.values())),
         "near_pct": pct(near),
-        "norm_pct": pct(norm),
+        "norm_pct": pct(sum(o.norm_exact for o in gs)),
+        "policy_samples": max((p["policy_n"] for p in per_task.values()), default=0),
+        "policy_pass_pct": round(100.0 * fmean(policy), 2) if policy else None,
         "avg_osim": round(fmean(o.output_ratio for o in gs), 4) if gs else 0.0,
         "avg_idiom": round(fmean(o.idiom for o in gs), 4) if gs else 0.0,
         "trunc_rate": round(fmean(o.truncated for o in outcomes), 4) if outcomes else 0.0,
+        "passes": len(passes),
+        "flagged_passes": sum(o.flagged for o in passes),
+        "flagged_pass_share": round(sum(o.flagged for o in passes) / len(passes), 4) if passes else 0.0,
+        "isolation": isolation_of(outcomes),
         "by_family": {f: v for f, v in sorted(by_family.items())},
         "per_task": per_task,
     }

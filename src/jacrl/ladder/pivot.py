@@ -8,7 +8,13 @@ import pandas as pd
 
 from jacrl.io import atomic_path, read_jsonl, write_text
 from jacrl.ladder.rows import CONDITIONS, SPLITS, rung_sort_key
-from jacrl.ladder.stats import mcnemar_exact
+from jacrl.ladder.stats import mcnemar_exact, min_detectable_difference, sign_test, wilson_half_width
+
+POWER_METHOD = (
+    "mdd = the smallest pass@1 difference the exact McNemar test detects with 80 % power at α = 0.05 on these "
+    "tasks: exact power of the conditional binomial test summed over the binomial number of discordant tasks, "
+    "with the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid."
+)
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
@@ -20,7 +26,14 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def format_cell(r: pd.Series) -> str:
-    return f"{r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}] · k {r.passk_pct:.1f} · near {r.near_pct:.1f}"
+    text = f"{r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}] · k {r.passk_pct:.1f} · ver {r.verified_pct:.1f} · near {r.near_pct:.1f}"
+    if pd.notna(r.get("policy_pass_pct")):
+        text += f" · T{r.policy_temperature:g} {r.policy_pass_pct:.1f}"
+    if r.get("flagged_passes"):
+        text += f" · flagged {100 * r.flagged_pass_share:.0f}%"
+    if r.get("isolation") != "strict":
+        text += f" · ⚠ isolation {r.get('isolation') or 'unrecorded'}"
+    return text
 
 
 def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
@@ -37,45 +50,75 @@ def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
     return dict(sorted(out.items(), key=lambda kv: (kv[0][0], SPLITS.index(kv[0][1]))))
 
 
+def _references(part: pd.DataFrame, r: pd.Series) -> list[tuple[str, pd.Series]]:
+    """What a row is compared with: base (the same rung's, or the shared holdout base) and sft."""
+    base = part[(part["cond"] == "base") & ((part["rung"] == r["rung"]) | (part["split"] == "gen"))]
+    sft = part[(part["cond"] == "sft") & (part["rung"] == r["rung"])]
+    refs = [] if r["cond"] == "base" or not len(base) else [("base", base.iloc[0])]
+    if r["cond"] not in ("base", "sft") and len(sft):
+        refs.append(("sft", sft.iloc[0]))
+    return refs
+
+
+def _policy_rates(row: pd.Series) -> dict[str, float]:
+    by_task = row.get("policy_by_task")
+    return {t: c / n for t, (c, n) in by_task.items()} if isinstance(by_task, dict) else {}
+
+
+def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
+    key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
+    m = mcnemar_exact({k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref["pass1_by_task"].items()})
+    mdd = min_detectable_difference(m.n, (m.only_a + m.only_b) / m.n) if m.n else None
+    out = [{**key, "metric": "pass@1", "tasks": m.n, "wins": m.only_a, "losses": m.only_b,
+            "p_value": round(m.p_value, 4), "mdd_pp": "none" if mdd is None else round(100 * mdd, 1)}]
+    a, b = _policy_rates(r), _policy_rates(ref)
+    if a and b:
+        s = sign_test(a, b)
+        out.append({**key, "metric": f"sampled@T{r['policy_temperature']:g}", "tasks": s.n, "wins": s.only_a,
+                    "losses": s.only_b, "p_value": round(s.p_value, 4), "mdd_pp": None})
+    return out
+
+
 def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
-    """Exact McNemar of every condition against `base` and `sft` on the same holdout tasks."""
-    gen = df[df["split"] == "gen"]
+    """Every condition against `base` and `sft` on the same tasks: exact McNemar on greedy pass@1
+    (with its minimum detectable difference) and a sign test on the per-task sampled pass rate."""
     rows = []
-    for model, part in gen.groupby("model", sort=True):
-        base = part[part["cond"] == "base"]
-        base_vec = base.iloc[0]["pass1_by_task"] if len(base) else None
+    for (model, split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
-            refs = []
-            if r["cond"] != "base" and base_vec is not None:
-                refs.append(("base", base_vec))
-            sft = part[(part["cond"] == "sft") & (part["rung"] == r["rung"])]
-            if r["cond"] not in ("base", "sft") and len(sft):
-                refs.append(("sft", sft.iloc[0]["pass1_by_task"]))
-            for ref_name, ref_vec in refs:
-                m = mcnemar_exact({k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref_vec.items()})
-                rows.append({"model": model, "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name,
-                             "tasks": m.n, "wins": m.only_a, "losses": m.only_b, "p_value": round(m.p_value, 4)})
-    return pd.DataFrame(rows, columns=["model", "rung", "cond", "vs", "tasks", "wins", "losses", "p_value"])
+            for ref_name, ref in _references(part, r):
+                rows.extend(_comparisons(r, ref_name, ref))
+    cols = ["model", "split", "rung", "cond", "vs", "metric", "tasks", "wins", "losses", "p_value", "mdd_pp"]
+    return pd.DataFrame(rows, columns=cols)
 
 
 def render_markdown(df: pd.DataFrame) -> str:
     lines = ["# The Jac RL ladder", "",
-             "Cells: greedy pass@1 % [Wilson 95 % CI] · pass@k % · near-pass %. "
+             "Cells: greedy pass@1 % [Wilson 95 % CI] · pass@k % · ver = verified@n % (the first of the n samples "
+             "that compiles and runs) · near-pass % · T<t> = sampled pass % at the GRPO temperature. "
              "`gen` = the fixed holdout, `mem` = the rung's own train tasks.", ""]
+    gen = df[df["split"] == "gen"]
+    if len(gen):
+        n = int(gen["tasks"].max())
+        lines += [f"Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
+                  f"±{100 * wilson_half_width(n):.1f} pp.", ""]
     for (model, split), t in pivot_tables(df).items():
         n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
         lines += [f"## {model} · {split} (n ≤ {n} tasks)", "", t.to_markdown(), ""]
     tests = paired_tests(df)
     if len(tests):
-        lines += ["## Paired comparisons on the holdout (exact McNemar)", "",
-                  "wins = tasks the condition passes and the reference fails; losses = the reverse.", "",
-                  tests.to_markdown(index=False), ""]
+        lines += ["## Paired comparisons (same tasks)", "",
+                  "pass@1: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
+                  "reverse. sampled@T: exact sign test on each task's sampled pass rate; wins = tasks where it is "
+                  f"higher. {POWER_METHOD} A p-value above 0.05 with an mdd above the effect you care about means "
+                  "too few tasks, not no effect.", "",
+                  tests.astype({"mdd_pp": object}).fillna("—").to_markdown(index=False), ""]
     return "\n".join(lines)
 
 
 def to_csv(df: pd.DataFrame) -> str:
     cols = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "pass1", "pass1_pct", "ci_lo", "ci_hi",
-            "passk_pct", "near_pct", "norm_pct", "run_pct", "avg_osim", "avg_idiom", "idiom_delta_vs_base", "trunc_rate"]
+            "passk_pct", "verified_pct", "near_pct", "norm_pct", "run_pct", "policy_temperature", "policy_pass_pct",
+            "avg_osim", "avg_idiom", "idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
     return df[[c for c in cols if c in df.columns]].round(4).to_csv(index=False)
 
 
@@ -96,14 +139,17 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
             for off, cond in enumerate(c for c in CONDITIONS if c in set(part["cond"])):
                 p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
                 xs = [x[r] + (off - 1.5) * 0.06 for r in p["rung"]]
-                ax.errorbar(xs, p["pass1_pct"], yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
-                            marker="o", capsize=3, label=cond)
+                bars = ax.errorbar(xs, p["pass1_pct"], yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
+                                   marker="o", capsize=3, label=cond)
+                if "verified_pct" in p:
+                    ax.plot(xs, p["verified_pct"], linestyle="--", marker="x", color=bars[0].get_color(),
+                            label=f"{cond} verified@n")
             ax.set_xticks(range(len(rungs)), [f"r{r}" for r in rungs])
             ax.set_xlim(-0.5, max(len(rungs), 1) - 0.5)
             ax.set_ylim(-3, 103)
             ax.set_title(f"{model} · {split}")
             ax.set_xlabel("rung (train tasks)")
-            ax.set_ylabel("greedy pass@1 % (Wilson 95 % CI)")
+            ax.set_ylabel("pass@1 % (Wilson 95 % CI); dashed: verified@n")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()

@@ -40,13 +40,17 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
                 sum(cell["per_task"][t]["idiom"] - base["per_task"][t]["idiom"] for t in common) / len(common), 4
             )
     keep = ("rung", "model", "cond", "split", "tasks", "samples", "k", "temperature", "runs", "pass1",
-            "near_pass", "norm_pass", "run_pct", "pass1_pct", "passk_pct", "near_pct", "norm_pct",
-            "avg_osim", "avg_idiom", "trunc_rate", "by_family", "config_hash", "code_version")
+            "near_pass", "norm_pass", "verified", "run_pct", "pass1_pct", "passk_pct", "verified_pct", "near_pct",
+            "norm_pct", "policy_samples", "policy_temperature", "policy_pass_pct", "avg_osim", "avg_idiom",
+            "trunc_rate", "passes", "flagged_passes", "flagged_pass_share", "isolation", "by_family",
+            "config_hash", "code_version")
     row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
     row.update({k: cell.get(k) for k in keep})
     row["idiom_delta_vs_base"] = delta
     row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
     row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
+    row["policy_by_task"] = {t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items())
+                             if v.get("policy_n")}
     return row
 
 
