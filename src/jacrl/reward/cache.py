@@ -9,8 +9,8 @@ several processes read and write at once; each write is one transaction.
 The cache is disposable: a file SQLite cannot read (not a database, a malformed page, not
 openable) is moved aside to `<name>.bad-<time>` with a warning and an empty cache is built
 in its place — under an exclusive lock on `<name>.lock`, after checking again, so several
-processes finding the same bad file move it once. Where even that fails the process scores
-with an in-memory cache.
+processes finding the same bad file move it once. Where even that fails, a one-line error
+says so.
 """
 
 from __future__ import annotations
@@ -103,8 +103,8 @@ class ScoreCache:
                 warnings.warn(f"score cache {self.path} was unreadable ({err}); moved aside to {dest.name}, rebuilding", stacklevel=3)
                 return self._connect(str(self.path))
         except (OSError, sqlite3.DatabaseError) as e:
-            warnings.warn(f"score cache {self.path} is unreadable ({err}) and cannot be replaced ({e}); caching in memory", stacklevel=3)
-            return self._connect(":memory:")
+            raise RuntimeError(f"score cache {self.path} is unreadable ({err}) and cannot be replaced ({e}); "
+                               "delete it or set reward.cache_path") from e
 
     def _guarded(self, op):
         """Run `op(db)` under the lock; a cache that turns out to be bad is rebuilt and `op` retried once."""
