@@ -1,0 +1,61 @@
+"""The ladder page: the pivot tables, the paired tests and every cell's numbers, from the ladder rows.
+
+All numbers come from `jacrl.ladder.pivot` (the same functions that write ladder.md and
+ladder.csv); this module only lays them out as HTML.
+"""
+
+from __future__ import annotations
+
+import io
+from html import escape
+from pathlib import Path
+
+import pandas as pd
+
+from jacrl.evaluation.metrics import NEAR_PASS
+from jacrl.io import read_jsonl, write_text
+from jacrl.ladder.pivot import POWER_METHOD, paired_tests, pivot_tables, rows_frame, to_csv
+from jacrl.ladder.stats import wilson_half_width
+from jacrl.report.html import frame_browse, frame_html, page
+
+LEGEND = (
+    "Each cell: greedy pass@1 % [Wilson 95 % CI] · k = pass@k % · ver = verified@n % (the first of the n samples "
+    f"that compiles and runs) · near = near-pass % (runs, output similarity ≥ {NEAR_PASS:g}, not exact) · T<t> = sampled pass % "
+    "at the GRPO temperature · flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
+    "weak or mixed sandbox isolation. gen = the fixed holdout, mem = the rung's own train tasks."
+)
+TESTS_NOTE = (
+    "pass@1: exact McNemar test; wins = tasks the condition passes and the reference fails, losses = the reverse. "
+    "sampled@T: exact sign test on each task's sampled pass rate. " + POWER_METHOD +
+    " A p-value above 0.05 with an mdd above the effect you care about means too few tasks, not no effect."
+)
+
+
+def ladder_html(rows: list[dict]) -> str:
+    """The whole page for a list of ladder rows."""
+    df = rows_frame(rows)
+    parts = [f'<p class="note">{escape(LEGEND)}</p>']
+    gen = df[df["split"] == "gen"]
+    if len(gen):
+        n = int(gen["tasks"].max())
+        parts.append(f"<p>Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
+                     f"±{100 * wilson_half_width(n):.1f} pp.</p>")
+    for (model, split), table in pivot_tables(df).items():
+        n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
+        parts += [f"<h2>{escape(model)} · {escape(split)} (n ≤ {n} tasks)</h2>", frame_html(table)]
+    tests = paired_tests(df)
+    if len(tests):
+        parts += ["<h2>Paired comparisons (same tasks)</h2>", f'<p class="note">{escape(TESTS_NOTE)}</p>',
+                  frame_browse("paired-tests", tests)]
+    numbers = pd.read_csv(io.StringIO(to_csv(df)), keep_default_na=False, na_values=[""])
+    parts += ["<h2>Every cell (numbers)</h2>", frame_browse("cells", numbers)]
+    return page("The Jac RL ladder", "\n".join(parts), browse=True)
+
+
+def write_ladder_html(rows_path: str | Path, out: str | Path) -> int:
+    """Render `rows_path` (results/rl_ladder.jsonl) to `out`; returns the number of rows shown."""
+    rows = read_jsonl(rows_path)
+    if not rows:
+        raise ValueError(f"{rows_path}: no ladder rows")
+    write_text(out, ladder_html(rows))
+    return len(rows)
