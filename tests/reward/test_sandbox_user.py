@@ -52,7 +52,7 @@ def ensure_python() -> Path:
     return exe
 
 
-def run_as_user(pytest_args: list[str], table: Path | None = None) -> subprocess.CompletedProcess:
+def run_as_user(python_args: list[str], table: Path | None = None) -> subprocess.CompletedProcess:
     user = ensure_user()
     exe = ensure_python()
     HOME.mkdir(mode=0o700, exist_ok=True)
@@ -66,7 +66,7 @@ def run_as_user(pytest_args: list[str], table: Path | None = None) -> subprocess
     if table is not None:
         env["JACRL_HOSTILE_TABLE"] = str(table)
     cmd = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--reset-env", "--",
-           "env", *(f"{k}={v}" for k, v in env.items()), str(exe), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
+           "env", *(f"{k}={v}" for k, v in env.items()), str(exe), *python_args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
 
 
@@ -83,7 +83,7 @@ def _suite_as_user(select: list[str]) -> None:
     if table is not None:
         table.touch()
         os.chmod(table, 0o666)
-    r = run_as_user(["tests/reward/test_reward_hostile.py", *select], table)
+    r = run_as_user(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reward/test_reward_hostile.py", *select], table)
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     assert " passed" in r.stdout and " skipped" not in r.stdout, tail  # nothing skipped for want of root
@@ -96,3 +96,40 @@ def test_the_hostile_attacks_as_an_ordinary_user():
 @pytest.mark.slow
 def test_the_whole_hostile_suite_as_an_ordinary_user():
     _suite_as_user(["-m", "slow or not slow"])
+
+
+# As the user, inside a user namespace whose nested user namespaces are forbidden (as on a
+# kernel or distribution that refuses unprivileged ones): strict refuses in one line with the
+# fix; weak scores, and says so in the score.
+REFUSAL = """
+import os, sys
+sys.path.insert(0, "tests/reward")
+uid, gid = os.getuid(), os.getgid()
+os.unshare(os.CLONE_NEWUSER)
+for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+    open(f"/proc/self/{name}", "w").write(text)
+open("/proc/sys/user/max_user_namespaces", "w").write("0")
+from jacrl.reward._confine import _set_caps
+_set_caps(None)
+from reward_helpers import HOSTILE_TASK
+from jacrl.reward.batch import RewardScorer
+from jacrl.reward.sandbox import IsolationUnavailable
+try:
+    RewardScorer({"cache": False, "workers": 1}).warm()
+    print("STRICT-SCORED")
+except IsolationUnavailable as e:
+    print("REFUSED:", e)
+with RewardScorer({"cache": False, "workers": 1, "isolation": "weak"}) as s:
+    r = s.score(HOSTILE_TASK, "return n * 2;")
+    print("WEAK:", r.isolation, r.exact)
+"""
+
+
+def test_strict_refuses_where_user_namespaces_are_refused_and_weak_says_weak():
+    r = run_as_user(["-c", REFUSAL])
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    refused = [x for x in lines if x.startswith("REFUSED:")]
+    assert len(refused) == 1, r.stdout
+    assert "user namespace" in refused[0] and "fix:" in refused[0] and "reward.isolation: weak" in refused[0]
+    assert "WEAK: weak True" in lines

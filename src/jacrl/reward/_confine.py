@@ -123,7 +123,11 @@ def enter_namespaces(iso: dict, owner: tuple[int, int]) -> None:
         program = fh.read()  # the tmpfs about to cover run_dir hides it
     uid, gid = os.getuid(), os.getgid()
     flags = os.CLONE_NEWNET | os.CLONE_NEWNS | (os.CLONE_NEWUSER if iso["userns"] else 0)
-    os.unshare(flags)
+    try:
+        os.unshare(flags)
+    except OSError as e:
+        kinds = "user, network and mount" if iso["userns"] else "network and mount"
+        raise OSError(e.errno, f"unshare of {kinds} namespaces failed: {e.strerror}") from None
     if iso["userns"]:
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1")

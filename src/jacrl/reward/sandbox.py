@@ -199,7 +199,7 @@ def _probe_strict(plan: Plan, tmp_root: str) -> str:
 
 
 def _probe_fix(err: str, plan: Plan) -> str:
-    if plan.userns and ("unshare" in err or "Operation not permitted" in err or "uid_map" in err):
+    if plan.userns and ("unshare" in err or "uid_map" in err):
         return ("fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
                 "kernel.unprivileged_userns_clone=1; on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or score as root")
     return "fix: run where mount/network namespaces and Landlock are permitted (e.g. a container with --privileged or a VM)"
