@@ -297,6 +297,19 @@ def impl_variant(t: Task) -> Task | None:
                                 "indent": t.indent[d:], "template": new, "gold_body": gold})
 
 
+def as_inline(t: Task) -> str:
+    """The hole's unit echoed inline in its archetype (`obj Circle { def area ... }`), whatever
+    form the template gives it."""
+    u = _hole_unit(t)
+    if u.kind != "impl":
+        return whole_unit(t)
+    header = t.template[u.start : u.open].rstrip()
+    sig = header[UNIT_RE.match(header).end() :]
+    body = textwrap.dedent(t.template[u.open + 1 : u.close].replace(t.indent + HOLE + "\n", t.gold_body)).strip("\n")
+    unit = f"def {u.method}{sig} {{\n{_indent(body, '    ')}\n}}"
+    return f"obj {u.owner} {{\n{_indent(unit, '    ')}\n}}" if u.owner else unit
+
+
 def corpus_forms(t: Task) -> dict[str, str]:
     """The forms every corpus task is scored in (each must be an exact pass)."""
     body = t.gold_body.rstrip("\n")
@@ -308,9 +321,42 @@ def corpus_forms(t: Task) -> dict[str, str]:
         "think_decoy_then_fence": REASONING["think"](FENCES["backticks_jac"](body)),
         "whole_unit": FENCES["backticks_jac"](whole_unit(t)),
         "whole_unit_as_impl": FENCES["backticks_jac"](as_impl(t)),
+        "whole_unit_inline": FENCES["tildes_jac"](as_inline(t)),
         "file_unfenced": whole_file(t),
         "file_fenced": FENCES["backticks_jac"](whole_file(t)),
     }
+
+
+def never_answered(t: Task) -> dict[str, str]:
+    """Completions of `t` that never write its body: none may pass."""
+    unit, body = whole_unit(t), t.gold_body.rstrip()
+    return {
+        **{k: NOT_WRITTEN[k] for k in ("prose_only", "empty_tildes", "reasoning_then_nothing", "reasoning_never_closed_with_a_draft")},
+        "truncated_unit_half": FENCES["unclosed"](unit[: len(unit) // 2]),
+        "truncated_body_half": FENCES["backticks_jac"](body[: len(body) // 2]),
+        "reasoning_draft_then_truncated": REASONING["think"](FENCES["unclosed"](body[: len(body) // 2])),
+    }
+
+
+def score_forms(scorer, tasks: list[Task]) -> tuple[dict[str, list[int]], list[tuple[str, str]]]:
+    """Scores every form of every task (and of its impl variant) on real runs: per form class
+    [cases, as expected], and the (task, form) pairs that were not."""
+    variants = {v.id: v for v in map(impl_variant, tasks) if v is not None}
+    scorer.tasks.update({t.id: t for t in tasks} | variants)
+    rows = [(t.id, name, c, True) for t in tasks for name, c in corpus_forms(t).items()]
+    rows += [(v.id, "impl_variant/" + name, c, True) for v in variants.values() for name, c in corpus_forms(v).items()]
+    rows += [(t.id, "never_answered/" + name, c, False) for t in tasks for name, c in never_answered(t).items()]
+    scores = scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
+    table: dict[str, list[int]] = {}
+    bad = []
+    for (task_id, name, _, should_pass), s in zip(rows, scores):
+        ok = s.exact == should_pass
+        table.setdefault(name, [0, 0])
+        table[name][0] += 1
+        table[name][1] += ok
+        if not ok:
+            bad.append((task_id, name))
+    return table, bad
 
 
 def _same(ex, t: Task) -> bool:
@@ -423,12 +469,20 @@ def test_any_gold_in_any_form_extracts_back(tasks, data):
 def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
     """Every table form of every fixture task (and of its impl variant) is an exact pass; a body
     never written or truncated is not."""
-    variants = {v.id: v for v in map(impl_variant, tasks.values())}
-    tiered_scorer.tasks.update(variants)
-    rows = [(t.id, name, c) for t in [*tasks.values(), *variants.values()] for name, c in corpus_forms(t).items()]
-    rows += [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
+    table, bad = score_forms(tiered_scorer, list(tasks.values()))
+    assert bad == [] and len(table) == 27
+    rows = [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     assert [r[:2] for r, s in zip(rows, scores) if not s.exact] == []
-    bad = [(t.id, c) for t in tasks.values() for c in [*NOT_WRITTEN.values(), FENCES["unclosed"](whole_unit(t)[: len(whole_unit(t)) // 2])]]
-    scores = tiered_scorer.score_batch([b[0] for b in bad], [b[1] for b in bad])
-    assert [b for b, s in zip(bad, scores) if s.exact or s.runs] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_corpus_every_form_scores_exact(corpus, tiered_scorer):
+    """For every corpus task: its gold body bare, fenced (```jac, ~~~, ````), after a reasoning
+    block with a decoy fence, as the whole unit (inline and as an impl block), as the whole file
+    unfenced and fenced — and the same for the task moved into an impl block — is an exact
+    pass; prose, empty fences, unfinished reasoning and truncated bodies are not."""
+    table, bad = score_forms(tiered_scorer, list(corpus.values()))
+    print("\n".join(f"{name:45} {n:5} {ok:5}" for name, (n, ok) in table.items()))
+    assert bad == [], bad[:20]

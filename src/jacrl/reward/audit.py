@@ -113,6 +113,7 @@ PY_FROM_RE = re.compile(rf"\bfrom\s+(?P<mod>{_MODULE_NAME})\s+import\s+(?P<names
 # A risky module named as a value (`os.walk`, `getattr(os, ...)`), not a field or a keyword argument.
 MODULE_USE_RE = re.compile(r"(?<![\w.])(?P<mod>[A-Za-z_]\w*)\b(?!\s*=[^=])")
 FSTRING_CODE_RE = re.compile(r"\{(?P<code>[^{}]+)\}")
+FSTRING_PREFIX_RE = re.compile(r"(?<!\w)(?:[rR]?[fF]|[fF][rR])$")
 # A string that is an import call's argument names a module: `__import__("os")`.
 IMPORT_ARG_RE = re.compile(r"(?:__import__|import_module|find_spec|modules\s*\[|modules\s*\.\s*get)\s*\(?\s*[rRbBuU]?$")
 
@@ -158,8 +159,7 @@ def audit_flags(body: str) -> tuple[str, ...]:
         flags |= {flag for pattern, flag in STRING_PATTERNS if pattern.search(content)}
         if IMPORT_ARG_RE.search(masked.text[max(0, quote_at - 40) : quote_at]):
             flags |= _module_flags(content.strip())
-        prefix = body[max(0, quote_at - 2) : quote_at].lower()
-        if "f" in prefix:
+        if FSTRING_PREFIX_RE.search(body[max(0, quote_at - 3) : quote_at]):
             for m in FSTRING_CODE_RE.finditer(content.replace("{{", "  ").replace("}}", "  ")):
                 flags |= set(audit_flags(m["code"]))
     return tuple(sorted(flags))

@@ -245,10 +245,9 @@ def answer_text(completion: str) -> tuple[str, bool]:
     opener = REASONING_OPEN_RE.search(out)
     if opener:
         out = out[: opener.start()]
+    reasoned = out != text
     answer = ANSWER_RE.search(out)
-    if answer:
-        out = answer["answer"]
-    return out, out != text
+    return (answer["answer"] if answer else out), reasoned
 
 
 def _is_prose(line: str) -> bool:
