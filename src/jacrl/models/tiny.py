@@ -230,7 +230,7 @@ def pretrain(model, streams: dict[str, list[int]], cfg: TinyModelConfig, metrics
     return losses
 
 
-def _patch_config_for_mlx(out_dir: Path) -> None:
+def patch_config_for_mlx(out_dir: Path) -> None:
     """transformers 5 keeps RoPE θ under `rope_parameters`; mlx-lm reads top-level `rope_theta`
     (and would silently default to 1e6). Write it at the top level too."""
     path = out_dir / "config.json"
@@ -277,7 +277,7 @@ def build_tiny_model(
         GenerationConfig(
             eos_token_id=model.config.eos_token_id, pad_token_id=model.config.pad_token_id
         ).save_pretrained(tmp)
-        _patch_config_for_mlx(tmp)
+        patch_config_for_mlx(tmp)
         manifest = {
             "config": cfg.model_dump(),
             "parameters": sum(p.numel() for p in model.parameters()),

@@ -1,0 +1,144 @@
+"""What a job of a model asks Snakemake for: `mem_mb`, `runtime` (minutes) and `gpu`.
+
+`mem_mb` is derived unless the model's spec sets it for the job kind:
+
+    mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
+    weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses)
+    activations = training: rows × seq × layers × hidden × bytes × (17, or 2 with gradient
+                  checkpointing) + the completion logits (rows × completion × vocab × 12 bytes);
+                  eval: the KV cache and one prefill, rows × seq × layers × hidden × bytes × 4
+
+17 values per hidden unit, layer and token is half the 34 bytes of 16-bit activations per
+token and layer of Korthikanti et al. (their count is in bytes at 2 bytes a value); with
+checkpointing only each layer's input is kept. The precision is the one the job will load: an
+explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps` and 4 otherwise (a CPU job loads
+float32; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
+sequences per forward and longest sequence, from the config sections the rule reads. A job
+that asks for a GPU (`gpus` ≥ 1) keeps its activations there: its host memory is the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jacrl.backends.config import ModelSpec, RuleKind
+
+if TYPE_CHECKING:
+    from jacrl.config import Config
+
+BASE_MB = 1500
+"""Python, torch, transformers and jaclang loaded, before any model (a tiny-model SFT job peaks
+at about 1 GB resident)."""
+FALLBACK_MB = 8000
+"""mem_mb of a model whose size is unknown at planning time (its folder absent, no `parameters`)."""
+DEFAULT_RUNTIME_MIN: dict[RuleKind, int] = {"sft": 120, "grpo": 240, "rft": 240, "eval": 120}
+"""Wall-time limits (minutes) of a kind not set in the spec's `runtime`."""
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+MAX_BATCH_ROWS = 64
+"""Sequences the torch backend decodes together at most (`TorchBackend.max_batch_rows`)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the memory estimate needs to know about a model."""
+
+    parameters: int
+    layers: int
+    hidden: int
+    vocab: int
+
+
+BUILTIN_SHAPES = {
+    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152),
+    # an upper bound of the tiny model's configurable size (defaults: 1.1 M, 4 × 128, 2048)
+    "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192),
+}
+
+
+def safetensors_parameters(folder: Path) -> int | None:
+    """Parameter count from the headers of a folder's *.safetensors files (no tensor is read)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
+    """The model's size from its folder if it exists (else the builtin's record); `parameters`
+    in the spec overrides the count. None when nothing is known."""
+    folder = spec.model_dir(root)
+    conf_file = folder / "config.json"
+    shape = BUILTIN_SHAPES.get(spec.builtin or "")
+    if conf_file.is_file():
+        conf = json.loads(conf_file.read_text())
+        conf = conf.get("text_config", conf)
+        counted = safetensors_parameters(folder)
+        if counted and all(k in conf for k in ("num_hidden_layers", "hidden_size", "vocab_size")):
+            shape = Shape(counted, conf["num_hidden_layers"], conf["hidden_size"], conf["vocab_size"])
+    if spec.parameters is not None:
+        base = shape or Shape(spec.parameters, 32, 4096, 150_000)  # a 7B-class layout as the bound
+        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab)
+    return shape
+
+
+def load_bytes(spec: ModelSpec) -> int:
+    """Bytes per parameter of the precision the job loads."""
+    if spec.dtype != "auto":
+        return DTYPE_BYTES[spec.dtype]
+    return 2 if spec.device in ("cuda", "mps") else 4
+
+
+def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".") -> int:
+    """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above."""
+    if kind in spec.mem_mb:
+        return spec.mem_mb[kind]
+    shape = model_shape(spec, root)
+    if shape is None:
+        return FALLBACK_MB
+    nbytes = load_bytes(spec)
+    weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
+    per_value = rows * seq * shape.layers * shape.hidden * nbytes
+    if spec.gpu_count:  # activations and the KV cache live on the GPU
+        activations = 0
+    elif kind == "eval":
+        activations = per_value * 4
+    else:
+        activations = per_value * (2 if spec.gradient_checkpointing else 17) + rows * completion * shape.vocab * 12
+    return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
+
+
+def runtime_min(spec: ModelSpec, kind: RuleKind) -> int:
+    """Wall-time limit (minutes) of a `kind` job."""
+    return spec.runtime.get(kind, DEFAULT_RUNTIME_MIN[kind])
+
+
+def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
+    """(rows per forward, longest sequence, completion tokens) of a `kind` job under `cfg`:
+    upper bounds from the sections the rule reads (SFT's completion is bounded by its max_seq)."""
+    if kind == "grpo":
+        g = cfg.grpo
+        return g.prompts_per_step * g.group_size, g.max_seq, g.max_completion
+    if kind in ("sft", "rft"):
+        return cfg.sft.batch, cfg.sft.max_seq, cfg.sft.max_seq
+    e = cfg.eval
+    rows = min(MAX_BATCH_ROWS, max(1, e.n, e.policy_n or 0))
+    return rows, cfg.grpo.max_seq + e.max_tokens, e.max_tokens
+
+
+def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = ".") -> dict[str, int]:
+    """The `resources:` of a `kind` job of model `name`: mem_mb, runtime (minutes) and gpu."""
+    spec = cfg.model(name)
+    rows, seq, completion = job_tokens(cfg, kind)
+    return {"mem_mb": mem_mb(spec, kind, rows, seq, completion, root), "runtime": runtime_min(spec, kind),
+            "gpu": spec.gpu_count}
