@@ -12,10 +12,14 @@ the test fixtures (cycled to 16).
         dedup, cache) on a cold cache; reported with the pool already warm (what every
         training step after the first sees) and including the pool's start-up
     (c) fork server + pool alone: dedup and cache disabled
+    (d) the per-run cost of strict isolation (namespaces, tmpfs, Landlock) beside weak
+        (rlimits + per-run uid), interleaved trials: the confinement step alone (fork,
+        confine, exit) and a whole fork-server run of a trivial program; median ms
 
-Target: (b) ≥ 10× (a).
+(b) and (c) run with the default `reward.isolation: strict`. Target: (b) ≥ 10× (a).
 
     .venv/bin/python bench/reward_throughput.py [--workers N] [--tasks PATH] [--seed 0]
+        [--isolation-rounds 40] [--isolation-only]
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +40,7 @@ sys.path.insert(0, str(REPO / "src"))
 from jacrl.reward.batch import RewardScorer, default_workers  # noqa: E402
 from jacrl.reward.config import RewardConfig  # noqa: E402
 from jacrl.reward.extract import extract_body  # noqa: E402
+from jacrl.reward.forkserver import ForkServerRunner  # noqa: E402
 from jacrl.reward.sandbox import jac_executable  # noqa: E402
 from jacrl.reward.score import score_run  # noqa: E402
 from jacrl.reward.sandbox import RunResult  # noqa: E402
@@ -111,12 +117,76 @@ def source_design(task: Task, completion: str, cfg: RewardConfig) -> float:
     return score_run(cfg, body=body, gold=task.gold_body, expected=task.expected_stdout, run=run).score
 
 
+TRIVIAL = 'with entry { print("ok"); }\n'
+
+
+def _confine_once(plan, root: Path) -> float:
+    """Fork, confine the child as a run would be, exit: wall ms (the isolation step alone)."""
+    from jacrl.reward._confine import confine
+    from jacrl.reward.config import SandboxLimits
+    from jacrl.reward.sandbox import confine_spec, make_run_dir, program_env
+
+    run_dir = make_run_dir(root, TRIVIAL)
+    spec = confine_spec(SandboxLimits(), 10.0, plan, run_dir, program_env(run_dir, plan, "bench"))
+    try:
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                confine(spec)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        return (time.perf_counter() - t0) * 1000
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def isolation_cost(rounds: int) -> None:
+    """(d): strict vs weak, interleaved — the confinement step alone, then whole runs of a
+    trivial program on one fork server per level."""
+    import statistics
+
+    from jacrl.reward.sandbox import plan_for, tmp_root
+
+    cfgs = {lvl: RewardConfig(isolation=lvl, cache=False) for lvl in ("weak", "strict")}
+    plans = {lvl: plan_for(c) for lvl, c in cfgs.items()}
+    step: dict[str, list[float]] = {"weak": [], "strict": []}
+    run: dict[str, list[float]] = {"weak": [], "strict": []}
+    for i in range(rounds):
+        for lvl in (("weak", "strict") if i % 2 == 0 else ("strict", "weak")):
+            step[lvl].append(_confine_once(plans[lvl], tmp_root(cfgs[lvl])))
+    runners = {lvl: ForkServerRunner(c) for lvl, c in cfgs.items()}
+    try:
+        for r in runners.values():
+            r.wait_ready()
+        for i in range(rounds):
+            for lvl in (("weak", "strict") if i % 2 == 0 else ("strict", "weak")):
+                t0 = time.perf_counter()
+                res = runners[lvl].run(TRIVIAL, 10.0)
+                run[lvl].append((time.perf_counter() - t0) * 1000)
+                assert res.runs and res.stdout == "ok\n", res
+    finally:
+        for r in runners.values():
+            r.close()
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    print(f"(d) strict vs weak, {rounds} interleaved trials each, median wall ms:")
+    print("                                      weak     strict    cost of strict")
+    for name, d in (("fork + confine + exit (step alone)", step), ("fork server run, trivial program", run)):
+        print(f"    {name:34s}{med(d['weak']):7.1f}  {med(d['strict']):9.1f}  {med(d['strict']) - med(d['weak']):+9.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tasks", default=None, help="tasks JSONL (default: the corpus if built, else the test fixtures)")
     ap.add_argument("--workers", type=int, default=0, help="reward workers (default: the CPU count)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--isolation-rounds", type=int, default=40, help="trials per level in (d); 0 skips (d)")
+    ap.add_argument("--isolation-only", action="store_true", help="run (d) alone")
     a = ap.parse_args()
+    if a.isolation_only:
+        isolation_cost(a.isolation_rounds)
+        return
 
     path = Path(a.tasks) if a.tasks else REPO / "dataset" / "rl" / "tasks.jsonl"
     if not path.exists():
@@ -160,6 +230,8 @@ def main() -> None:
     passes = sum(s.exact for s in ours)
     print(f"scores identical across (a), (b), (c): {same}; exact passes {passes}/{len(comps)}; mean score {sum(s.score for s in ours) / len(ours):.3f}")
     print(f"target (b) >= 10x (a): {'met' if ta / tb >= 10 else 'NOT met'}")
+    if a.isolation_rounds:
+        isolation_cost(a.isolation_rounds)
 
 
 if __name__ == "__main__":

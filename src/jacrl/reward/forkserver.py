@@ -6,9 +6,14 @@ compiles and runs the program (tens of ms). The child does what the `jac` consol
 does — `start_cli()` with argv `jac run prog.jac` — after undoing what the server resolved at
 import time (jaclang's base-path seed is `os.getcwd()` of the importing process; its
 runtime context, program and loaded modules; `__main__`; sys.path; stdio), and after the
-same confinement as the subprocess runner (see sandbox.py). Nothing a child does reaches
-the server: the server executes no user code, children get fresh state from fork, run as
-another uid, and their output comes back through pipes.
+same confinement as the subprocess runner (see sandbox.py and _confine.py): the child
+isolates itself — its own network and mount namespaces (and user namespace when not root),
+tmpfs run dir, Landlock — then runs jaclang in-process, exec-ing nothing; the server stays
+warm and unconfined. Nothing a child does reaches the server: the server executes no user
+code, children get fresh state from fork, cannot signal, ptrace or read it (another uid as
+root; Landlock scoping otherwise), and their output comes back through pipes. The server
+is a child subreaper and runs one child at a time, so after a run every process still
+below it belongs to that run and is killed.
 
 Protocol (server side): stdin/stdout carry one JSON object per line; the first line out is
 `{"ready": ...}`, then one response per request `{"program", "timeout", "check_timeout"}`.

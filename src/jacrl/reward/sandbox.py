@@ -1,23 +1,30 @@
 """Running untrusted Jac: the sandbox plan, supervision, sweeping, and the subprocess runner.
 
 Every program runs in a fresh temp dir (its cwd, HOME, TMPDIR and JAC_DATA_PATH) with a
-scrubbed environment, rlimits, a wall timeout and capped stdout/stderr. Isolation modes:
+scrubbed environment, no inherited file descriptor beyond stdio, rlimits, a wall timeout and
+capped stdout/stderr. Two levels (`reward.isolation`), resolved once per process by `plan_for`:
 
-* **uid** (we are root): the program runs as its own uid `uid_base + pid`, with no
-  supplementary groups and no capabilities except, where needed, CAP_DAC_READ_SEARCH (read
-  and traverse only: the interpreter may live under /root, which only root may enter). It
-  therefore cannot write, delete or signal anything it does not own; RLIMIT_NPROC, counted
-  per uid, caps a fork bomb; and everything it leaves behind — including daemons that
-  escaped with setsid and files it created in world-writable dirs (/tmp, /var/tmp,
-  /dev/shm) — is found by uid and removed after the run.
-* **none** (not root, or asked for): same user. The process group is killed and every
-  process carrying the run's marker in its environment is swept; files the user may write
-  are not protected. Weaker; documented, not hidden.
+* **strict** (default; Linux): everything `_confine.confine` documents — a network namespace
+  with the loopback down, a mount namespace whose run dir is a size-limited tmpfs (the temp
+  root and /run covered by empty ones), a Landlock view that reads and executes only the
+  Python installation, the installed packages, jaclang's module cache and the system
+  libraries (`read_view`), writes only the run dir, makes no TCP connection, and can signal
+  or ptrace nothing outside the run. As root the run also gets its own uid (below); as an
+  ordinary user the namespaces live in an unprivileged user namespace and RLIMIT_NPROC
+  counts that namespace only. A throwaway process is confined exactly so at plan time; if
+  the kernel refuses any step, `IsolationUnavailable` says why in one line, with the fix.
+* **weak** (must be asked for): as root a per-run uid `uid_base + pid` with no supplementary
+  groups and no capabilities except, where needed, CAP_DAC_READ_SEARCH (read and traverse
+  only: the interpreter may live under /root); it cannot write, delete or signal what it
+  does not own, and RLIMIT_NPROC caps a fork bomb. Not root: the caller's own uid. Reads and
+  the network are not confined.
 
-Limits (honest): reads are not confined (with CAP_DAC_READ_SEARCH the program can read any
-file, e.g. under /root, but no process's environment); the network is not cut; memory is
-limited per process (RLIMIT_AS), not per sandbox, so max_processes × address_space is the
-bound; new files in world-writable dirs other than the swept ones survive.
+Leftovers are killed after every run: the fork server (a child subreaper running one program
+at a time) kills every descendant; the subprocess runner kills by uid (root) or, not root, by
+the process group and the run's environment marker — a process that drops the marker and
+leaves the group survives there. Files a weak run's uid created at the top of the
+world-writable dirs are removed. Memory is limited per process (RLIMIT_AS), so
+max_processes × address_space bounds a run; no cgroup is used.
 """
 
 from __future__ import annotations
