@@ -7,9 +7,12 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
   token ids, the per-token sampling logprobs and whether the length cap was hit;
 - scoring: `logprobs(prompt_ids, completion_ids, temperature, adapter=True|False)` — the
   per-token logprobs of given completions at a temperature, with the adapter on or off (off =
-  the frozen base, the reference policy);
+  the frozen base);
+- the reference policy: `keep_reference(path)` keeps an adapter's weights as a frozen copy;
+  `reference_policy()` makes the model that copy (or, without one, the base) inside a block;
 - training: `backward(…, loss_fn)` runs a torch `loss_fn` on differentiable per-token logprobs
-  and accumulates its gradient into the adapter; `step()` applies it (`configure_optimizer`,
+  and accumulates its gradient into the adapter; `step()` applies it and returns the gradient
+  norm before clipping (`configure_optimizer`,
   `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code (DESIGN.md
   §7): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
 - LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`;
@@ -165,7 +168,7 @@ class TokenLogprobs:
     mask: torch.Tensor
     """True on real completion tokens, False on padding."""
     ref_logprobs: torch.Tensor | None = None
-    """Same with the adapter disabled (the frozen base), no gradient; None unless requested."""
+    """Same under the reference policy (`Backend.reference_policy`), no gradient; None unless requested."""
 
 
 LossFn = Callable[[TokenLogprobs], "tuple[torch.Tensor, dict[str, float]]"]
@@ -321,8 +324,9 @@ class Backend(ABC):
         """Create the optimiser over the adapter's parameters."""
 
     @abstractmethod
-    def step(self, lr: float | None = None) -> None:
-        """Apply the accumulated gradient (optionally at a new learning rate) and clear it."""
+    def step(self, lr: float | None = None) -> float | None:
+        """Apply the accumulated gradient (optionally at a new learning rate) and clear it; return
+        its global L2 norm before clipping (None when there was no gradient)."""
 
     @abstractmethod
     def save_optimizer(self, path: str | Path) -> Path:
@@ -359,7 +363,17 @@ class Backend(ABC):
     @abstractmethod
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
-        """Inside the block the model is the frozen base (reference policy)."""
+        """Inside the block the model is the frozen base."""
+
+    @abstractmethod
+    def keep_reference(self, path: str | Path) -> None:
+        """Keep the adapter at `path` (same modules and shapes as the loaded one) as the frozen
+        reference policy; its weights are held apart from the trained ones."""
+
+    @abstractmethod
+    @contextmanager
+    def reference_policy(self) -> Iterator[None]:
+        """Inside the block the model is the reference: the kept adapter, else the frozen base."""
 
     @property
     def has_adapter(self) -> bool:

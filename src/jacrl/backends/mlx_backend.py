@@ -64,6 +64,7 @@ class MLXBackend(Backend):
         self._opt: Any = None
         self._grads: Any = None
         self._max_grad_norm: float | None = 1.0
+        self._reference: dict[str, tuple[Any, Any]] | None = None
         self._pass = 0
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -186,7 +187,8 @@ class MLXBackend(Backend):
             mask[i, : len(c)] = True
         ref = None
         if reference:
-            ref_rows = self.logprobs(prompt_ids, completion_ids, temperature, adapter=False)
+            with self.reference_policy():
+                ref_rows = self.logprobs(prompt_ids, completion_ids, temperature)
             ref = torch.from_numpy(_pad(ref_rows, T))
 
         self._pass += 1
@@ -217,22 +219,22 @@ class MLXBackend(Backend):
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics}
 
-    def step(self, lr: float | None = None) -> None:
+    def step(self, lr: float | None = None) -> float | None:
         import mlx.core as mx
         import mlx.optimizers as optim
 
         if self._opt is None:
             raise RuntimeError("call configure_optimizer() before step()")
         if self._grads is None:
-            return
+            return None
         if lr is not None:
             self._opt.learning_rate = lr
-        grads = self._grads
-        if self._max_grad_norm:
-            grads, _ = optim.clip_grad_norm(grads, self._max_grad_norm)
+        # an infinite bound measures the norm without clipping
+        grads, norm = optim.clip_grad_norm(self._grads, self._max_grad_norm or float("inf"))
         self._opt.update(self.model, grads)
         mx.eval(self.model.parameters(), self._opt.state)
         self._grads = None
+        return float(norm)
 
     def save_optimizer(self, path: str | Path) -> Path:
         import mlx.core as mx
@@ -438,6 +440,37 @@ class MLXBackend(Backend):
         finally:
             for (_, m), s in zip(loras, scales):
                 m.scale = s
+
+    def keep_reference(self, path: str | Path) -> None:
+        import mlx.core as mx
+
+        loras = dict(self._lora_modules())
+        kept = {}
+        for module, (a, b) in read_adapter(path).weights.items():
+            m = loras.get(module)
+            if m is None or tuple(m.lora_a.shape) != a.T.shape or tuple(m.lora_b.shape) != b.T.shape:
+                raise ValueError(f"{path}: reference adapter module {module} does not match the loaded adapter")
+            kept[module] = (mx.array(a.T).astype(m.lora_a.dtype), mx.array(b.T).astype(m.lora_b.dtype))
+        if set(kept) != set(loras):
+            raise ValueError(f"{path}: the reference adapter lacks {len(set(loras) - set(kept))} of the loaded adapter's LoRA modules")
+        self._reference = kept
+
+    @contextmanager
+    def reference_policy(self) -> Iterator[None]:
+        """The kept matrices replace the trained ones for the block (MLX arrays are swapped, not copied)."""
+        if self._reference is None:
+            with self.adapter_disabled():
+                yield
+            return
+        loras = dict(self._lora_modules())
+        trained = {name: (m.lora_a, m.lora_b) for name, m in loras.items()}
+        for name, (a, b) in self._reference.items():
+            loras[name].lora_a, loras[name].lora_b = a, b
+        try:
+            yield
+        finally:
+            for name, (a, b) in trained.items():
+                loras[name].lora_a, loras[name].lora_b = a, b
 
 
 @contextmanager

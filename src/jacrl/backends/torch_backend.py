@@ -50,6 +50,36 @@ def pick_device() -> str:
     return "cpu"
 
 
+def resolve_device(device: str | None = "auto") -> str:
+    """`auto` (or None) → the best available device; an explicit one must be available."""
+    import torch
+
+    if device in (None, "auto"):
+        return pick_device()
+    available = {"cpu": True, "cuda": torch.cuda.is_available(),
+                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if device not in available:
+        raise ValueError(f"unknown device {device!r}: expected auto, cpu, cuda or mps")
+    if not available[device]:
+        raise RuntimeError(f"device {device!r} was asked for but torch {torch.__version__} finds none on this machine "
+                           f"(set the model's `device: auto` or `cpu`)")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """The torch dtype to load in: `auto` = bfloat16 on a CUDA GPU that supports it (else
+    float16), float16 on MPS, float32 on CPU; else the named one."""
+    import torch
+
+    if dtype != "auto":
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"unknown dtype {dtype!r}: expected auto, float32, bfloat16 or float16")
+        return getattr(torch, dtype)
+    if device == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float16 if device == "mps" else torch.float32
+
+
 class TorchBackend(Backend):
     name = "torch"
 
@@ -58,31 +88,30 @@ class TorchBackend(Backend):
         model_path: str | Path,
         adapter_path: str | Path | None = None,
         threads: int | None = None,
-        device: str | None = None,
+        device: str | None = "auto",
         dtype: str = "auto",
         model_name: str | None = None,
         max_batch_rows: int = 64,
+        gradient_checkpointing: bool = False,
     ):
-        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         set_threads(threads)
         self.model_path = require_model_dir(model_path, model_name)
-        self.device = device or pick_device()
-        if dtype == "auto":
-            torch_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        else:
-            torch_dtype = getattr(torch, dtype)
+        self.device = resolve_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch_dtype)
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype, self.device))
         base.to(self.device).eval()
         for p in base.parameters():
             p.requires_grad_(False)
+        if gradient_checkpointing:  # transformers applies it in train mode only: sampling is unaffected
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model: Any = base
         self.lora: LoraSpec | None = None
         self.adapter_path = None
         self._opt = None
         self._max_grad_norm: float | None = 1.0
+        self._reference: dict[str, Any] | None = None
         self._n_params: int | None = None
         self.max_batch_rows = max_batch_rows
         if adapter_path is not None:
@@ -289,7 +318,7 @@ class TorchBackend(Backend):
 
         ref = None
         if reference:
-            with torch.no_grad(), self.adapter_disabled():
+            with torch.no_grad(), self.reference_policy():
                 ref, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
         self.model.train()
         lp, mask = self._token_logprobs(prompt_ids, completion_ids, temperature)
@@ -298,7 +327,7 @@ class TorchBackend(Backend):
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics}
 
-    def step(self, lr: float | None = None) -> None:
+    def step(self, lr: float | None = None) -> float | None:
         import torch
 
         if self._opt is None:
@@ -306,10 +335,13 @@ class TorchBackend(Backend):
         if lr is not None:
             for group in self._opt.param_groups:
                 group["lr"] = lr
-        if self._max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self._trainable(), self._max_grad_norm)
+        grads = [p for p in self._trainable() if p.grad is not None]
+        norm = None
+        if grads:  # an infinite bound measures the norm without clipping
+            norm = float(torch.nn.utils.clip_grad_norm_(grads, self._max_grad_norm or float("inf")))
         self._opt.step()
         self._opt.zero_grad(set_to_none=True)
+        return norm
 
     def save_optimizer(self, path: str | Path) -> Path:
         import torch
@@ -467,6 +499,44 @@ class TorchBackend(Backend):
             return
         with self.model.disable_adapter():
             yield
+
+    def keep_reference(self, path: str | Path) -> None:
+        import torch
+
+        params = dict(self.model.named_parameters())
+        lora = {name for name in params if ".lora_" in name}
+        kept = {}
+        for module, (a, b) in read_adapter(path).weights.items():
+            for part, w in (("lora_A", a), ("lora_B", b)):
+                name = f"base_model.model.{module}.{part}.default.weight"
+                if name not in lora or tuple(params[name].shape) != w.shape:
+                    raise ValueError(f"{path}: reference adapter module {module} does not match the loaded adapter")
+                kept[name] = torch.from_numpy(w).to(params[name].device, params[name].dtype)
+        if set(kept) != lora:
+            raise ValueError(f"{path}: the reference adapter lacks {len(lora - set(kept))} of the loaded adapter's LoRA matrices")
+        self._reference = kept
+
+    @contextmanager
+    def reference_policy(self) -> Iterator[None]:
+        """The kept weights are copied into the adapter for the block (LoRA matrices are small) and
+        the trained ones copied back after, so one adapter serves both policies."""
+        import torch
+
+        if self._reference is None:
+            with self.adapter_disabled():
+                yield
+            return
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            trained = {name: params[name].detach().clone() for name in self._reference}
+            for name, w in self._reference.items():
+                params[name].copy_(w)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, w in trained.items():
+                    params[name].copy_(w)
 
 
 def _cache_kwarg(lm: Any) -> str:

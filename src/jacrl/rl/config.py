@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class GRPOConfig(BaseModel):
@@ -19,7 +19,7 @@ class GRPOConfig(BaseModel):
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
     prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
     max_completion: int = Field(256, ge=1, description="Completion length cap in tokens (hits are logged as truncations).")
-    max_seq: int = Field(1280, ge=16, description="Longest prompt + completion trained on; longer prompts lose tokens from their start.")
+    max_seq: int = Field(1280, ge=16, description="Longest prompt + completion: a prompt longer than max_seq − max_completion loses tokens from its start before sampling, so the sampler and the trainer see the same context.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; the trainer's forward uses the same temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     lora_layers: int = Field(8, ge=-1, description="LoRA on the last N transformer layers (-1 = all) for a fresh adapter (raw_grpo).")
@@ -32,6 +32,29 @@ class GRPOConfig(BaseModel):
     filter_zero_advantage: bool = Field(
         True, description="Drop samples with zero advantage (no policy-gradient signal); echo-only envs are kept."
     )
+    reference: Literal["start", "base"] = Field(
+        "start",
+        description="The frozen reference of the `ref_kl` term and the logged reference KL. `start` = the policy GRPO "
+        "starts from (the initial adapter, kept frozen; for a fresh LoRA this is the base); `base` = the base "
+        "model with the adapter disabled (pulls an SFT policy back toward the pre-SFT model).",
+    )
+    log_reference_kl: bool = Field(
+        True,
+        description="Log `kl/reference` every step. Without a `ref_kl` term this costs one extra no-grad forward "
+        "per step; false skips it.",
+    )
+    mask_truncated: bool = Field(
+        True,
+        description="Leave completions cut at `max_completion` out of the completion mask (no rl / ref_kl "
+        "gradient; TRL's mask_truncated_completions). They still count in their group's advantages.",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm over the LoRA parameters).")
     save_every: int = Field(50, ge=1, description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.")
     seed: int = Field(0, description="Seed of prompt order and sampling.")
+
+    @model_validator(mode="after")
+    def _room_for_a_prompt(self) -> GRPOConfig:
+        if self.max_completion >= self.max_seq:
+            raise ValueError(f"grpo.max_completion ({self.max_completion}) must be below grpo.max_seq ({self.max_seq}): "
+                             f"the prompt gets max_seq − max_completion tokens")
+        return self

@@ -14,11 +14,15 @@ def keeps_zero_advantage(plan: EnvLossPlan) -> bool:
     return not plan.primary_enabled
 
 
+ZERO_ADVANTAGE = 1e-9
+"""Advantages at most this far from 0 count as zero: float residues of r − mean are no signal."""
+
+
 def zero_advantage_filter(rollouts: Sequence[Rollout], plans: Mapping[str, EnvLossPlan]) -> list[Rollout]:
-    """Drop samples whose advantage is exactly 0 (no policy-gradient signal), except those from
+    """Drop samples whose advantage is zero (no policy-gradient signal), except those from
     echo-only envs."""
     return [
         rollout
         for rollout in rollouts
-        if rollout.advantage != 0 or keeps_zero_advantage(plans[rollout.env])
+        if abs(rollout.advantage) > ZERO_ADVANTAGE or keeps_zero_advantage(plans[rollout.env])
     ]

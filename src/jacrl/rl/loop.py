@@ -32,7 +32,9 @@ from jacrl.rl.trainer import Trainer
 from jacrl.training.metrics import MetricsWriter, read_metrics
 
 STATE = "state.json"
-RESUME_INSENSITIVE = {"iters", "save_every"}
+REFERENCE = "reference"
+"""The checkpoint's copy of the starting adapter, the frozen reference of `grpo.reference: start`."""
+RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}
 """GRPO knobs that may change between a killed run and its restart without invalidating it."""
 
 
@@ -60,10 +62,13 @@ def _read_checkpoint(ckpt: Path, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig,
 
 
 def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig,
-                     start_from: str, metrics_rows: list[dict]) -> None:
-    """Write a complete checkpoint next to the old one, then swap it in (never half-written)."""
+                     start_from: str, metrics_rows: list[dict], reference: Path | None) -> None:
+    """Write a complete checkpoint next to the old one, then swap it in (never half-written).
+    A kept reference adapter is copied in, so resuming needs nothing outside the checkpoint."""
     with atomic_dir(ckpt) as tmp:
         backend.save_adapter(tmp / "adapter")
+        if reference is not None:
+            shutil.copytree(reference, tmp / REFERENCE)
         backend.save_optimizer(tmp / "optimizer")
         torch.save({"torch_rng": torch.get_rng_state()}, tmp / "rng.pt")
         (tmp / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_rows))
@@ -72,7 +77,8 @@ def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, l
 
 
 def prepare_backend(model_path: str | Path, init_adapter: str | Path | None, cfg: GRPOConfig, backend: str,
-                    threads: int | None, model_name: str | None, resume_adapter: Path | None) -> Backend:
+                    threads: int | None, model_name: str | None, resume_adapter: Path | None,
+                    reference: Path | None = None) -> Backend:
     from jacrl.backends.select import load_backend
 
     b = load_backend(model_path, backend, threads=threads, model_name=model_name)
@@ -81,7 +87,17 @@ def prepare_backend(model_path: str | Path, init_adapter: str | Path | None, cfg
         b.load_adapter(adapter, trainable=True)
     else:
         b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
+    if reference is not None:
+        b.keep_reference(reference)
     return b
+
+
+def reference_adapter(cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Path, resuming: bool) -> Path | None:
+    """The adapter kept as the frozen reference: the starting one under `reference: start`. None
+    means the base (`reference: base`, or a fresh LoRA, whose update starts at zero)."""
+    if cfg.reference == "base" or init_adapter is None:
+        return None
+    return ckpt / REFERENCE if resuming else Path(init_adapter)
 
 
 def train_grpo(
@@ -111,7 +127,9 @@ def train_grpo(
     start = state["step"] if state else 0
     rows: list[dict] = read_metrics(ckpt / "metrics.jsonl")[:start] if state else []
 
-    b = prepare_backend(model_path, init_adapter, cfg, backend, threads, model_name, ckpt / "adapter" if state else None)
+    reference = reference_adapter(cfg, init_adapter, ckpt, resuming=state is not None)
+    b = prepare_backend(model_path, init_adapter, cfg, backend, threads, model_name, ckpt / "adapter" if state else None,
+                        reference)
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if state:
         b.load_optimizer(ckpt / "optimizer")
@@ -119,8 +137,9 @@ def train_grpo(
         print(f"resuming GRPO from {ckpt} at step {start}/{cfg.iters}")
 
     plans = EnvLossPlans.from_config(loss_cfg)
-    orch = Orchestrator(tasks, b, scorer, cfg, plans)
-    trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature)
+    orch = Orchestrator(tasks, b, scorer, cfg, plans, renderer=loss_cfg.orchestrator.renderer)
+    trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
+                      log_reference_kl=cfg.log_reference_kl)
 
     bar = tqdm(total=cfg.iters, initial=start, desc=f"grpo ({b.name})", unit="step", disable=not progress)
     done_here = 0
@@ -143,7 +162,7 @@ def train_grpo(
                         kl_ref=f"{row.get('kl/reference', 0.0):.2e}")
         done_here += 1
         if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
-            _save_checkpoint(ckpt, b, step + 1, cfg, loss_cfg, start_from, rows)
+            _save_checkpoint(ckpt, b, step + 1, cfg, loss_cfg, start_from, rows, reference)
         if stop_after is not None and done_here >= stop_after and step + 1 < cfg.iters:
             bar.close()
             return ckpt

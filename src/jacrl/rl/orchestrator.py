@@ -9,6 +9,7 @@ advantages, filters, and builds the padded batch the trainer consumes.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 from typing import Any
@@ -16,22 +17,27 @@ from typing import Any
 import numpy as np
 
 from jacrl.backends.base import Backend, SamplingParams
+from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import DEFAULT_ENV, EnvLossPlans
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.filters import zero_advantage_filter
+from jacrl.rl.render import RenderedPrompt, render_prompt
 
 
 def group_advantages(rewards: list[float], mode: str = "std", eps: float = 1e-4) -> list[float]:
-    """(r − mean)/(std + eps) or r − mean over one group; an all-equal group gives zeros."""
+    """(r − mean)/(std + eps) or r − mean over one group; an all-equal group gives exact zeros
+    (r − mean can leave ~1e-16 residues there)."""
     if not rewards:
         return []
+    if max(rewards) == min(rewards):
+        return [0.0] * len(rewards)
     mean = fmean(rewards)
     centred = [r - mean for r in rewards]
     if mode == "mean":
         return centred
-    std = pstdev(rewards) if len(rewards) > 1 else 0.0
-    return [c / (std + eps) if std > 0 else 0.0 for c in centred]
+    std = pstdev(rewards)
+    return [c / (std + eps) for c in centred]
 
 
 def prompt_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
@@ -51,16 +57,34 @@ class StepData:
 
 
 class Orchestrator:
-    def __init__(self, tasks: list[dict], backend: Backend, scorer: Any, cfg: GRPOConfig, plans: EnvLossPlans):
+    def __init__(self, tasks: list[dict], backend: Backend, scorer: Any, cfg: GRPOConfig, plans: EnvLossPlans,
+                 renderer: str | None = None):
         if not tasks:
             raise ValueError("GRPO needs at least one train task")
         self.tasks, self.backend, self.scorer, self.cfg, self.plans = tasks, backend, scorer, cfg, plans
         self.envs = list(plans) or [DEFAULT_ENV]
-        self._prompt_ids = {t["id"]: backend.prompt_ids(t["prompt"]) for t in tasks}
+        self._prompts = {t["id"]: self._render(t["prompt"], renderer) for t in tasks}
+        self._warned: set[str] = set()
 
-    def env_of(self, slot: int) -> str:
-        """Prompts of a step are dealt to the envs round-robin."""
-        return self.envs[slot % len(self.envs)]
+    def _render(self, prompt: str, renderer: str | None) -> RenderedPrompt:
+        """The prompt's tokens (with role attribution under a renderer), cut from its start to leave
+        room for a whole completion within max_seq, before sampling: the sampler and the trainer
+        see the same context."""
+        if renderer is None:
+            text = self.backend.render_chat([{"role": "user", "content": prompt}])
+            rendered = RenderedPrompt(self.backend.encode(text), text)
+        else:
+            rendered = render_prompt(self.backend.hf_tokenizer, prompt, renderer)
+        keep = self.cfg.max_seq - self.cfg.max_completion
+        if len(rendered.token_ids) <= keep:
+            return rendered
+        cut = lambda xs: None if xs is None else list(xs[-keep:])  # noqa: E731
+        return RenderedPrompt(cut(rendered.token_ids), rendered.text, cut(rendered.roles), cut(rendered.tool_names))
+
+    def env_of(self, prompt_index: int) -> str:
+        """Prompts are dealt to the envs round-robin by their index over the whole run (not their
+        slot in a step, which with one prompt per step would feed the first env only)."""
+        return self.envs[prompt_index % len(self.envs)]
 
     def step(self, step: int) -> StepData:
         cfg = self.cfg
@@ -70,24 +94,28 @@ class Orchestrator:
         t0 = time.perf_counter()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_completion,
                                 seed=cfg.seed * 1_000_003 + step * 1009)
-        groups = self.backend.generate([t["prompt"] for t in tasks], n=cfg.group_size, params=params, progress=False)
+        prompts = [self._prompts[t["id"]].token_ids for t in tasks]
+        groups = self.backend.generate_ids(prompts, n=cfg.group_size, params=params, progress=False)
         t1 = time.perf_counter()
-        flat = [(slot, t, c) for slot, (t, g) in enumerate(zip(tasks, groups)) for c in g]
-        scores = self.scorer.score_batch([t for _, t, _ in flat], [c.text for *_, c in flat])
+        flat = [(t, c) for t, g in zip(tasks, groups) for c in g]
+        scores = self.scorer.score_batch([t for t, _ in flat], [c.text for _, c in flat])
         t2 = time.perf_counter()
 
         rollouts: list[Rollout] = []
         rewards_all, zero_var = [], 0
-        for slot, t in enumerate(tasks):
-            members = [(c, s) for (sl, _, c), s in zip(flat, scores) if sl == slot]
-            rewards = [s.score for _, s in members]
+        for slot, (t, group) in enumerate(zip(tasks, groups)):
+            rewards = [s.score for s in scores[slot * cfg.group_size : (slot + 1) * cfg.group_size]]
             rewards_all.extend(rewards)
             zero_var += int(max(rewards) - min(rewards) == 0)
-            for (c, _), adv in zip(members, group_advantages(rewards, cfg.advantage, cfg.eps)):
-                rollouts.append(self._rollout(t, c, adv, self.env_of(slot)))
+            env = self.env_of(step * cfg.prompts_per_step + slot)
+            for c, adv in zip(group, group_advantages(rewards, cfg.advantage, cfg.eps)):
+                rollouts.append(self._rollout(t, c, adv, env))
         kept = zero_advantage_filter(rollouts, self.plans) if cfg.filter_zero_advantage else rollouts
         batch = build_batch(kept, self.plans, self.backend.pad_token_id) if kept else None
-        completions = [c for *_, c in flat]
+        if batch is not None:
+            self._warn_unselected_prompt_roles(kept, batch)
+        completions = [c for _, c in flat]
+        masked = sum(int(c.truncated) for c in completions) if cfg.mask_truncated else 0
         metrics = {
             "reward/mean": fmean(rewards_all),
             "reward/std": pstdev(rewards_all),
@@ -95,6 +123,8 @@ class Orchestrator:
             "reward/runs_rate": fmean(float(s.runs) for s in scores),
             "groups/zero_variance_frac": zero_var / len(tasks),
             "samples/truncated_frac": fmean(float(c.truncated) for c in completions),
+            "samples/truncated_masked": float(masked),
+            "samples/truncated_masked_frac": masked / len(completions),
             "samples/completion_tokens": fmean(len(c.token_ids) for c in completions),
             "samples/kept": float(len(kept)),
             "time/sample_s": t1 - t0,
@@ -103,11 +133,22 @@ class Orchestrator:
         return StepData(batch, metrics)
 
     def _rollout(self, task: dict, completion: Any, advantage: float, env: str) -> Rollout:
-        prompt = self._prompt_ids[task["id"]]
-        ids, lps = list(completion.token_ids), list(completion.logprobs)
-        room = self.cfg.max_seq - len(prompt)
-        if room < len(ids):  # keep the completion whole when possible: cut the prompt's start
-            keep_prompt = max(1, self.cfg.max_seq - len(ids))
-            prompt = prompt[-keep_prompt:]
-            ids, lps = ids[: self.cfg.max_seq - keep_prompt], lps[: self.cfg.max_seq - keep_prompt]
-        return Rollout(env=env, prompt_ids=list(prompt), completion_ids=ids, completion_logprobs=lps, advantage=advantage)
+        prompt = self._prompts[task["id"]]
+        ids = list(completion.token_ids)
+        mask = [False] * len(ids) if completion.truncated and self.cfg.mask_truncated else None
+        return Rollout(env=env, prompt_ids=list(prompt.token_ids), completion_ids=ids,
+                       completion_logprobs=list(completion.logprobs), advantage=advantage,
+                       prompt_roles=prompt.roles, prompt_tool_names=prompt.tool_names, completion_mask=mask)
+
+    def _warn_unselected_prompt_roles(self, rollouts: list[Rollout], batch: TrainBatch) -> None:
+        """Once per echo term: it supervises prompt roles, its env's samples are in the batch, and
+        it selected no prompt token (no attribution, or the prompts lack those roles)."""
+        for env in {r.env for r in rollouts}:
+            echo = self.plans[env].echo
+            roles = [role for role in (echo.roles() if echo else {}) if role in PROMPT_ROLES]
+            if not roles or echo.name in self._warned:
+                continue
+            if not any(batch.metrics.get(f"echo/{echo.name}/{role}_tokens", 0) for role in roles):
+                self._warned.add(echo.name)
+                warnings.warn(f"echo term {echo.name!r} supervises prompt roles {roles} but selected no prompt "
+                              f"token (set orchestrator.renderer: chat_template for role attribution)", stacklevel=2)

@@ -1,0 +1,77 @@
+"""The orchestrator on the real tiny model: truncated completions masked out of the rl term,
+envs dealt by the global prompt index, prompts cut before sampling, role-attributed prompts."""
+
+import pytest
+
+from jacrl.backends.base import LoraSpec
+from jacrl.backends.select import load_backend
+from jacrl.config import load_config
+from jacrl.losses.plan import EnvLossPlans
+from jacrl.rl.config import GRPOConfig
+from jacrl.rl.loop import train_grpo
+from jacrl.rl.orchestrator import Orchestrator
+from jacrl.training.metrics import read_metrics
+from text_reward import TASKS, WhitespaceScorer
+
+
+def cfg(**kw):
+    base = dict(iters=1, lr=1e-3, group_size=4, prompts_per_step=1, max_completion=6, max_seq=256, seed=0,
+                log_reference_kl=False)
+    return GRPOConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)
+    return b
+
+
+def orchestrator(backend, config=None, **kw):
+    losses = load_config(config or {})
+    return Orchestrator(TASKS, backend, WhitespaceScorer(), cfg(**kw), EnvLossPlans.from_config(losses),
+                        renderer=losses.orchestrator.renderer)
+
+
+@pytest.mark.parametrize("mask", [True, False])
+def test_truncated_completions_leave_the_rl_mask_and_are_counted(backend, mask):
+    data = orchestrator(backend, mask_truncated=mask, max_completion=3, prompts_per_step=2).step(0)
+    assert data.metrics["samples/truncated_frac"] == 1.0  # 3 tokens never reach an EOS here
+    assert data.metrics["samples/truncated_masked_frac"] == (1.0 if mask else 0.0)
+    assert data.metrics["samples/truncated_masked"] == (8.0 if mask else 0.0)
+    rl_tokens = float(data.batch.loss_mask.sum())
+    assert (rl_tokens == 0) == mask
+
+
+def test_two_envs_one_prompt_per_step_both_get_rollouts(backend):
+    config = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
+              "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
+                                                 {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}}}
+    orch = orchestrator(backend, config, filter_zero_advantage=False)
+    envs = [set(orch.step(step).batch.envs) for step in range(4)]
+    assert envs == [{"rl-env"}, {"imitate"}, {"rl-env"}, {"imitate"}]
+
+
+def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
+    config = load_config({
+        "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
+        "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
+                                           {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}}})
+    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg(iters=2), config, WhitespaceScorer(),
+                     backend="torch", progress=False)
+    echo_rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("batch/echo_only_samples", 0) > 0]
+    assert echo_rows and echo_rows[0]["loss/echo/tokens"] > 0
+
+
+def test_long_prompts_are_cut_before_sampling(backend):
+    orch = orchestrator(backend, max_seq=20, max_completion=6, mask_truncated=False)
+    assert all(len(p.token_ids) == 14 for p in orch._prompts.values())  # every rendered prompt is longer
+    batch = orch.step(0).batch
+    lengths = batch.attention_mask.sum(dim=1)
+    assert int(lengths.max()) <= 20
+    assert batch.input_ids[0, :14].tolist() in [p.token_ids for p in orch._prompts.values()]  # what was sampled from
+
+
+def test_max_completion_must_leave_room_for_a_prompt():
+    with pytest.raises(ValueError, match="max_completion .* must be below grpo.max_seq"):
+        GRPOConfig(max_seq=64, max_completion=64)

@@ -1,0 +1,77 @@
+"""`grpo.reference`: `start` anchors the KL to the adapter GRPO starts from (KL 0 at step 1),
+`base` to the base model with the adapter disabled; a resumed run keeps the same reference."""
+
+import json
+
+import pytest
+import torch
+
+from jacrl.backends.base import LoraSpec
+from jacrl.backends.select import load_backend
+from jacrl.config import load_config
+from jacrl.rl.config import GRPOConfig
+from jacrl.rl.loop import train_grpo
+from jacrl.training.metrics import read_metrics
+from text_reward import TASKS, WhitespaceScorer
+
+LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
+
+
+def cfg(**kw):
+    base = dict(iters=2, lr=1e-2, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
+                mask_truncated=False, save_every=1, seed=3)
+    return GRPOConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def start_adapter(tiny_model, tmp_path_factory):
+    """A LoRA adapter far from the base (what SFT hands GRPO): random A and B."""
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=4.0, layers=-1), seed=0)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in b.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    return b.save_adapter(tmp_path_factory.mktemp("start") / "adapter")
+
+
+def kl_curve(out):
+    return [r.get("kl/reference") for r in read_metrics(out / "metrics.jsonl")]
+
+
+@pytest.mark.parametrize("backend", ["torch", "mlx"])
+def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_adapter, tmp_path, backend):
+    run = lambda ref: train_grpo(tiny_model, TASKS, tmp_path / ref, cfg(reference=ref), load_config(LOSSES),  # noqa: E731
+                                 WhitespaceScorer(), init_adapter=start_adapter, backend=backend, progress=False)
+    start, base = kl_curve(run("start")), kl_curve(run("base"))
+    assert start[0] == pytest.approx(0.0, abs=1e-5)  # the policy before its first update is the reference
+    assert base[0] > 1e-3  # the starting adapter is far from the base
+    assert start[1] > 0  # one update later the policy has moved off its anchor
+
+
+def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_path):
+    for ref in ("start", "base"):
+        out = train_grpo(tiny_model, TASKS, tmp_path / ref, cfg(reference=ref, iters=1), load_config(LOSSES),
+                         WhitespaceScorer(), backend="torch", progress=False)
+        assert kl_curve(out)[0] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapter, tmp_path):
+    c, losses = cfg(iters=3), load_config(LOSSES)
+    whole = kl_curve(train_grpo(tiny_model, TASKS, tmp_path / "whole", c, losses, WhitespaceScorer(),
+                                init_adapter=start_adapter, backend="torch", progress=False))
+    ckpt = train_grpo(tiny_model, TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(), init_adapter=start_adapter,
+                      backend="torch", progress=False, stop_after=2)
+    assert (ckpt / "reference" / "adapter_config.json").is_file()
+    resumed = train_grpo(tiny_model, TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
+                         init_adapter=start_adapter, backend="torch", progress=False)
+    assert json.loads((resumed / "grpo_report.json").read_text())["resumed_at"] == 2
+    assert kl_curve(resumed) == pytest.approx(whole, rel=1e-3, abs=1e-6)
+
+
+def test_a_reference_adapter_of_another_shape_is_refused(tiny_model, start_adapter, tmp_path):
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=2, scale=4.0, layers=-1), seed=0)
+    with pytest.raises(ValueError, match="does not match the loaded adapter"):
+        b.keep_reference(start_adapter)
