@@ -46,6 +46,13 @@ class LossInputs:
             value = getattr(self, name)
             if value is not None and value.dtype != torch.bool:
                 raise ValueError(f"LossInputs.{name} must be a bool tensor, got {value.dtype}")
+        device = self.trainer_logprobs.device
+        tensors = {name: getattr(self, name) for name in ("inference_logprobs", "advantages", "loss_mask",
+                                                           "ref_logprobs", "echo_mask", "echo_weights")}
+        tensors |= {f"term_rows[{name!r}]": rows for name, rows in (self.term_rows or {}).items()}
+        for name, value in tensors.items():
+            if value is not None and value.device != device:
+                raise ValueError(f"LossInputs.{name} is on {value.device}, trainer_logprobs on {device}")
         if (self.echo_mask is None) != (self.echo_weights is None):
             raise ValueError("LossInputs.echo_mask and LossInputs.echo_weights must be given together")
 

@@ -64,16 +64,18 @@ class TrainBatch:
     metrics: dict[str, float] = field(default_factory=dict)
 
     def loss_inputs(self, trainer_logprobs: Tensor, ref_logprobs: Tensor | None = None) -> LossInputs:
-        """The cores' inputs, given the trainer's (and optionally the reference's) logprobs of `input_ids`."""
+        """The cores' inputs, given the trainer's (and optionally the reference's) logprobs of `input_ids`.
+        The batch is built on the CPU; every tensor moves to the logprobs' device (and float dtype)."""
+        device, dtype = trainer_logprobs.device, trainer_logprobs.dtype
         return LossInputs(
             trainer_logprobs=trainer_logprobs,
-            inference_logprobs=self.inference_logprobs.to(trainer_logprobs.dtype),
-            advantages=self.advantages.to(trainer_logprobs.dtype),
-            loss_mask=self.loss_mask,
-            ref_logprobs=ref_logprobs,
-            echo_mask=self.echo_mask,
-            echo_weights=self.echo_weights.to(trainer_logprobs.dtype),
-            term_rows=self.term_rows,
+            inference_logprobs=self.inference_logprobs.to(device, dtype),
+            advantages=self.advantages.to(device, dtype),
+            loss_mask=self.loss_mask.to(device),
+            ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device, dtype),
+            echo_mask=self.echo_mask.to(device),
+            echo_weights=self.echo_weights.to(device, dtype),
+            term_rows={name: rows.to(device) for name, rows in self.term_rows.items()},
         )
 
 

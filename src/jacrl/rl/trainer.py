@@ -1,7 +1,7 @@
 """The trainer: one forward at the sampling temperature, the enabled loss terms, one backward.
 
-The backend computes differentiable per-token logprobs (and, with the adapter disabled, the
-frozen reference's); the loss framework turns them into one scalar. The batch is laid out as
+The backend computes differentiable per-token logprobs (and, when a term or the logged reference
+KL needs them, the frozen reference policy's); the loss framework turns them into one scalar. The batch is laid out as
 whole sequences (position t = token t); the backend is asked for the logprobs of each row from
 its first supervised token on (the completion, or earlier when a prompt-role echo term
 supervises prompt tokens), and they are placed back at their positions.
@@ -18,6 +18,7 @@ from jacrl.backends.base import Backend, TokenLogprobs
 from jacrl.losses.config import RefKLLossConfig
 from jacrl.losses.registry import LossTerm, build_terms
 from jacrl.losses.compute import compute_loss
+from jacrl.losses.inputs import LossInputs
 from jacrl.rl.batch import TrainBatch
 
 
@@ -58,22 +59,30 @@ class Trainer:
         self.temperature = temperature
         self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
 
+    def inputs(self, batch: TrainBatch, t: TokenLogprobs, starts: list[int]) -> LossInputs:
+        """The loss inputs of one forward: the backend's logprobs placed at their positions, the
+        batch's tensors moved to the logprobs' device."""
+        seq = batch.input_ids.shape[1]
+        trainer_lp = place(t.logprobs, starts, seq)
+        ref_lp = None if t.ref_logprobs is None else place(t.ref_logprobs.to(trainer_lp), starts, seq)
+        return batch.loss_inputs(trainer_lp, ref_lp)
+
     def train_step(self, batch: TrainBatch, lr: float) -> dict[str, float]:
         lengths = batch.attention_mask.sum(dim=1).tolist()
         seqs = [batch.input_ids[i, : int(n)].tolist() for i, n in enumerate(lengths)]
         starts = first_supervised(batch)
         heads, tails = [s[:k] for s, k in zip(seqs, starts)], [s[k:] for s, k in zip(seqs, starts)]
-        seq = batch.input_ids.shape[1]
         extra: dict[str, float] = {}
 
         def loss_fn(t: TokenLogprobs) -> tuple[torch.Tensor, dict[str, float]]:
-            trainer_lp = place(t.logprobs, starts, seq)
-            ref_lp = None if t.ref_logprobs is None else place(t.ref_logprobs.to(trainer_lp.dtype), starts, seq)
-            result = compute_loss(self.terms, batch.loss_inputs(trainer_lp, ref_lp))
-            if ref_lp is not None:
-                extra["kl/reference"] = reference_kl(trainer_lp, ref_lp, batch.loss_mask)
+            inputs = self.inputs(batch, t, starts)
+            result = compute_loss(self.terms, inputs)
+            if inputs.ref_logprobs is not None:
+                extra["kl/reference"] = reference_kl(inputs.trainer_logprobs, inputs.ref_logprobs, inputs.loss_mask)
             return result.loss, result.scalars()
 
         metrics = self.backend.backward(heads, tails, self.temperature, loss_fn, reference=self.needs_reference)
-        self.backend.step(lr)
+        grad_norm = self.backend.step(lr)
+        if grad_norm is not None:
+            extra["grad/norm"] = grad_norm  # before clipping
         return {**metrics, **extra, **batch.metrics}
