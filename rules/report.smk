@@ -60,8 +60,8 @@ rule report_curves:
         report(
             f"{REPORT}/curves/r{{rung}}/{{model}}/{{cond}}.png",
             category="Training curves",
-            subcategory="{model} · {cond}",
-            labels={"rung": "r{rung}", "model": "{model}", "condition": "{cond}"},
+            subcategory="{model}",
+            labels={"rung": "r{rung}", "condition": "{cond}"},
             caption="../report/curves.rst",
         ),
     wildcard_constraints:
@@ -85,7 +85,7 @@ rule report_samples:
             f"{REPORT}/samples/r{{rung}}/{{model}}/{{cond}}/{{split}}.html",
             category="Completions",
             subcategory="{model} · {split}",
-            labels={"rung": "r{rung}", "condition": "{cond}", "split": "{split}"},
+            labels={"rung": "r{rung}", "condition": "{cond}"},
             caption="../report/samples.rst",
         ),
     log:
