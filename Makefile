@@ -9,7 +9,7 @@ CORES ?= all
 PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: ladder test test-slow dryrun lock clean-results venv
+.PHONY: ladder report test test-slow dryrun lock clean-results venv
 
 venv: $(STAMP)
 
@@ -24,6 +24,12 @@ $(STAMP): requirements.lock pyproject.toml
 ladder: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl results/ladder.md
 	$(BIN)/python -m jacrl.ladder timings benchmarks
+
+# The report: builds every report item first (and so the ladder, where missing), then bundles them.
+report: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) report_items
+	$(BIN)/snakemake --report report.html
+	@echo "report.html written: open it in a browser (one self-contained file)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

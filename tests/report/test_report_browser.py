@@ -40,7 +40,12 @@ FIND_LINK = "[...document.querySelectorAll('nav a')].find(a => a.textContent.tri
 EYE_IN_ROW = ("[...document.querySelectorAll('nav tr, nav li')].find(r => r.textContent.includes({text!r}))"
               "?.querySelector('a[iconname=eye]')")
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(2400),
+    # checked before the pipeline is built, so a machine without the browser skips at once
+    pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"),
+]
 
 
 def snakemake(workdir: Path, *args: str) -> None:
@@ -64,10 +69,7 @@ def built(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def browser(tmp_path):
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
-    b = Browser(binary, tmp_path / "profile")
+    b = Browser(chromium_binary(), tmp_path / "profile")
     yield b
     b.close()
 
