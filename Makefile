@@ -9,7 +9,7 @@ CORES ?= all
 PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: ladder report test test-slow dryrun lock clean-results venv
+.PHONY: ladder report test test-slow test-slurm dryrun lock clean-results venv
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 ladder: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) results/rl_ladder.jsonl results/ladder.md
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) results/rl_ladder.jsonl results/ladder.md
 	$(BIN)/python -m jacrl.ladder timings benchmarks
 
 # The report: builds every report item first (and so the ladder, where missing), then bundles them.
@@ -37,12 +37,18 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
+# A slice of the DAG through a real single-node SLURM that scripts/slurm-local/up stands up on this
+# machine (root, Debian/Ubuntu packages, a few minutes); not part of `make test`.
+test-slurm: $(STAMP)
+	scripts/slurm-local/up
+	$(BIN)/python scripts/slurm-local/check.py
+
 dryrun: $(STAMP)
 	$(BIN)/snakemake -n results/rl_ladder.jsonl
 
 # Re-pin requirements.lock from pyproject.toml (needs `uv` on PATH); the lock carries no index URL.
 lock:
-	uv pip compile pyproject.toml --extra test --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
+	uv pip compile pyproject.toml --extra test --extra slurm --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
 	@! grep -nE 'index[-]url|://' requirements.lock || { echo "error: requirements.lock names a registry"; exit 1; }
 
 clean-results:

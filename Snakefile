@@ -6,7 +6,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The bundled default, found from the workflow's folder (so `-d elsewhere` works); --configfile
+# files are merged over it.
+configfile: f"{workflow.basedir}/config.yaml"
 
 
 report: "report/workflow.rst"
@@ -18,6 +20,18 @@ include: "rules/models.smk"
 include: "rules/train.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
+
+
+# Jobs of a few seconds run where Snakemake runs, not as cluster jobs; smollm2_model fetches a
+# package, and cluster nodes often have no network.
+localrules:
+    all,
+    splits,
+    rung,
+    base_gen_cell,
+    rl_ladder,
+    show_ladder,
+    smollm2_model,
 
 
 rule all:

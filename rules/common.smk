@@ -38,8 +38,19 @@ wildcard_constraints:
     split="gen|mem",
 
 
+def bundled(path):
+    """A path shipped with the workflow (the drivers), taken from the workflow's own folder so that
+    `snakemake -d elsewhere` plans the same jobs; relative when the working directory is that
+    folder, so the inputs recorded for existing results stay the same."""
+    p = Path(workflow.basedir, path)
+    return p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p
+
+
 def driver_files():
-    return sorted(str(p) for p in Path(CFG.tasks.drivers).rglob("*.jac") if not any(s.startswith(".") for s in p.parts))
+    root = bundled(CFG.tasks.drivers)
+    return sorted(
+        str(p) for p in root.rglob("*.jac") if not any(s.startswith(".") for s in p.relative_to(root).parts)
+    )
 
 
 def model_spec(name):
@@ -70,9 +81,24 @@ def gpu_count(name):
     return model_spec(name).gpu_count
 
 
+MEM_GROWTH = 0.5
+"""Each retry asks for this much more than the first attempt's memory (a job killed for memory
+comes back bigger; a pre-empted or timed-out one resumes from its checkpoint)."""
+
+
+def grown(mem_mb, attempt):
+    return int(mem_mb * (1 + MEM_GROWTH * (attempt - 1)))
+
+
+def mem_request(mem_mb):
+    """`mem_mb` of a job without a model, grown with `attempt`."""
+    return lambda wc, attempt: grown(mem_mb, attempt)
+
+
 def job_mem_mb(kind):
-    """`mem_mb` of a `kind` job of the wildcard's model (its spec's, else derived from its size)."""
-    return lambda wc: job_resources(CFG, wc.model, kind)["mem_mb"]
+    """`mem_mb` of a `kind` job of the wildcard's model (its spec's, else derived from its size),
+    grown with `attempt`."""
+    return lambda wc, attempt: grown(job_resources(CFG, wc.model, kind)["mem_mb"], attempt)
 
 
 def job_runtime(kind):

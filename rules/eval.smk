@@ -48,6 +48,10 @@ ruleorder: base_gen_cell > eval
 
 
 rule eval:
+    # One cluster job per model and rung (with the SLURM profile's group-components): cells
+    # take seconds to minutes, so each would otherwise wait in the queue alone.
+    group:
+        "eval_r{rung}_{model}"
     input:
         model=cell_model_input,
         tasks=split_tasks,

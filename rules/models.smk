@@ -14,7 +14,8 @@ rule tiny_model:
         "benchmarks/tiny_model.tsv"
     threads: CFG.threads
     resources:
-        mem_mb=4000,
+        mem_mb=mem_request(4000),
+        runtime=30,
     script:
         "../scripts/tiny_model.py"
 

@@ -16,7 +16,8 @@ rule build_tasks:
         "benchmarks/build_tasks.tsv"
     threads: CFG.threads
     resources:
-        mem_mb=2000,
+        mem_mb=mem_request(2000),
+        runtime=30,
     script:
         "../scripts/build_tasks.py"
 

@@ -1,0 +1,70 @@
+"""The workflow as a cluster sees it: another working directory, the profiles, local rules and
+grouped eval cells (planned only; `make test-slurm` runs a slice through a real SLURM)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
+LOCAL_RULES = {"all", "splits", "rung", "base_gen_cell", "rl_ladder", "show_ladder"}
+CLUSTER_RULES = {"build_tasks", "tiny_model", "sft", "grpo", "eval", "eval_base_gen"}
+
+
+def plan(cwd, *args):
+    proc = subprocess.run(SNAKEMAKE + [*args, "-n", "--forceall"], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def job_counts(text):
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.MULTILINE) if m[1] != "total"}
+
+
+def build_tasks_inputs(text):
+    block = re.search(r"^rule build_tasks:\n    input: (.*)$", text, re.MULTILINE)
+    return [Path(p).name for p in block[1].split(", ")] if block else []
+
+
+def test_another_working_directory_plans_the_same_jobs(repo, tmp_path):
+    here = plan(repo, "--quiet", "rules")
+    there = plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "--quiet", "rules")
+    assert job_counts(there) == job_counts(here)
+    drivers = sorted(p.name for p in (repo / "dataset/drivers").rglob("*.jac"))
+    # the tasks job reads the bundled drivers, found from the workflow's folder
+    assert sorted(build_tasks_inputs(plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
+                                          "dataset/rl/tasks.jsonl"))) == drivers
+
+
+RULE_KINDS = """
+import sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    wf = api.workflow(resource_settings=ResourceSettings(), snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]))._workflow
+    print(" ".join(sorted(wf._localrules)))
+"""
+
+
+def test_short_jobs_are_local_rules(repo, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", RULE_KINDS, str(repo / "Snakefile"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    local = set(proc.stdout.split())
+    assert LOCAL_RULES <= local and not local & CLUSTER_RULES, proc.stdout + proc.stderr
+
+
+def test_slurm_profile_groups_a_rungs_cells(repo, tmp_path):
+    out = plan(repo, "--profile", "profiles/slurm", "-d", str(tmp_path), "--config",
+               'ladder={"rungs": [1], "conditions": ["base", "sft"], "splits": ["gen", "mem"]}')
+    # the rung's three eval cells of the model travel as one cluster job
+    group = re.search(r"Group job eval_r1_tiny \(jobs in lexicogr\. order\):\n(.*?)(?=\n\[|\Z)", out, re.DOTALL)
+    assert group and len(re.findall(r"rule eval:", group[1])) == 3
+
+
+def test_slurm_profile_requests_runtime_and_memory(repo, tmp_path):
+    out = plan(repo, "--profile", "profiles/slurm", "-d", str(tmp_path), "results/cells/r1/tiny/sft/mem.json")
+    for rule in ("build_tasks", "tiny_model", "sft", "eval"):
+        block = re.search(rf"rule {rule}:\n(.*?)resources: ([^\n]*)", out, re.DOTALL)
+        res = dict(kv.split("=", 1) for kv in block[2].split(", "))
+        assert int(res["runtime"]) > 0 and int(res["mem_mb"]) >= 1000, (rule, res)
