@@ -224,6 +224,10 @@ REASONING: dict[str, Callable[[str], str]] = {
     "answer_tag": lambda a: f"<think>{DECOY}</think>\n<answer>\n{a}\n</answer>",
 }
 
+# Reasoning opened and never closed: only the last fence is the answer (a bare answer cannot
+# be told apart from the reasoning, so this form takes fenced answers only).
+UNTERMINATED_THINK = lambda a: f"<think>\nLet me think.\n{DECOY}\nNo. Final answer:\n{a}"  # noqa: E731
+
 NOT_WRITTEN: dict[str, str] = {
     "empty": "",
     "prose_only": "I am not sure how to write this in Jac.",
@@ -232,7 +236,7 @@ NOT_WRITTEN: dict[str, str] = {
     "empty_four_backticks": "````jac\n\n````",
     "todo_only": "```jac\n# TODO: write the body\n```",
     "reasoning_only": "<think>\nLet me think about the loop.\n",
-    "reasoning_never_closed_with_a_draft": "<think>\nA draft:\n```jac\nreturn 0;\n```\n",
+    "reasoning_never_closed_after_prose": "Here it is.\n<think>\nA draft: return 0;\n",
     "reasoning_then_nothing": f"<think>{DECOY}</think>\n\n",
     "reasoning_then_prose": f"<think>{DECOY}</think>\nI cannot answer that.",
 }
@@ -319,6 +323,7 @@ def corpus_forms(t: Task) -> dict[str, str]:
         "tildes": FENCES["tildes"](body),
         "four_backticks": FENCES["four_backticks"](body),
         "think_decoy_then_fence": REASONING["think"](FENCES["backticks_jac"](body)),
+        "unterminated_think_decoy_then_fence": UNTERMINATED_THINK(FENCES["tildes"](body)),
         "whole_unit": FENCES["backticks_jac"](whole_unit(t)),
         "whole_unit_as_impl": FENCES["backticks_jac"](as_impl(t)),
         "whole_unit_inline": FENCES["tildes_jac"](as_inline(t)),
@@ -331,7 +336,7 @@ def never_answered(t: Task) -> dict[str, str]:
     """Completions of `t` that never write its body: none may pass."""
     unit, body = whole_unit(t), t.gold_body.rstrip()
     return {
-        **{k: NOT_WRITTEN[k] for k in ("prose_only", "empty_tildes", "reasoning_then_nothing", "reasoning_never_closed_with_a_draft")},
+        **{k: NOT_WRITTEN[k] for k in ("prose_only", "empty_tildes", "reasoning_then_nothing", "reasoning_only")},
         "truncated_unit_half": FENCES["unclosed"](unit[: len(unit) // 2]),
         "truncated_body_half": FENCES["backticks_jac"](body[: len(body) // 2]),
         "reasoning_draft_then_truncated": REASONING["think"](FENCES["unclosed"](body[: len(body) // 2])),
@@ -384,6 +389,14 @@ def test_a_body_never_written_is_empty(tasks, form):
     for t in tasks.values():
         ex = extract_body(NOT_WRITTEN[form], t)
         assert not ex.ok and ex.body == "", (t.id, ex)
+
+
+@pytest.mark.parametrize("form", ["backticks_jac", "tildes", "four_backticks", "unclosed", "indented_3", "prose_around"])
+def test_unterminated_reasoning_takes_the_last_fence(tasks, form):
+    for t in tasks.values():
+        for echo in (t.gold_body.rstrip("\n"), whole_unit(t), whole_file(t)):
+            ex = extract_body(UNTERMINATED_THINK(FENCES[form](echo)), t)
+            assert _same(ex, t) and ex.method.startswith("think+"), (t.id, ex)
 
 
 def test_unfenced_whole_file_keeps_its_docstring_whole(tasks):
@@ -470,7 +483,7 @@ def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
     """Every table form of every fixture task (and of its impl variant) is an exact pass; a body
     never written or truncated is not."""
     table, bad = score_forms(tiered_scorer, list(tasks.values()))
-    assert bad == [] and len(table) == 27
+    assert bad == [] and len(table) == 29
     rows = [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     assert [r[:2] for r, s in zip(rows, scores) if not s.exact] == []

@@ -181,6 +181,7 @@ def brace_balance(code: str) -> tuple[int, int]:
 class Block:
     lang: str
     code: str
+    line: int = 0  # index of the opening fence's line in the text
 
 
 def _info_lang(info: str) -> str:
@@ -224,7 +225,7 @@ def fenced_blocks(text: str) -> list[Block]:
             j += 1
         text_of = "\n".join(code)
         # A fence left open runs to the end, and so takes in any prose after the code.
-        blocks.append(Block(_info_lang(m["info"]), text_of if j < len(lines) else trim_prose(text_of, lead=False)))
+        blocks.append(Block(_info_lang(m["info"]), text_of if j < len(lines) else trim_prose(text_of, lead=False), i))
         i = j + 1
     return blocks
 
@@ -233,8 +234,8 @@ def answer_text(completion: str) -> tuple[str, bool]:
     """(the completion without its reasoning, whether reasoning was dropped).
 
     Closed reasoning blocks go wherever they are; a closer without an opener (the chat template
-    opened the block) drops everything before it; an opener never closed drops everything
-    after it: a body drafted in unfinished reasoning was never answered.
+    opened the block) drops everything before it. After an opener never closed only the last
+    fence counts, as the answer the reasoning ran into; with no fence there, nothing was answered.
     """
     text = completion.replace("\r\n", "\n")
     out = text.rsplit(FINAL_CHANNEL, 1)[-1]
@@ -244,7 +245,9 @@ def answer_text(completion: str) -> tuple[str, bool]:
         out = out[closers[-1].end() :]
     opener = REASONING_OPEN_RE.search(out)
     if opener:
-        out = out[: opener.start()]
+        rest = out[opener.end() :]
+        blocks = fenced_blocks(rest)
+        out = out[: opener.start()] + ("\n".join(rest.split("\n")[blocks[-1].line :]) if blocks else "")
     reasoned = out != text
     answer = ANSWER_RE.search(out)
     return (answer["answer"] if answer else out), reasoned
