@@ -27,7 +27,7 @@ ladder: $(STAMP)
 
 # The report: builds every report item first (and so the ladder, where missing), then bundles them.
 report: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) report_items
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) report_items
 	$(BIN)/snakemake --report report.html
 	@echo "report.html written: open it in a browser (one self-contained file)"
 

@@ -1,5 +1,6 @@
 # Stage 5: the report's items — `snakemake --report report.html` (or `make report`) gathers them.
 #   ladder rows → the ladder page; metrics.jsonl → training curves; cells → completion pages.
+#   Each is a job of seconds: they run where Snakemake runs (localrule), never as cluster jobs.
 
 REPORT = "results/report"
 
@@ -23,11 +24,13 @@ def report_targets():
 
 rule report_items:
     # Everything `snakemake --report` embeds; building it runs the ladder first where missing.
+    localrule: True
     input:
         report_targets(),
 
 
 rule report_ladder:
+    localrule: True
     input:
         "results/rl_ladder.jsonl",
     output:
@@ -41,6 +44,7 @@ rule report_ladder:
 
 
 rule report_splits:
+    localrule: True
     input:
         f"{RL}/splits.md",
     output:
@@ -54,6 +58,7 @@ rule report_splits:
 
 
 rule report_curves:
+    localrule: True
     input:
         "adapters/r{rung}/{model}/{cond}",
     output:
@@ -77,6 +82,7 @@ rule report_curves:
 
 
 rule report_samples:
+    localrule: True
     input:
         cell="results/cells/r{rung}/{model}/{cond}/{split}.json",
         samples="results/cells/r{rung}/{model}/{cond}/{split}.samples.jsonl",
