@@ -189,6 +189,7 @@ FENCES: dict[str, Callable[[str], str]] = {
     "backticks_python_attrs": lambda c: f"```python {{.x}}\n{c}\n```",
     "backticks_pandoc": lambda c: f"```{{.jac .numberLines}}\n{c}\n```",
     "backticks_jaclang_title": lambda c: f'``` jaclang title="answer.jac"\n{c}\n```',
+    "backticks_jac_filename": lambda c: f"```jac:answer.jac\n{c}\n```",
     "tildes": lambda c: f"~~~\n{c}\n~~~",
     "tildes_jac": lambda c: f"~~~jac\n{c}\n~~~",
     "tildes_info_with_backticks": lambda c: f"~~~ jac `hole`\n{c}\n~~~",

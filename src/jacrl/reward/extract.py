@@ -185,9 +185,9 @@ class Block:
 
 
 def _info_lang(info: str) -> str:
-    """The language of a fence's info string: `jac`, `python {.x}`, `{.jac .numberLines}`."""
-    words = info.strip().lstrip("{").split()
-    return words[0].lstrip(".").rstrip("}").lower() if words else ""
+    """The language of a fence's info string: `jac`, `python {.x}`, `{.jac .numberLines}`, `jac:main.jac`."""
+    m = re.match(r"[\s{.]*(?P<lang>[\w+#-]*)", info)
+    return m["lang"].lower()
 
 
 def _unindent(line: str, n: int) -> str:
