@@ -323,11 +323,12 @@ def world(tmp_path_factory):
         "ABSTRACT": repr(listener.abstract).replace("'", '"'),
         "CACHE": f'"{project / ".cache" / "reward.sqlite"}"',
         "PKG": f'"{jaclang.__file__}"',
-        "PROJ_FILE": f'"{REPO / "pyproject.toml"}"',
+        "PROJ_FILE": f'"{REPO / "tests" / "reward" / "fixtures" / "tasks.jsonl"}"',
         "PROJ_NEW": f'"{REPO / f".jacrl-pwned-{TOKEN}"}"',
         "CAP": str(RewardScorer({"cache": False}).cfg.limits.tmp_size_mb << 20),
     }
-    watched = [project / ".cache" / "reward.sqlite", key, private, Path(jaclang.__file__), REPO / "pyproject.toml"]
+    # (files no one edits while the suite runs: other work may go on in the project tree)
+    watched = [project / ".cache" / "reward.sqlite", key, private, Path(jaclang.__file__), REPO / "tests" / "reward" / "fixtures" / "tasks.jsonl"]
     yield {"subst": w, "listener": listener, "watched": watched, "tmp_cap": int(w["CAP"]), "new": REPO / f".jacrl-pwned-{TOKEN}"}
     listener.close()
     private.unlink()
