@@ -42,7 +42,7 @@ class TasksConfig(Section):
 class SplitsConfig(Section):
     holdout_size: int = Field(
         30, ge=1,
-        description="Minimum number of holdout tasks. Whole sources are held out (smallest first, "
+        description="Minimum number of holdout tasks after decontamination. Whole sources are held out (smallest first, "
         "round-robin over families), so the result can exceed this by less than one source.",
     )
     valid_size: int = Field(4, ge=0, description="Tasks taken from the end of the interleaved train pool for validation.")

@@ -76,3 +76,36 @@ def test_family_with_one_source_cannot_be_split():
     tasks = [t for t in corpus() if not (t["family"] == "fam0" and t["source"] != "fam0_src0")]
     with pytest.raises(SplitError, match="fam0"):
         make_splits(tasks, 10, 0, 0.9)
+
+
+def test_holdout_reaches_its_size_after_decontamination():
+    """Near copies dropped from the holdout are made up for by holding out more sources."""
+    tasks = corpus(families=3, sources=6, per_source=3)
+    base = make_splits(tasks, 9, 0, 0.85)
+    assert len(base.holdout) == 9 and not base.dropped
+    held = {t["source"] for t in base.holdout}
+    train = [t for t in tasks if t["source"] not in held]
+    for victim, twin in zip(base.holdout[:2], train[-2:]):
+        twin["gold_body"] = victim["gold_body"]
+    s = make_splits(tasks, 9, 0, 0.85)
+    assert len(s.dropped) >= 1 and len(s.holdout) >= 9
+    assert {t["source"] for t in s.holdout} > {t["source"] for t in base.holdout} - {h["source"] for h in base.holdout[:2]}
+
+
+def test_decontamination_agrees_with_plain_ratio():
+    """The upper-bound shortcut drops exactly what comparing every pair with ratio() drops."""
+    import difflib
+
+    tasks = corpus(families=2, sources=3, per_source=4)
+    for i, t in enumerate(tasks[::3]):
+        t["gold_body"] = tasks[(3 * i + 5) % len(tasks)]["gold_body"][: 40 + 7 * i] + "x" * i
+    s = make_splits(tasks, 6, 0, 0.6)
+    train = s.trainpool
+    assert s.dropped and s.holdout
+    for t in [x for x in tasks if x["id"] in {h["id"] for h in s.holdout}]:
+        best = max(difflib.SequenceMatcher(None, t["gold_body"], b["gold_body"], autojunk=False).ratio() for b in train)
+        assert best < 0.6
+    for hid, tid, sim in s.dropped:
+        h = next(t for t in tasks if t["id"] == hid)
+        best = max((difflib.SequenceMatcher(None, h["gold_body"], b["gold_body"], autojunk=False).ratio(), b["id"]) for b in train)
+        assert (round(best[0], 4), best[1]) == (sim, tid)

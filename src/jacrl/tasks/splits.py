@@ -18,10 +18,6 @@ def _stable_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def body_similarity(a: str, b: str) -> float:
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
-
-
 @dataclass
 class Splits:
     holdout: list[dict]
@@ -80,24 +76,50 @@ def interleave(tasks: list[dict]) -> list[dict]:
     return out
 
 
+def decontaminate(holdout: list[dict], train: list[dict], threshold: float) -> tuple[list[dict], list[tuple[str, str, float]]]:
+    """Drop each holdout task whose gold body is at least `threshold`-similar to a training body;
+    a dropped task is reported with its most similar training task."""
+    # One matcher per training body (its analysis is cached as seq2); the cheap upper bounds
+    # real_quick_ratio >= quick_ratio >= ratio skip the quadratic ratio for almost every pair.
+    matchers = []
+    for t in train:
+        sm = difflib.SequenceMatcher(None, autojunk=False)
+        sm.set_seq2(t["gold_body"])
+        matchers.append((t["id"], sm))
+    kept, dropped = [], []
+    for t in holdout:
+        worst: tuple[str, float] | None = None
+        for tid, sm in matchers:
+            sm.set_seq1(t["gold_body"])
+            if sm.real_quick_ratio() < threshold or sm.quick_ratio() < threshold:
+                continue
+            r = sm.ratio()
+            if r >= threshold and (worst is None or r > worst[1]):
+                worst = (tid, r)
+        if worst is None:
+            kept.append(t)
+        else:
+            dropped.append((t["id"], worst[0], round(worst[1], 4)))
+    return kept, dropped
+
+
 def make_splits(tasks: list[dict], holdout_size: int, valid_size: int, decontam_threshold: float) -> Splits:
     if not tasks:
         raise SplitError("no tasks to split")
-    held = choose_holdout_sources(tasks, holdout_size)
-    holdout = [t for t in tasks if t["source"] in held]
-    rest = interleave([t for t in tasks if t["source"] not in held])
+    target = holdout_size
+    while True:  # hold out more sources until the decontaminated holdout reaches holdout_size
+        held = choose_holdout_sources(tasks, target)
+        rest = interleave([t for t in tasks if t["source"] not in held])
+        kept, dropped = decontaminate([t for t in tasks if t["source"] in held], rest, decontam_threshold)
+        if len(kept) >= holdout_size:
+            break
+        bigger = target + holdout_size - len(kept)
+        if choose_holdout_sources(tasks, bigger) == held:
+            break  # no family has a source left to hold out
+        target = bigger
     if valid_size >= len(rest):
         raise SplitError(f"valid_size={valid_size} leaves no training tasks (only {len(rest)} outside the holdout)")
     trainpool, valid = (rest[: len(rest) - valid_size], rest[len(rest) - valid_size :]) if valid_size else (rest, [])
-
-    kept, dropped = [], []
-    train_bodies = [(t["id"], t["gold_body"]) for t in rest]
-    for t in holdout:
-        worst = max(((tid, body_similarity(t["gold_body"], b)) for tid, b in train_bodies), key=lambda x: x[1])
-        if worst[1] >= decontam_threshold:
-            dropped.append((t["id"], worst[0], round(worst[1], 4)))
-        else:
-            kept.append(t)
     missing = sorted({t["family"] for t in tasks} - {t["family"] for t in kept})
     if missing:
         raise SplitError(f"after decontamination the holdout covers no task of families {missing}")
