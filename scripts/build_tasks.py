@@ -2,6 +2,7 @@
 from pathlib import Path
 
 from jacrl.config import TasksConfig
+from jacrl.progress import summary
 from jacrl.tasks.build import build_tasks
 from jacrl.workflow import logged
 
@@ -15,4 +16,4 @@ with logged(snakemake):
         ROOT / cfg.drivers, snakemake.output.tasks, snakemake.output.templates, snakemake.output.refbodies,
         timeout=cfg.timeout, build_timeout=cfg.build_timeout, jobs=snakemake.threads, root=ROOT, runner=cfg.gold_runner,
     )
-    print(f"{len(records)} tasks from {len({r['driver'] for r in records})} drivers")
+    summary(f"{len(records)} tasks from {len({r['driver'] for r in records})} drivers")

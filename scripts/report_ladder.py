@@ -1,6 +1,7 @@
 # Rule report_ladder: the ladder as an HTML page (pivot tables, paired tests, every cell's numbers).
+from jacrl.progress import summary
 from jacrl.report.ladder import write_ladder_html
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    print(f"{write_ladder_html(snakemake.input[0], snakemake.output[0])} ladder rows → {snakemake.output[0]}")
+    summary(f"{write_ladder_html(snakemake.input[0], snakemake.output[0])} ladder rows")

@@ -2,32 +2,120 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
 import sys
+import time
 import traceback
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
+
+from jacrl.progress import SUMMARY, is_terminal
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @contextmanager
 def logged(smk: Any) -> Iterator[None]:
-    """Send the job's stdout/stderr to its `log:` file; on failure, print the error's message
-    (not only a traceback) to the console too, and exit non-zero."""
+    """Run a job body with its stdout/stderr and `logging` (INFO and up) in its `log:` file.
+
+    Each distinct warning is logged once (libraries repeat theirs at every call). When the body
+    succeeds, one line goes to the console under Snakemake's job lines: the rule, its wildcards,
+    what it produced, the `jacrl.progress.summary` lines it logged, and its seconds. On failure
+    the error's message goes to the console too (the traceback to the log) and the job exits 1.
+    """
     log_path = Path(smk.log[0]) if smk.log else None
     console = sys.stderr
-    if log_path is None:
-        yield
-        return
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w", encoding="utf-8", buffering=1) as fh, redirect_stdout(fh), redirect_stderr(fh):
+    with ExitStack() as stack:
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            fh = stack.enter_context(open(log_path, "w", encoding="utf-8", buffering=1))
+            stack.enter_context(redirect_stdout(fh))
+            stack.enter_context(redirect_stderr(fh))
+        else:
+            fh = console
+        lines = stack.enter_context(job_logging(fh))
+        t0 = time.monotonic()
         try:
             yield
         except Exception as exc:  # report, then fail the job
             traceback.print_exc(file=fh)
             print(f"\n{type(exc).__name__}: {exc}", file=console)
             raise SystemExit(1) from None
+        print(finished_line(smk, lines, time.monotonic() - t0), file=console, flush=True)
+
+
+@contextmanager
+def job_logging(stream: TextIO) -> Iterator[list[str]]:
+    """Root logging to `stream` at INFO, warnings through it once each, third-party progress bars
+    off; yields the list that collects the `summary` lines. Everything is restored after."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, "%Y-%m-%d %H:%M:%S"))
+    collected: list[str] = []
+    collector = _Collect(collected)
+    old_level, old_show = root.level, warnings.showwarning
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    SUMMARY.addHandler(collector)
+    warnings.showwarning = _warning_once(set())
+    if not is_terminal(stream):
+        _hide_library_bars()
+    try:
+        yield collected
+    finally:
+        warnings.showwarning = old_show
+        SUMMARY.removeHandler(collector)
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def finished_line(smk: Any, summaries: list[str], seconds: float) -> str:
+    """`sft r1/tiny → adapters/r1/tiny/sft: loss 4.21 → 0.93 over 240 steps (41 s)`."""
+    rule = getattr(smk, "rule", None) or "job"
+    wildcards = "/".join(f"{v}" for _, v in getattr(smk, "wildcards", {}).items())
+    outputs = ", ".join(map(str, getattr(smk, "output", [])))
+    head = " ".join(p for p in (rule, wildcards) if p) + (f" → {outputs}" if outputs else "")
+    return head + (f": {'; '.join(summaries)}" if summaries else "") + f" ({seconds:.0f} s)"
+
+
+class _Collect(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
+
+
+def _warning_once(seen: set[tuple[type, str]]) -> Any:
+    """A `warnings.showwarning` that logs each (category, message) once. The filters' own
+    once-per-location memory is cleared whenever any code enters `catch_warnings()`, so a
+    library's warning otherwise comes back at every call that follows one."""
+    logger = logging.getLogger("py.warnings")
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        key = (category, str(message))
+        if key not in seen:
+            seen.add(key)
+            logger.warning("%s: %s (%s:%d)", category.__name__, message, filename, lineno)
+
+    return show
+
+
+def _hide_library_bars() -> None:
+    """Hugging Face's own bars (loading weights, writing shards) off, as ours are off a terminal.
+    The variable covers libraries imported later; the calls, those already imported."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def code_version() -> str:

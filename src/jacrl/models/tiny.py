@@ -21,11 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from jacrl.backends.config import TinyModelConfig
 from jacrl.io import atomic_dir, read_jsonl
 from jacrl.models.config import CHAT_TEMPLATE, END_OF_TEXT, EOS_TOKEN, IM_START, MANIFEST, SPECIAL_TOKENS
+from jacrl.progress import Progress, summary
 from jacrl.training.metrics import MetricsWriter
 
 
@@ -206,7 +205,7 @@ def pretrain(model, streams: dict[str, list[int]], cfg: TinyModelConfig, metrics
     model.train()
     losses: list[float] = []
     t0 = time.perf_counter()
-    bar = tqdm(range(cfg.pretrain_steps), desc="tiny pre-train", unit="step")
+    bar = Progress(range(cfg.pretrain_steps), desc="tiny pre-train", unit="step")
     for step in bar:
         lr = _lr_at(step, cfg)
         for group in opt.param_groups:
@@ -287,6 +286,9 @@ def build_tiny_model(
             "corpus": [{"path": d.path, "kind": d.kind, "chars": len(d.text), "sha256": d.sha256} for d in docs],
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    if losses:
+        summary(f"{manifest['parameters'] / 1e6:.1f} M parameters, {len(losses)} pre-training steps; "
+                f"loss {losses[0]:.3f} → {losses[-1]:.3f}")
     return out_dir
 
 

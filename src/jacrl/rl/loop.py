@@ -13,6 +13,7 @@ at the same step count. The checkpoint is removed once the final adapter is writ
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 import warnings
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from jacrl.backends.base import Backend, LoraSpec
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
 from jacrl.losses.plan import EnvLossPlans
+from jacrl.progress import Progress, summary
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
@@ -34,6 +35,7 @@ from jacrl.training.metrics import MetricsWriter, read_metrics
 STATE = "state.json"
 REFERENCE = "reference"
 """The checkpoint's copy of the starting adapter, the frozen reference of `grpo.reference: start`."""
+log = logging.getLogger(__name__)
 RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}
 """GRPO knobs that may change between a killed run and its restart without invalidating it."""
 
@@ -134,14 +136,14 @@ def train_grpo(
     if state:
         b.load_optimizer(ckpt / "optimizer")
         torch.set_rng_state(torch.load(ckpt / "rng.pt")["torch_rng"])
-        print(f"resuming GRPO from {ckpt} at step {start}/{cfg.iters}")
+        log.info("resuming GRPO from %s at step %d/%d", ckpt, start, cfg.iters)
 
     plans = EnvLossPlans.from_config(loss_cfg)
     orch = Orchestrator(tasks, b, scorer, cfg, plans, renderer=loss_cfg.orchestrator.renderer)
     trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
                       log_reference_kl=cfg.log_reference_kl)
 
-    bar = tqdm(total=cfg.iters, initial=start, desc=f"grpo ({b.name})", unit="step", disable=not progress)
+    bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({b.name})", unit="step", disable=not progress)
     done_here = 0
     for step in range(start, cfg.iters):
         data = orch.step(step)
@@ -156,10 +158,11 @@ def train_grpo(
         row["time/train_s"] = time.perf_counter() - t0
         row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
         rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
-        bar.update(1)
         bar.set_postfix(r=f"{row['reward/mean']:.3f}", pass_=f"{row['reward/pass_rate']:.2f}",
+                        loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
                         σ0=f"{row['groups/zero_variance_frac']:.2f}", trunc=f"{row['samples/truncated_frac']:.2f}",
-                        kl_ref=f"{row.get('kl/reference', 0.0):.2e}")
+                        tok_s=f"{row['tokens_per_s']:.0f}")
+        bar.update(1)
         done_here += 1
         if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
             _save_checkpoint(ckpt, b, step + 1, cfg, loss_cfg, start_from, rows, reference)
@@ -178,6 +181,10 @@ def train_grpo(
                   "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
         write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
     shutil.rmtree(ckpt, ignore_errors=True)
+    if rows:
+        s = report["summary"]
+        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, pass rate "
+                f"{s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} (first → last fifth of the steps)")
     return out
 
 

@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm import tqdm
-
 from jacrl.io import atomic_dir, write_jsonl
+from jacrl.progress import Progress
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
 from jacrl.tasks.gold import RunResult, Runner, gold_runner, run_program
 
@@ -152,7 +151,7 @@ def run_gold_checks(
             return d, None, str(exc)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for d, out, err in tqdm(pool.map(one, drivers), total=len(drivers), desc=desc, unit="driver"):
+        for d, out, err in Progress(pool.map(one, drivers), total=len(drivers), desc=desc, unit="driver"):
             if err:
                 problems.append(err)
             else:

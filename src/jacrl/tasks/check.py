@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pandas as pd
-from tqdm import tqdm
 
+from jacrl.progress import Progress
 from jacrl.tasks.build import parse_all, run_gold_checks
 from jacrl.tasks.drivers import Driver, Hole
 from jacrl.tasks.gold import Runner, gold_runner
@@ -74,7 +74,7 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        found = list(tqdm(pool.map(one, cases), total=len(cases), desc="empty-body runs", unit="hole"))
+        found = list(Progress(pool.map(one, cases), total=len(cases), desc="empty-body runs", unit="hole"))
     return [p for p in found if p]
 
 
