@@ -19,10 +19,10 @@ from jacrl.io import write_jsonl
 Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → completions in sample order
 
 
-def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig) -> Generated:
-    """The greedy completion, the eval samples and the policy samples of every prompt."""
+def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig, split: str) -> Generated:
+    """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every prompt."""
     plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.n, cfg.temperature)]
-    if cfg.policy_n:
+    if cfg.policy_n and split in cfg.policy_splits:
         plan.append(("policy", cfg.policy_n, cfg.policy_temperature))
     out: Generated = {}
     for kind, n, temperature in plan:
@@ -64,8 +64,8 @@ def cell_tasks(tasks: list[dict], split: str, cfg: EvalConfig) -> list[dict]:
 def evaluate_cell(tasks: list[dict], backend: Backend, scorer: Any, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
     tasks = cell_tasks(tasks, meta["split"], cfg)
-    generated = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg)
+    generated = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg, meta["split"])
     metrics, records = score_cell(tasks, generated, scorer, cfg.k)
     write_jsonl(samples_out, records)
-    return {**meta, "temperature": cfg.temperature, "policy_temperature": cfg.policy_temperature if cfg.policy_n else None,
-            **metrics}
+    policy_t = cfg.policy_temperature if metrics["policy_samples"] else None
+    return {**meta, "temperature": cfg.temperature, "policy_temperature": policy_t, **metrics}

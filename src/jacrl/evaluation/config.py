@@ -26,6 +26,11 @@ class EvalConfig(BaseModel):
         description="Samples per task at `policy_temperature`: the sampled pass rate GRPO optimises, reported beside "
         "pass@1 so `sft_grpo` vs `sft` shows whether GRPO helped (paired sign test in the pivot). 0 = none.",
     )
+    policy_splits: list[Split] = Field(
+        default_factory=lambda: ["gen", "mem"],
+        description="Splits whose cells draw the policy samples (the default ladder keeps them to `mem`, where the "
+        "tiny model passes anything at all, to stay within its time budget).",
+    )
     policy_temperature: float | None = Field(
         None, gt=0,
         description="Temperature of the policy samples; None = `grpo.temperature` (the temperature GRPO samples at).",

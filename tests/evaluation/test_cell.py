@@ -1,0 +1,71 @@
+"""An eval cell end to end: real Jac scoring of every completion kind; the tiny model's own
+cell; verified@n and audit flags from scripted answers (what a model could emit)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from jacrl.backends.base import Completion
+from jacrl.backends.select import load_backend
+from jacrl.evaluation.cell import evaluate_cell
+from jacrl.evaluation.config import EvalConfig
+from jacrl.io import read_jsonl
+from jacrl.reward.batch import RewardScorer
+
+BROKEN = "```jac\nthis is not jac {\n```"
+CHEAT = '```jac\nx = open("dataset/rl/tasks.jsonl").read();\n```'
+
+
+@dataclass
+class ScriptedModel:
+    """Answers each prompt from a script: kind → per-prompt list of completion texts."""
+
+    script: dict
+
+    def generate(self, prompts, n, params):
+        kind = "greedy" if params.temperature == 0 else ("policy" if params.temperature == 0.5 else "sample")
+        return [[Completion(text, [1], [0.0], False) for text in self.script[kind][i][:n]] for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    with RewardScorer({"cache": False, "workers": 2}) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def tasks(tiny_fixtures):
+    return read_jsonl(tiny_fixtures / "holdout.jsonl")[:2]
+
+
+def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path):
+    cfg = EvalConfig(n=2, k=2, max_tokens=12, policy_n=3, policy_temperature=0.5)
+    backend = load_backend(tiny_model, "torch", threads=2)
+    cell = evaluate_cell(tasks, backend, scorer, cfg, {"split": "gen", "cond": "base"}, str(tmp_path / "s.jsonl"))
+    records = read_jsonl(tmp_path / "s.jsonl")
+    kinds = [r["kind"] for r in records]
+    assert (kinds.count("greedy"), kinds.count("sample"), kinds.count("policy")) == (2, 4, 6)
+    assert cell["samples"] == 2 and cell["policy_samples"] == 3 and cell["policy_temperature"] == 0.5
+    assert cell["isolation"] == "strict" and all(r["score"]["isolation"] == "strict" for r in records)
+    assert 0 <= cell["verified_pct"] <= 100 and cell["policy_pass_pct"] is not None
+
+
+def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
+    gold = [f"```jac\n{t['gold_body']}```" for t in tasks]
+    script = {
+        # task 0: greedy broken; samples broken then gold → verified. task 1: the first sample tries to
+        # read the answer key (the sandbox refuses; it must score as an honest failure, flagged).
+        "greedy": [[BROKEN], [gold[1]]],
+        "sample": [[BROKEN, gold[0]], [CHEAT, gold[1]]],
+        "policy": [[gold[0], gold[0]], [BROKEN, gold[1]]],
+    }
+    cfg = EvalConfig(n=2, k=2, policy_n=2, policy_temperature=0.5)
+    cell = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "mem"}, str(tmp_path / "s.jsonl"))
+    per = cell["per_task"]
+    t0, t1 = (t["id"] for t in tasks)
+    assert (per[t0]["pass1"], per[t0]["verified"], per[t0]["c"]) == (0, 1, 1)
+    assert (per[t1]["pass1"], per[t1]["policy_c"]) == (1, 1)
+    assert cell["policy_pass_pct"] == 75.0
+    cheat = next(r for r in read_jsonl(tmp_path / "s.jsonl") if r["completion"] == CHEAT)
+    assert cheat["score"]["flags"] and not cheat["score"]["exact"]
+    assert cell["flagged_passes"] == 0 and cell["passes"] == 6
