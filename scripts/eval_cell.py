@@ -6,6 +6,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.evaluation.cell import evaluate_cell
 from jacrl.io import read_jsonl, write_text
+from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
 from jacrl.workflow import code_version, logged
 
@@ -18,4 +19,4 @@ with logged(snakemake):
     with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
         cell = evaluate_cell(read_jsonl(snakemake.input.tasks), backend, scorer, cfg.eval, meta, snakemake.output.samples)
     write_text(snakemake.output.cell, json.dumps(cell, indent=1) + "\n")
-    print(f"{cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  run {cell['run_pct']}%")
+    summary(f"{cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  run {cell['run_pct']}%")

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from jacrl.backends.base import (
     Backend,
@@ -37,6 +36,7 @@ from jacrl.backends.base import (
 )
 from jacrl.backends.config import SFTConfig
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter, write_meta
+from jacrl.progress import Progress
 
 
 class MLXBackend(Backend):
@@ -78,7 +78,7 @@ class MLXBackend(Backend):
         self, prompts: Sequence[Sequence[int]], n: int = 1, params: SamplingParams = SamplingParams(), progress: bool = True
     ) -> list[list[Completion]]:
         out: list[list[Completion]] = []
-        bar = tqdm(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        bar = Progress(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
             ids, lps = self._sample(list(prompt), n, params, params.seed + i)
             out.append([self._finish(a, b) for a, b in zip(ids, lps)])
@@ -284,22 +284,22 @@ class MLXBackend(Backend):
                 yield mx.array(arr), mx.array([[off, len(t)] for t, off in rows])
 
         losses: list[float] = []
-        bar = tqdm(total=cfg.iters, desc=f"sft ({self.name})", unit="step")
+        bar = Progress(total=cfg.iters, desc=f"sft ({self.name})", unit="step")
 
         class Report(TrainingCallback):
             def on_train_loss_report(self, info: dict) -> None:
                 loss = float(info["train_loss"])
                 losses.append(loss)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}")
                 now = time.perf_counter()
                 dt, clock[0] = now - clock[0], now
+                # mlx-lm's own tokens_per_second counts only the unmasked (trained) tokens;
+                # report whole sequences per second, as the torch backend does.
+                it, lr = int(info["iteration"]), float(info["learning_rate"])
+                tokens = sum(len(data[i][0]) for i in order[it - 1])
+                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / max(dt, 1e-9):.0f}")
+                bar.update(1)
                 if on_step is not None:
-                    # mlx-lm's own tokens_per_second counts only the unmasked (trained) tokens;
-                    # report whole sequences per second, as the torch backend does.
-                    it = int(info["iteration"])
-                    tokens = sum(len(data[i][0]) for i in order[it - 1])
-                    on_step(StepInfo(it, loss, float(info["learning_rate"]), tokens / max(dt, 1e-9), tokens))
+                    on_step(StepInfo(it, loss, lr, tokens / max(dt, 1e-9), tokens))
 
         opt = optim.Adam(learning_rate=_mx_schedule(cfg), bias_correction=True)  # as torch
         clock = [time.perf_counter()]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from jacrl.backends.base import (
     Backend,
@@ -33,6 +32,7 @@ from jacrl.backends.base import (
 )
 from jacrl.backends.config import SFTConfig
 from jacrl.backends.lora_format import adapter_format, read_adapter, write_meta
+from jacrl.progress import Progress
 
 
 SMALL_MODEL_PARAMS = 50_000_000
@@ -145,7 +145,7 @@ class TorchBackend(Backend):
         out: list[list[Completion]] = [[] for _ in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         per_chunk = max(1, self.max_batch_rows // max(n, 1))
-        bar = tqdm(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        bar = Progress(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for start in range(0, len(order), per_chunk):
             chunk = order[start : start + per_chunk]
             gens = [torch.Generator(device="cpu").manual_seed(params.seed + i) for i in chunk]
@@ -374,7 +374,7 @@ class TorchBackend(Backend):
         def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
             return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
 
-        bar = tqdm(
+        bar = Progress(
             enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)),
             total=cfg.iters,
             desc=f"sft ({self.name})",
@@ -388,9 +388,9 @@ class TorchBackend(Backend):
             self.step(lr)
             tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
             losses.append(out["loss"])
-            bar.set_postfix(loss=f"{out['loss']:.3f}")
+            dt = time.perf_counter() - tic
+            bar.set_postfix(loss=f"{out['loss']:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / dt:.0f}")
             if on_step is not None:
-                dt = time.perf_counter() - tic
                 on_step(StepInfo(step + 1, out["loss"], lr, tokens / dt, tokens))
         return losses
 
