@@ -1,15 +1,32 @@
 """Pick and load a backend: `auto` = MLX on Apple Silicon, torch elsewhere.
 
-    backend = load_backend("models/tiny", "auto", adapter="adapters/r1/tiny/sft", threads=2)
+    backend = load_backend("models/tiny", "auto", adapter="adapters/r1/tiny/sft", threads=2,
+                           placement=Placement.of(spec))   # device, dtype, checkpointing
 """
 
 from __future__ import annotations
 
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 from jacrl.backends.base import Backend, ModelPathError, require_model_dir
 from jacrl.backends.config import BackendName, ModelSpec
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where and in what precision the torch backend runs a model (a `ModelSpec`'s `device`,
+    `dtype`, `gradient_checkpointing`); the MLX backend runs on MLX's default device in the
+    folder's own precision."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    gradient_checkpointing: bool = False
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> Placement:
+        return cls(spec.device, spec.dtype, spec.gradient_checkpointing)
 
 
 def resolve_backend(name: BackendName | str = "auto") -> str:
@@ -27,15 +44,18 @@ def load_backend(
     adapter: str | Path | None = None,
     threads: int | None = None,
     model_name: str | None = None,
+    placement: Placement | None = None,
 ) -> Backend:
     """Load a model folder (+ optional adapter folder) with the chosen backend. A missing model
     folder raises ModelPathError naming the model and the path, before any loader runs."""
     require_model_dir(model_path, model_name)
     kind = resolve_backend(backend)
+    placement = placement or Placement()
     if kind == "torch":
         from jacrl.backends.torch_backend import TorchBackend
 
-        return TorchBackend(model_path, adapter, threads=threads, model_name=model_name)
+        return TorchBackend(model_path, adapter, threads=threads, model_name=model_name, device=placement.device,
+                            dtype=placement.dtype, gradient_checkpointing=placement.gradient_checkpointing)
     from jacrl.backends.mlx_backend import MLXBackend
 
     return MLXBackend(model_path, adapter, threads=threads, model_name=model_name)

@@ -105,7 +105,7 @@ class TorchBackend(Backend):
         for p in base.parameters():
             p.requires_grad_(False)
         if gradient_checkpointing:  # transformers applies it in train mode only: sampling is unaffected
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            _enable_checkpointing(base)
         self.model: Any = base
         self.lora: LoraSpec | None = None
         self.adapter_path = None
@@ -537,6 +537,16 @@ class TorchBackend(Backend):
             with torch.no_grad():
                 for name, w in trained.items():
                     params[name].copy_(w)
+
+
+def _enable_checkpointing(lm: Any) -> None:
+    """Non-reentrant activation checkpointing (no input-grad hook needed under a frozen base);
+    transformers ≥ 5.2x names it `activation_checkpointing_enable`, older ones `gradient_…`."""
+    enable = getattr(lm, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _cache_kwarg(lm: Any) -> str:

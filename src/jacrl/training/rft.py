@@ -25,6 +25,7 @@ from typing import Any
 
 from jacrl.backends.base import SamplingParams
 from jacrl.backends.config import BackendName, RFTConfig, SFTConfig
+from jacrl.backends.select import Placement, load_backend
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.training.metrics import MetricsWriter
 from jacrl.training.sft import fit_lora, load_tasks_arg, sft_examples
@@ -78,14 +79,13 @@ def train_rft(
     sft_cfg: SFTConfig | None = None,
     model_name: str | None = None,
     score_fn: ScoreFn | None = None,
+    placement: Placement | None = None,
 ) -> Path:
     """Warm-start `model_path` by rejection-sampling fine-tuning on `tasks` (the train pool).
 
     LoRA knobs come from `sft_cfg` (default SFTConfig) with `cfg.iters` steps; `score_fn`
     defaults to the real reward with `reward_cfg`.
     """
-    from jacrl.backends.select import load_backend
-
     cfg = cfg or RFTConfig()
     sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters})
     score_fn = score_fn or reward_score_fn(reward_cfg, threads)
@@ -93,7 +93,7 @@ def train_rft(
     if not records:
         raise ValueError("RFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name)
+    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.seed)
     groups = b.generate([t["prompt"] for t in records], n=cfg.samples, params=params)
     t_sample = time.perf_counter() - t0

@@ -20,6 +20,7 @@ from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec, SFTExample, StepInfo
 from jacrl.backends.config import BackendName, SFTConfig
+from jacrl.backends.select import Placement, load_backend
 from jacrl.io import atomic_dir, read_jsonl
 from jacrl.training.metrics import MetricsWriter
 
@@ -73,16 +74,15 @@ def train_sft(
     backend: BackendName | str = "auto",
     threads: int | None = None,
     model_name: str | None = None,
+    placement: Placement | None = None,
 ) -> Path:
     """Gold-SFT a LoRA adapter on `tasks` (records or a JSONL path) and save it to `out_adapter_dir`."""
-    from jacrl.backends.select import load_backend
-
     cfg = cfg or SFTConfig()
     records = load_tasks_arg(tasks)
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name)
+    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
     examples = sft_examples(b, [t["prompt"] for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
     with atomic_dir(out) as tmp:
