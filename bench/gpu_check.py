@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -34,7 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
+# Idle OpenMP threads sleep instead of spinning (as every workflow job sets): on shared cores
+# spinning threads made CPU steps many times slower. Must precede torch's import.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "backends" / "fixtures"
@@ -129,7 +134,7 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     with RewardScorer(cfg.reward, threads=2) as scorer, DeviceMemory(device) as mem:
         grpo = train_grpo(model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, backend="torch",
-                          threads=2, progress=False)
+                          threads=2, progress=False, placement=place)
     rows = read_metrics(grpo / "metrics.jsonl")
     out["grpo"] = {"s": round(time.perf_counter() - t0, 2), "steps": len(rows),
                    "kl_reference_step1": rows[0].get("kl/reference"), "peak_mb": round(mem.peak_mb, 1)}
@@ -187,6 +192,7 @@ def long_prompt(tokenizer_dir: Path, tokens: int) -> str:
 
 def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     """Seconds per GRPO step and peak memory at the check's shapes (3 steps; the first warms up)."""
+    from jacrl.backends.select import Placement
     from jacrl.config import load_config
     from jacrl.rl.loop import train_grpo
     from jacrl.training.metrics import read_metrics
@@ -200,7 +206,7 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
                                 "lora_layers": -1, "lora_rank": 8, "filter_zero_advantage": False, "save_every": 100}})
     with DeviceMemory(device) as mem:
         out = train_grpo(model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), backend="torch",
-                         threads=2, progress=False)
+                         threads=2, progress=False, placement=Placement(device=device, dtype=shape["dtype"]))
     rows = read_metrics(out / "metrics.jsonl")
     timed = rows[1:]
     return {

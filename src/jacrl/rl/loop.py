@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from jacrl.backends.base import Backend, LoraSpec
+from jacrl.backends.select import Placement
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
 from jacrl.losses.plan import EnvLossPlans
@@ -80,10 +81,10 @@ def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, l
 
 def prepare_backend(model_path: str | Path, init_adapter: str | Path | None, cfg: GRPOConfig, backend: str,
                     threads: int | None, model_name: str | None, resume_adapter: Path | None,
-                    reference: Path | None = None) -> Backend:
+                    reference: Path | None = None, placement: Placement | None = None) -> Backend:
     from jacrl.backends.select import load_backend
 
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name)
+    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
     adapter = resume_adapter or init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
@@ -116,6 +117,7 @@ def train_grpo(
     ckpt_dir: str | Path | None = None,
     progress: bool = True,
     stop_after: int | None = None,
+    placement: Placement | None = None,
 ) -> Path:
     """GRPO on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
 
@@ -131,7 +133,7 @@ def train_grpo(
 
     reference = reference_adapter(cfg, init_adapter, ckpt, resuming=state is not None)
     b = prepare_backend(model_path, init_adapter, cfg, backend, threads, model_name, ckpt / "adapter" if state else None,
-                        reference)
+                        reference, placement)
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if state:
         b.load_optimizer(ckpt / "optimizer")
