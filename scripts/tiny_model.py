@@ -1,8 +1,16 @@
 # Rule tiny_model: build and briefly pre-train the embedded tiny Jac model (train-pool drivers only).
+from pathlib import Path
+
 from jacrl.backends.config import TinyModelConfig
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.workflow import logged
 
+# Task records name drivers relative to the workflow's folder (Snakemake sets __file__ to this
+# script's own path); kept relative when that folder is the working directory, as the model's
+# manifest has always recorded them.
+ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT.relative_to(Path.cwd()) if ROOT.is_relative_to(Path.cwd()) else ROOT
+
 with logged(snakemake):
-    drivers = driver_paths_from_tasks(snakemake.input.trainpool)
+    drivers = driver_paths_from_tasks(snakemake.input.trainpool, root=ROOT)
     build_tiny_model(snakemake.output[0], drivers, TinyModelConfig(**snakemake.params.cfg), threads=snakemake.threads)
