@@ -338,9 +338,11 @@ class Backend(ABC):
 
     @abstractmethod
     def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None
+        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
+        start: int = 0, optimizer_state: str | Path | None = None,
     ) -> list[float]:
-        """LoRA SFT (attach the adapter first). Returns the loss per step."""
+        """LoRA SFT (attach the adapter first). Returns the loss per step. A resumed run gives the
+        0-based `start` step and the optimiser saved then, with that step's adapter loaded."""
 
     # ---- LoRA ------------------------------------------------------------------------------
     @abstractmethod

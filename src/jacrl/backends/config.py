@@ -218,6 +218,12 @@ class SFTConfig(StrictModel):
         4096, ge=64, description="Longest prompt + completion in tokens; longer examples are left-truncated."
     )
     seed: int = Field(0, description="Seed of LoRA initialisation and batch order.")
+    save_every: int = Field(
+        50,
+        ge=1,
+        description="Gold-SFT writes a checkpoint (adapter, optimiser, step) to `<adapter>.ckpt/` every this "
+        "many steps; a killed job run again continues from it (torch backend).",
+    )
 
 
 class RFTConfig(StrictModel):

@@ -259,9 +259,12 @@ class MLXBackend(Backend):
         self._max_grad_norm = json.loads((path / "optimizer.json").read_text())["max_grad_norm"]
 
     def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None
+        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
+        start: int = 0, optimizer_state: str | Path | None = None,
     ) -> list[float]:
         """LoRA SFT through mlx-lm's trainer (prompt tokens masked by its default loss)."""
+        if start or optimizer_state is not None:
+            raise NotImplementedError("the mlx backend's SFT (mlx-lm's trainer) always starts at step 0")
         import mlx.core as mx
         import mlx.optimizers as optim
         from mlx_lm.tuner.callbacks import TrainingCallback

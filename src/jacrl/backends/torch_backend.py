@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import json
 import re
 import time
@@ -363,20 +364,25 @@ class TorchBackend(Backend):
         self._max_grad_norm = saved["max_grad_norm"]
 
     def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None
+        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
+        start: int = 0, optimizer_state: str | Path | None = None,
     ) -> list[float]:
         if self.lora is None:
             raise RuntimeError("attach_lora() before train_sft()")
         examples = [e.truncated(cfg.max_seq) for e in examples]
         self.configure_optimizer(cfg.lr)
+        if optimizer_state is not None:
+            self.load_optimizer(optimizer_state)
         losses: list[float] = []
 
         def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
             return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
 
+        # a resumed run skips the batches it trained on: the order and the lr are those of step k
         bar = Progress(
-            enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)),
+            itertools.islice(enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)), start, None),
             total=cfg.iters,
+            initial=start,
             desc=f"sft ({self.name})",
             unit="step",
         )
