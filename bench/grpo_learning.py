@@ -159,6 +159,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--eval-n", type=int, default=32, help="samples per task in each eval")
     p.add_argument("--eval-every", type=int, help="also evaluate every k steps (the pass-rate curve)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--config", default="config.yaml", help="the base config (grpo keys and losses are replaced)")
     p.add_argument("--name", help="output folder under bench/out/ (default from the settings)")
     return p.parse_args(argv)
 
@@ -187,7 +188,7 @@ def train_log(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     g = grpo_settings(a)
-    cfg = bench_config(g, loss_terms(a.beta))
+    cfg = bench_config(g, loss_terms(a.beta), a.config)
     tasks = read_jsonl(a.tasks or f"dataset/rl/rungs/r{a.rung}/train.jsonl")
     sft = Path(a.adapter or f"adapters/r{a.rung}/tiny/sft")
     name = a.name or "r{}-T{}-lr{}-G{}-P{}-n{}-b{}-{}{}".format(

@@ -36,9 +36,6 @@ from jacrl.reward.interop import JacReward  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
-ALL_TASKS = "dataset/rl/tasks.jsonl"
-
-
 def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threads: int) -> dict:
     spent: dict[str, dict] = {}
     with clock(spent, "run"), RewardScorer(cfg.reward, threads=threads) as scorer:
@@ -71,13 +68,13 @@ def trl_args(cfg: Config, out: Path, beta: float, threads: int) -> Any:
         weight_decay=0.0, max_grad_norm=g.max_grad_norm, per_device_train_batch_size=batch,
         gradient_accumulation_steps=1, steps_per_generation=1, num_generations=g.group_size,
         max_completion_length=g.max_completion, temperature=g.temperature, top_p=g.top_p, top_k=0,
-        beta=beta, scale_rewards="group", mask_truncated_completions=bool(getattr(g, "mask_truncated", False)),
+        beta=beta, scale_rewards="group", mask_truncated_completions=g.mask_truncated,
         use_cpu=True, bf16=False, seed=g.seed, logging_steps=1, save_strategy="no", report_to="none",
         disable_tqdm=True, dataloader_num_workers=0, torch_empty_cache_steps=None,
     )
 
 
-def trl(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, beta: float, threads: int) -> dict:
+def trl(model: str, sft: Path, tasks_file: str, cfg: Config, out: Path, beta: float, threads: int) -> dict:
     import torch
     from datasets import Dataset
     from peft import PeftModel
@@ -87,7 +84,8 @@ def trl(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, beta: 
     torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(model)
     policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), sft, is_trainable=True)
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "task_id": t["id"]} for t in tasks])
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "task_id": t["id"]}
+                              for t in read_jsonl(tasks_file)])
     marks: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
@@ -97,7 +95,7 @@ def trl(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, beta: 
         def on_step_end(self, args, state, control, **kw):
             marks.append((time.perf_counter(), cpu_seconds()))
 
-    reward = PassRateReward(tasks=ALL_TASKS, config=cfg.reward, threads=threads)
+    reward = PassRateReward(tasks=tasks_file, config=cfg.reward, threads=threads)
     spent: dict[str, dict] = {}
     try:
         with clock(spent, "run"):
@@ -174,11 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mask-truncated", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--eval-n", type=int, default=32, help="samples per task in the before/after evals (0 = none)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--config", default="config.yaml", help="the base config (grpo keys and losses are replaced)")
     a = p.parse_args(argv)
     g = {"iters": a.steps, "group_size": a.group, "prompts_per_step": a.prompts, "lr": a.lr, "temperature": a.temperature,
          "max_completion": a.max_completion, "mask_truncated": a.mask_truncated, "reference": "start", "save_every": 10_000}
-    cfg = bench_config(g, loss_terms(a.beta))
-    tasks = read_jsonl(f"dataset/rl/rungs/r{a.rung}/train.jsonl")
+    cfg = bench_config(g, loss_terms(a.beta), a.config)
+    tasks_file = f"dataset/rl/rungs/r{a.rung}/train.jsonl"
+    tasks = read_jsonl(tasks_file)
     sft = Path(f"adapters/r{a.rung}/tiny/sft")
     name = f"r{a.rung}-T{a.temperature}-lr{a.lr}-G{a.group}-P{a.prompts}-n{a.steps}-b{a.beta}{'-mask' if a.mask_truncated else ''}"
     out = Path("bench/out") / f"trl-{name}"
@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     same_prompt_ids(a.model, tasks)
 
     res: dict[str, Any] = {"settings": {"rung": a.rung, **g, "beta": a.beta, "threads": a.threads}}
+    res["trl"] = trl(a.model, sft, tasks_file, cfg, out / "trl", a.beta, a.threads)
     res["ours"] = ours(a.model, sft, tasks, cfg, out / "ours", a.threads)
-    res["trl"] = trl(a.model, sft, tasks, cfg, out / "trl", a.beta, a.threads)
     res["evals"] = {}
     if a.eval_n:
         before = sampled_passes(a.model, sft, tasks, cfg, a.eval_n, a.threads)
