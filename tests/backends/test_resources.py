@@ -1,0 +1,77 @@
+"""Job resources from the model: mem_mb derived from size, precision and tokens; gpu; runtime;
+and the rules' `resources:` reading them in a real Snakemake plan."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.resources import (
+    BASE_MB,
+    BUILTIN_SHAPES,
+    DEFAULT_RUNTIME_MIN,
+    FALLBACK_MB,
+    job_resources,
+    mem_mb,
+    model_shape,
+    safetensors_parameters,
+)
+from jacrl.config import load_config, load_config_file
+
+
+def test_parameters_are_read_from_the_safetensors_headers(tiny_model):
+    weights = load_file(tiny_model / "model.safetensors")
+    assert safetensors_parameters(tiny_model) == sum(t.numel() for t in weights.values())
+    shape = model_shape(ModelSpec(name="t", path=str(tiny_model)))
+    assert shape.parameters == safetensors_parameters(tiny_model) and shape.layers == 2 and shape.hidden == 64
+
+
+def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):
+    smol = ModelSpec(name="s", builtin="smollm2")  # no folder under tmp_path: the builtin's record is used
+    assert model_shape(smol, tmp_path) == BUILTIN_SHAPES["smollm2"]
+    fp32 = mem_mb(smol, "sft", 1, 2048, 2048, tmp_path)
+    weights_mb = BUILTIN_SHAPES["smollm2"].parameters * 4 / 2**20
+    assert fp32 > BASE_MB + weights_mb
+    assert mem_mb(smol.model_copy(update={"dtype": "bfloat16"}), "sft", 1, 2048, 2048, tmp_path) < fp32
+    assert mem_mb(smol.model_copy(update={"gradient_checkpointing": True}), "sft", 1, 2048, 2048, tmp_path) < fp32
+    assert mem_mb(smol, "sft", 4, 2048, 2048, tmp_path) > fp32
+    assert mem_mb(smol, "rft", 1, 2048, 2048, tmp_path) > fp32  # fusing holds a second copy of the weights
+    gpu_job = smol.model_copy(update={"gpus": 1})  # activations on the GPU: host memory is the weights
+    assert mem_mb(gpu_job, "grpo", 32, 2048, 256, tmp_path) == mem_mb(gpu_job, "grpo", 1, 64, 8, tmp_path)
+
+
+def test_explicit_values_and_fallbacks(tmp_path):
+    spec = ModelSpec(name="m", path=str(tmp_path / "absent"), mem_mb={"eval": 1234}, runtime={"grpo": 7})
+    assert mem_mb(spec, "eval", 8, 4096, 256) == 1234
+    assert mem_mb(spec, "sft", 1, 4096, 4096) == FALLBACK_MB  # size unknown at planning time
+    assert mem_mb(spec.model_copy(update={"parameters": 7_000_000_000}), "sft", 1, 4096, 4096) > FALLBACK_MB
+    cfg = load_config({"models": [spec.model_dump()]})
+    assert job_resources(cfg, "m", "grpo")["runtime"] == 7
+    assert job_resources(cfg, "m", "eval") == {"mem_mb": 1234, "runtime": DEFAULT_RUNTIME_MIN["eval"], "gpu": 0}
+
+
+def test_the_smollm2_config_asks_one_gpu_per_job(repo):
+    cfg = load_config_file(repo / "configs" / "smollm2.yaml")
+    for kind in ("sft", "grpo", "rft", "eval"):
+        res = job_resources(cfg, "smollm2", kind, root=repo)
+        assert res["gpu"] == 1 and res["mem_mb"] < 4000
+
+
+def test_the_plan_carries_each_jobs_resources(repo):
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    proc = subprocess.run([snakemake, "-n", "--forceall", "results/cells/r1/tiny/sft/mem.json", "--config",
+                           'models=[{"name": "tiny", "builtin": "tiny", "device": "cpu", "gpus": 1, '
+                           '"mem_mb": {"sft": 3333}, "runtime": {"eval": 11}}]'],
+                          cwd=repo, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # one block per job, `rule NAME:` to its `resources:` line (grouped jobs are indented)
+    jobs = dict(re.findall(r"^\s*rule (\w+):\n(?:\s+(?!resources)\w+:[^\n]*\n)*?\s+resources: ([^\n]+)",
+                           proc.stdout, re.MULTILINE))
+    assert "gpu=1" in jobs["sft"] and "mem_mb=3333" in jobs["sft"] and "runtime=120" in jobs["sft"]
+    assert "gpu=1" in jobs["eval"] and "runtime=11" in jobs["eval"]
+    assert "gpu=" not in jobs["tiny_model"]  # not a model job
