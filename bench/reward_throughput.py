@@ -120,8 +120,10 @@ def source_design(task: Task, completion: str, cfg: RewardConfig) -> float:
 TRIVIAL = 'with entry { print("ok"); }\n'
 
 
-def _confine_once(plan, root: Path) -> float:
-    """Fork, confine the child as a run would be, exit: wall ms (the isolation step alone)."""
+def _confine_once(plan, root: Path) -> tuple[float, float]:
+    """Fork, confine the child as a run would be, exit: (wall ms, the child's CPU ms) — the
+    isolation step alone. CPU time hardly depends on the machine's load; the kernel's
+    asynchronous teardown of a network namespace is in neither."""
     from jacrl.reward._confine import confine
     from jacrl.reward.config import SandboxLimits
     from jacrl.reward.sandbox import confine_spec, make_run_dir, program_env
@@ -136,8 +138,8 @@ def _confine_once(plan, root: Path) -> float:
                 confine(spec)
             finally:
                 os._exit(0)
-        os.waitpid(pid, 0)
-        return (time.perf_counter() - t0) * 1000
+        _, _, usage = os.wait4(pid, 0)
+        return (time.perf_counter() - t0) * 1000, (usage.ru_utime + usage.ru_stime) * 1000
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -152,10 +154,13 @@ def isolation_cost(rounds: int) -> None:
     cfgs = {lvl: RewardConfig(isolation=lvl, cache=False) for lvl in ("weak", "strict")}
     plans = {lvl: plan_for(c) for lvl, c in cfgs.items()}
     step: dict[str, list[float]] = {"weak": [], "strict": []}
+    cpu: dict[str, list[float]] = {"weak": [], "strict": []}
     run: dict[str, list[float]] = {"weak": [], "strict": []}
     for i in range(rounds):
         for lvl in (("weak", "strict") if i % 2 == 0 else ("strict", "weak")):
-            step[lvl].append(_confine_once(plans[lvl], tmp_root(cfgs[lvl])))
+            wall, used = _confine_once(plans[lvl], tmp_root(cfgs[lvl]))
+            step[lvl].append(wall)
+            cpu[lvl].append(used)
     runners = {lvl: ForkServerRunner(c) for lvl, c in cfgs.items()}
     try:
         for r in runners.values():
@@ -172,7 +177,8 @@ def isolation_cost(rounds: int) -> None:
     med = lambda xs: statistics.median(xs)  # noqa: E731
     print(f"(d) strict vs weak, {rounds} interleaved trials each, median wall ms:")
     print("                                      weak     strict    cost of strict")
-    for name, d in (("fork + confine + exit (step alone)", step), ("fork server run, trivial program", run)):
+    rows = (("fork + confine + exit (step alone)", step), ("  the child's CPU time in it", cpu), ("fork server run, trivial program", run))
+    for name, d in rows:
         print(f"    {name:34s}{med(d['weak']):7.1f}  {med(d['strict']):9.1f}  {med(d['strict']) - med(d['weak']):+9.1f} ms")
 
 
