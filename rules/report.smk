@@ -66,7 +66,8 @@ rule report_curves:
             f"{REPORT}/curves/r{{rung}}/{{model}}/{{cond}}.png",
             category="Training curves",
             subcategory="{model}",
-            labels={"rung": "r{rung}", "condition": "{cond}"},
+            # condition first: the report may turn a later label with two values into a toggle
+            labels={"condition": "{cond}", "rung": "r{rung}"},
             caption="../report/curves.rst",
         ),
     wildcard_constraints:
@@ -91,7 +92,8 @@ rule report_samples:
             f"{REPORT}/samples/r{{rung}}/{{model}}/{{cond}}/{{split}}.html",
             category="Completions",
             subcategory="{model} · {split}",
-            labels={"rung": "r{rung}", "condition": "{cond}"},
+            # condition first: the report may turn a later label with two values into a toggle
+            labels={"condition": "{cond}", "rung": "r{rung}"},
             caption="../report/samples.rst",
         ),
     log:

@@ -86,6 +86,7 @@ class Browser:
 
     def __init__(self, binary: str, profile: Path, width: int = 1500, height: int = 1000):
         profile.mkdir(parents=True, exist_ok=True)
+        (profile / "DevToolsActivePort").unlink(missing_ok=True)  # a reused profile's would name a dead port
         self.log = profile / "chromium.stderr"
         with open(self.log, "w") as err:  # a file, not a pipe: a full pipe would stall the browser
             self.proc = subprocess.Popen(
@@ -94,13 +95,17 @@ class Browser:
                  # data: iframes stay in the page's process, so their frames are reachable from this target
                  "--disable-features=IsolateOrigins,site-per-process", "--disable-site-isolation-trials", "about:blank"],
                 stdout=subprocess.DEVNULL, stderr=err)
-        port = self._devtools_port(profile / "DevToolsActivePort", time.monotonic() + 60)
-        pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
-        self.ws = WebSocket(next(p for p in pages if p["type"] == "page")["webSocketDebuggerUrl"])
         self.events: list[dict] = []
         self._id = 0
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable")
+        try:
+            port = self._devtools_port(profile / "DevToolsActivePort", time.monotonic() + 60)
+            pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
+            self.ws = WebSocket(next(p for p in pages if p["type"] == "page")["webSocketDebuggerUrl"])
+            for domain in ("Page", "Runtime", "Log"):
+                self.call(f"{domain}.enable")
+        except BaseException:
+            self._stop()
+            raise
 
     def _devtools_port(self, active_port: Path, deadline: float) -> int:
         """The port Chromium chose, from the file it writes into its profile once DevTools listens."""
@@ -182,6 +187,9 @@ class Browser:
 
     def close(self) -> None:
         self.ws.close()
+        self._stop()
+
+    def _stop(self) -> None:
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)

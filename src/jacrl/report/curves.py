@@ -52,6 +52,7 @@ def plot_curves(rows: list[dict], out: str | Path, title: str) -> list[str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     panels = panel_keys(rows)
     cols = min(3, max(1, len(panels)))
@@ -61,11 +62,12 @@ def plot_curves(rows: list[dict], out: str | Path, title: str) -> list[str]:
     for ax, (name, ylabel, keys) in zip(flat, panels):
         for key in keys:
             xs, ys = series(rows, key)
-            line = ax.plot(xs, ys, marker="o", markersize=3, label=key)[0]
+            line = ax.plot(xs, ys, marker="o" if len(xs) <= 60 else None, markersize=3, label=key)[0]
             if key == "reward/mean":
                 _band(ax, rows, xs, ys, line.get_color())
         ax.set_title(name)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
