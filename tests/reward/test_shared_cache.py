@@ -8,7 +8,9 @@ import multiprocessing
 import os
 
 import pytest
+from reward_helpers import fence
 
+from jacrl.reward.batch import RewardScorer
 from jacrl.reward.cache import ScoreCache
 from jacrl.reward.shared_cache import SharedScoreCache, filesystem_type, open_score_cache
 
@@ -101,3 +103,17 @@ def test_open_score_cache_picks_the_form(tmp_path, monkeypatch):
     monkeypatch.setenv("JACRL_SCORE_CACHE", "nfs")
     with pytest.raises(ValueError, match="JACRL_SCORE_CACHE='nfs': expected 'shared' or 'sqlite'"):
         open_score_cache(tmp_path / "c.sqlite")
+
+
+def test_scorers_on_shared_storage_reuse_each_others_scores(tasks, tmp_path, monkeypatch):
+    """Two jobs one after the other, as on two nodes: the second runs nothing."""
+    cached_cfg = {"cache_path": str(tmp_path / "reward.sqlite"), "workers": 2, "scheme": "tiered"}
+    monkeypatch.setenv("JACRL_SCORE_CACHE", "shared")
+    ids = ["fx_visit_city", "fx_stack_push"]
+    comps = [fence(tasks[i].gold_body) for i in ids]
+    with RewardScorer(cached_cfg, tasks=tasks) as first:
+        assert isinstance(first.cache, SharedScoreCache)
+        first.score_batch(ids, comps)
+        assert first.stats["runs"] == 2
+    with RewardScorer(cached_cfg, tasks=tasks) as second:
+        assert [s.cached for s in second.score_batch(ids, comps)] == [True, True] and second.stats["runs"] == 0

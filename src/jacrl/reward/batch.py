@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from jacrl.reward.cache import ScoreCache, config_digest, score_key
+from jacrl.reward.cache import config_digest, score_key
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import extract_body
 from jacrl.reward.forkserver import ForkServerRunner
 from jacrl.reward.sandbox import RunResult, SubprocessRunner
 from jacrl.reward.score import Score, score_run, zero_score
+from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
 from jacrl.reward.task import Task, as_task, load_tasks
 
@@ -86,7 +87,7 @@ class RewardScorer:
         self.cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
         self.tasks: dict[str, Task] = load_tasks(tasks) if isinstance(tasks, (str, Path)) else dict(tasks or {})
         self.workers = default_workers(self.cfg, threads)
-        self.cache = ScoreCache(self.cfg.cache_path) if self.cfg.cache else None
+        self.cache = open_score_cache(self.cfg.cache_path) if self.cfg.cache else None  # segments on NFS & co
         self.stats: Counter = Counter()
         self._digest = config_digest(self.cfg)
         self._pool: RunnerPool | None = None
