@@ -50,7 +50,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700 folders
+        share_modes(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -61,6 +61,21 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def share_modes(root: Path) -> None:
+    """Give a folder and everything in it the modes of the workflow's other outputs (the umask's):
+    mkdtemp makes 0700 folders and safetensors 0600 files, which a shared cluster project's other
+    users then cannot read. Executable files stay executable."""
+    os.chmod(root, 0o777 & ~_UMASK)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            if not os.path.islink(os.path.join(folder, name)):
+                os.chmod(os.path.join(folder, name), 0o777 & ~_UMASK)
+        for name in files:
+            f = os.path.join(folder, name)
+            if not os.path.islink(f):
+                os.chmod(f, (0o777 if os.stat(f).st_mode & 0o111 else 0o666) & ~_UMASK)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

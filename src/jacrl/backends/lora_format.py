@@ -53,6 +53,25 @@ def write_meta(path: str | Path, backend: str, spec: LoraSpec, base_model: str |
     (Path(path) / ADAPTER_META).write_text(json.dumps(meta, indent=2) + "\n")
 
 
+def finish_peft_config(path: str | Path, base_model: str | Path) -> None:
+    """Make peft's `adapter_config.json` the same on every run and loadable from anywhere.
+
+    peft writes `target_modules` in the order of the set it resolved (it changed between identical
+    runs): sorted here. `base_model_name_or_path` becomes the base folder's absolute path, because
+    `AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` hands it to transformers as is, and
+    transformers resolves a relative path against the working directory, not the adapter's folder;
+    a cluster mounts the project at the same path on every node. A name that is no local folder
+    (a hub id) is kept. `jacrl_adapter.json` keeps the base as the workflow named it.
+    """
+    f = Path(path) / "adapter_config.json"
+    conf = json.loads(f.read_text())
+    if isinstance(conf.get("target_modules"), list):
+        conf["target_modules"] = sorted(conf["target_modules"])
+    base = Path(base_model)
+    conf["base_model_name_or_path"] = str(base.resolve()) if base.is_dir() else str(base_model)
+    f.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+
+
 def read_meta(path: str | Path) -> dict | None:
     f = Path(path) / ADAPTER_META
     return json.loads(f.read_text()) if f.is_file() else None

@@ -32,7 +32,7 @@ from jacrl.backends.base import (
     sft_lr,
 )
 from jacrl.backends.config import SFTConfig
-from jacrl.backends.lora_format import adapter_format, read_adapter, write_meta
+from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter, write_meta
 from jacrl.progress import Progress
 
 
@@ -454,6 +454,7 @@ class TorchBackend(Backend):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)
+        finish_peft_config(path, self.model_path)
         write_meta(path, self.name, self.lora, self.model_path)
         return path
 
