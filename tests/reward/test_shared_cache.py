@@ -53,7 +53,8 @@ def test_concurrent_jobs_publish_every_score_once_each(tmp_path):
     assert cache.get_many(["w2-7-3", "common-0", "w5-0-0"]) == {"w2-7-3": {"score": 0.3, "worker": 2},
                                                                 "common-0": {"score": 1.0}}
     cache.close()
-    assert not any(local.iterdir()), "the local copies are removed on close"
+    # closing removes a job's local copy; the killed job's stays in its node's temp dir
+    assert len(list(local.iterdir())) == 1
 
 
 def test_many_segments_are_merged_into_one_when_opened(tmp_path):
