@@ -139,9 +139,11 @@ def plot(res: dict, path: Path, title: str) -> None:
         steps = range(1, len(res[who]["reward"]) + 1)
         axes[0].plot(steps, res[who]["reward"], style, label=who)
         axes[1].plot(steps, res[who]["pass_rate"], style, label=f"{who} (train batch)")
-        axes[1].axhline(res["evals"][who], ls=style, lw=0.8, color=axes[1].lines[-1].get_color(),
-                        label=f"{who} sampled pass after (eval)")
-    axes[1].axhline(res["evals"]["before"], color="k", lw=0.8, label="sampled pass before (eval)")
+        if who in res["evals"]:
+            axes[1].axhline(res["evals"][who], ls=style, lw=0.8, color=axes[1].lines[-1].get_color(),
+                            label=f"{who} sampled pass after (eval)")
+    if "before" in res["evals"]:
+        axes[1].axhline(res["evals"]["before"], color="k", lw=0.8, label="sampled pass before (eval)")
     axes[0].set(xlabel="step", ylabel="reward mean")
     axes[1].set(xlabel="step", ylabel="pass rate", ylim=(0, 1))
     for ax in axes:
@@ -205,8 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     res["ratio_cpu_run"] = res["ours"]["s_per_step_cpu_run"] / res["trl"]["s_per_step_cpu_run"]
     res["load_avg_1m"] = os.getloadavg()[0]
     write_text(out / "result.json", json.dumps(res, indent=1) + "\n")
-    if a.eval_n:
-        plot(res, out / "curves.png", name)
+    plot(res, out / "curves.png", name)
     for who in ("ours", "trl"):
         r = res[who]
         ev = f"  sampled pass {res['evals']['before']:.3f} -> {res['evals'][who]:.3f} " \
