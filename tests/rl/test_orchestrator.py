@@ -75,3 +75,19 @@ def test_long_prompts_are_cut_before_sampling(backend):
 def test_max_completion_must_leave_room_for_a_prompt():
     with pytest.raises(ValueError, match="max_completion .* must be below grpo.max_seq"):
         GRPOConfig(max_seq=64, max_completion=64)
+
+
+USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user": {"alpha": 0.1}}]}
+
+
+def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, tmp_path):
+    config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg(iters=1, mask_truncated=False), config,
+                     WhitespaceScorer(), backend="torch", progress=False)
+    row = read_metrics(out / "metrics.jsonl")[0]
+    assert row["echo/echo/user_tokens"] > 0 and row["loss/echo/tokens"] > 0
+
+
+def test_user_echo_without_a_renderer_warns_that_it_selects_nothing(backend):
+    with pytest.warns(UserWarning, match="selected no prompt token"):
+        orchestrator(backend, USER_ECHO, mask_truncated=False).step(0)
