@@ -77,7 +77,7 @@ def sample_row(rec: dict) -> str:
 def samples_html(cell: dict, records: list[dict]) -> str:
     """The page of one cell: its headline numbers, then every completion."""
     tag = cell_tag(cell.get("rung"), cell.get("model"), cell.get("cond"), cell.get("split"))
-    summary = pd.DataFrame([{k: cell.get(k) for k in SUMMARY_KEYS}])
+    summary = pd.DataFrame([{k: "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}])
     rows = [sample_row(r) for r in records]
     cols = {name: sorted({_select_value(r, name) for r in records}) for name, _ in SELECTS}
     body = [frame_html(summary, index=False),
