@@ -123,7 +123,6 @@ def build_smollm2_model(out_dir: str | Path, threads: int | None = None) -> Path
     """Fetch, check, convert and save SmolLM2-135M-Instruct into `out_dir` (atomically)."""
     from importlib.metadata import version
 
-
     from jacrl.backends.base import set_threads
     from jacrl.models.tiny import patch_config_for_mlx
 
