@@ -9,7 +9,7 @@ CORES ?= all
 PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: ladder report test test-slow test-slurm dryrun lock clean-results venv
+.PHONY: ladder report test test-slow test-slurm dryrun lock clean-results venv extras
 
 venv: $(STAMP)
 
@@ -30,6 +30,11 @@ report: $(STAMP)
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) report_items
 	$(BIN)/snakemake --report report.html
 	@echo "report.html written: open it in a browser (one self-contained file)"
+
+# The optional extras, kept out of the default install: interop (mlx-lm-lora, for
+# `python -m jacrl.rl.interop`) and bench (trl and mlx-lm-lora, for bench/); the lock's pins hold.
+extras: $(STAMP)
+	$(BIN)/python -m pip install --quiet -c requirements.lock --no-build-isolation -e '.[interop,bench]'
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

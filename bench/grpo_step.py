@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from jacrl import cli
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
@@ -40,7 +41,7 @@ def ours(backend: str, model: str, tasks: list[dict], steps: int, tmp: Path) -> 
 
 def mlx_lm_lora(model: str, tasks: list[dict], steps: int, tmp: Path, all_tasks: str) -> float:
     cfg = load_config({"grpo": KNOBS, "losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
-    data = write_data(tasks, tmp / "mlx-data")
+    data = write_data(tasks, model, tmp / "mlx-data")
     env = {**os.environ, "JACRL_TASKS": all_tasks}
 
     def run(iters: int) -> float:
@@ -59,6 +60,11 @@ def main() -> int:
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
+    try:
+        cli.require("mlx_lm_lora", "bench", "bench/grpo_step.py")
+    except cli.MissingExtra as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     tasks = read_jsonl(args.tasks)
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-bench-") as d:
         tmp = Path(d)

@@ -66,7 +66,8 @@ def test_subprocess_runner_scores_like_the_default(tasks):
 
 
 def test_mlx_lm_lora_reward_function(tasks, monkeypatch):
-    registry = pytest.importorskip("mlx_lm_lora.trainer.grpo_reward_functions")
+    registry = pytest.importorskip("mlx_lm_lora.trainer.grpo_reward_functions",
+                                   reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'")
     assert interop.MLX_REGISTERED and registry.get_reward_function("jac_behavioral") is interop.jac_behavioral
     monkeypatch.setattr(interop, "_shared", interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1}))
     t = tasks["fx_total_population"]

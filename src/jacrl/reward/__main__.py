@@ -1,4 +1,8 @@
-"""`python -m jacrl.reward score --task ID FILE`: score one completion and print its breakdown."""
+"""Score one completion against one task with the verifiable reward and print its breakdown.
+
+    python -m jacrl.reward score --task ID FILE      (or: jacrl-score --task ID FILE)
+
+FILE is the completion text (`-` reads stdin); the task comes from the tasks JSONL."""
 
 from __future__ import annotations
 
@@ -6,32 +10,39 @@ import argparse
 import json
 import sys
 
-from jacrl.reward.batch import RewardScorer
-from jacrl.reward.config import load_reward_config
-from jacrl.reward.extract import extract_body
+from jacrl import cli
+
+FIELDS = ("compiles", "runs", "exact", "output_ratio", "line_frac", "idiom", "body_sim", "timed_out", "killed",
+          "exit_code", "extract", "rejected", "cached")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jacrl.reward", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("score", help="score a completion (a file, or - for stdin) against a task")
+def add_score_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("file", help="the completion text; - reads stdin")
-    s.add_argument("--task", required=True, help="task id")
-    s.add_argument("--tasks", default="dataset/rl/tasks.jsonl", help="tasks JSONL (default: %(default)s)")
-    s.add_argument("--config", default=None, help="YAML with a reward: section (default: built-in defaults)")
+    s.add_argument("--task", required=True, help="the task id, as in the tasks JSONL")
+    s.add_argument("--tasks", default="dataset/rl/tasks.jsonl", help="the tasks JSONL")
+    s.add_argument("--config", default=None, help="a YAML file with a reward: section (none: the built-in defaults)")
     s.add_argument("--scheme", choices=["dense_v2", "tiered"], help="override reward.scheme")
     s.add_argument("--runner", choices=["fork", "subprocess"], help="override reward.runner")
-    s.add_argument("--no-cache", action="store_true", help="do not read or write the score cache")
+    s.add_argument("--no-cache", action="store_true", help="neither read nor write the score cache")
     s.add_argument("--json", action="store_true", help="print the breakdown as one JSON object")
-    a = p.parse_args(argv)
+
+
+def score(a: argparse.Namespace) -> int:
+    from jacrl.reward.batch import RewardScorer
+    from jacrl.reward.config import load_reward_config
+    from jacrl.reward.extract import extract_body
+    from jacrl.reward.task import load_tasks
 
     cfg = load_reward_config(a.config)
     updates = {k: v for k, v in {"scheme": a.scheme, "runner": a.runner}.items() if v}
     if a.no_cache:
         updates["cache"] = False
     cfg = cfg.model_copy(update=updates)
+    tasks = load_tasks(a.tasks)
+    if a.task not in tasks:
+        raise KeyError(f"{a.tasks}: no task {a.task!r} ({len(tasks)} tasks there)")
     completion = sys.stdin.read() if a.file == "-" else open(a.file, encoding="utf-8").read()
-    with RewardScorer(cfg, tasks=a.tasks, threads=1) as scorer:
+    with RewardScorer(cfg, tasks=tasks, threads=1) as scorer:
         task = scorer.task(a.task)
         body = extract_body(completion, task).body
         result = scorer.score(task, completion)
@@ -41,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{'task':<13}{task.id}  ({task.unit.kind} {task.unit.name}{', partial' if task.partial else ''})")
     print(f"{'score':<13}{result.score:.4f}  [{result.scheme}]")
-    for k in ("compiles", "runs", "exact", "output_ratio", "line_frac", "idiom", "body_sim", "timed_out", "killed", "exit_code", "extract", "rejected", "cached"):
+    for k in FIELDS:
         v = d[k]
         print(f"{k:<13}{v:.4f}" if isinstance(v, float) else f"{k:<13}{v}")
     print("body:")
@@ -50,6 +61,31 @@ def main(argv: list[str] | None = None) -> int:
         print("stderr tail:")
         print("\n".join("  ! " + line for line in result.stderr_tail.rstrip().split("\n")[-15:]))
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli.parser("python -m jacrl.reward", __doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, help="the command (score is the only one)")
+    add_score_arguments(sub.add_parser("score", help="score a completion against a task", description=__doc__,
+                                       formatter_class=cli.HelpFormatter))
+    return p
+
+
+def build_score_parser() -> argparse.ArgumentParser:
+    """`jacrl-score`: the score command on its own."""
+    p = cli.parser("jacrl-score", __doc__)
+    add_score_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    return cli.run(lambda: score(a))
+
+
+def score_main(argv: list[str] | None = None) -> int:
+    a = build_score_parser().parse_args(argv)
+    return cli.run(lambda: score(a))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from jacrl.io import JsonlError
 
 HOLE = "__HOLE__"
 
@@ -52,7 +55,14 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
-        task = Task.model_validate(json.loads(line))
+        try:
+            task = Task.model_validate(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise JsonlError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise JsonlError(f"{path}:{n}: not a task record ({'.'.join(map(str, first['loc'])) or 'line'}: "
+                             f"{first['msg']})") from None
         if task.id in tasks:
             raise ValueError(f"{path}:{n}: duplicate task id {task.id!r}")
         tasks[task.id] = task
