@@ -18,6 +18,7 @@ class TextScore:
     score: float
     exact: bool
     runs: bool
+    flags: tuple[str, ...] = ()
 
 
 def whitespace_share(text: str) -> float:

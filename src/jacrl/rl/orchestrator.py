@@ -19,6 +19,7 @@ import numpy as np
 from jacrl.backends.base import Backend, SamplingParams
 from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import DEFAULT_ENV, EnvLossPlans
+from jacrl.reward.audit import flagged_pass_share
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.filters import zero_advantage_filter
@@ -121,6 +122,8 @@ class Orchestrator:
             "reward/std": pstdev(rewards_all),
             "reward/pass_rate": fmean(float(s.exact) for s in scores),
             "reward/runs_rate": fmean(float(s.runs) for s in scores),
+            # passes whose body reads files, opens sockets, spawns processes…: reward hacking shows here
+            "reward/flagged_pass_share": flagged_pass_share(scores),
             "groups/zero_variance_frac": zero_var / len(tasks),
             "samples/truncated_frac": fmean(float(c.truncated) for c in completions),
             "samples/truncated_masked": float(masked),
