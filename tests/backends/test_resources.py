@@ -28,7 +28,7 @@ def test_parameters_are_read_from_the_safetensors_headers(tiny_model):
     weights = load_file(tiny_model / "model.safetensors")
     assert safetensors_parameters(tiny_model) == sum(t.numel() for t in weights.values())
     shape = model_shape(ModelSpec(name="t", path=str(tiny_model)))
-    assert shape.parameters == safetensors_parameters(tiny_model) and shape.layers == 2 and shape.hidden == 64
+    assert shape.parameters == safetensors_parameters(tiny_model) and (shape.layers, shape.hidden, shape.heads) == (2, 64, 4)
 
 
 def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):

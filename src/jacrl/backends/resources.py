@@ -5,7 +5,9 @@
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
     weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses)
     activations = training: rows × seq × layers × hidden × bytes × (17, or 2 with gradient
-                  checkpointing) + the completion logits (rows × completion × vocab × 12 bytes);
+                  checkpointing) + the attention scores (rows × heads × seq² × bytes, per layer,
+                  or one layer's with checkpointing) + the completion logits (rows ×
+                  completion × vocab × 12 bytes);
                   eval: the KV cache and one prefill, rows × seq × layers × hidden × bytes × 4
 
 17 values per hidden unit, layer and token is half the 34 bytes of 16-bit activations per
@@ -51,12 +53,13 @@ class Shape:
     layers: int
     hidden: int
     vocab: int
+    heads: int
 
 
 BUILTIN_SHAPES = {
-    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152),
+    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9),
     # an upper bound of the tiny model's configurable size (defaults: 1.1 M, 4 × 128, 2048)
-    "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192),
+    "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192, heads=8),
 }
 
 
@@ -84,11 +87,12 @@ def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
         conf = json.loads(conf_file.read_text())
         conf = conf.get("text_config", conf)
         counted = safetensors_parameters(folder)
-        if counted and all(k in conf for k in ("num_hidden_layers", "hidden_size", "vocab_size")):
-            shape = Shape(counted, conf["num_hidden_layers"], conf["hidden_size"], conf["vocab_size"])
+        keys = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+        if counted and all(k in conf for k in keys):
+            shape = Shape(counted, *(conf[k] for k in keys))
     if spec.parameters is not None:
-        base = shape or Shape(spec.parameters, 32, 4096, 150_000)  # a 7B-class layout as the bound
-        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab)
+        base = shape or Shape(spec.parameters, 32, 4096, 150_000, 32)  # a 7B-class layout as the bound
+        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab, base.heads)
     return shape
 
 
@@ -114,7 +118,9 @@ def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int
     elif kind == "eval":
         activations = per_value * 4
     else:
-        activations = per_value * (2 if spec.gradient_checkpointing else 17) + rows * completion * shape.vocab * 12
+        checkpointed = spec.gradient_checkpointing
+        scores = rows * shape.heads * seq * seq * nbytes * (1 if checkpointed else shape.layers)
+        activations = per_value * (2 if checkpointed else 17) + scores + rows * completion * shape.vocab * 12
     return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
 
 
