@@ -45,9 +45,13 @@ SFT_LOG = "logs/sft/r1/tiny.log"
 RUN_FIELDS = {
     # wall-clock measurements of the run that wrote the file
     "seconds", "elapsed_s", "tokens_per_s", "time/sample_s", "time/reward_s", "time/train_s",
-    "time_s", "wall_s", "started", "finished",
+    # where the run was: the base model's absolute path in an adapter's config, the sandbox's
+    # temporary folder in a compiler message
+    "base_model_name_or_path", "stderr_tail",
+    # how it was run: the git state of the code, a score taken from the score cache
+    "code_version", "cached",
 }
-"""Fields that differ between any two runs of the same job (timings); everything else must match."""
+"""Fields that differ between two runs of the same jobs in two folders; everything else must match."""
 
 
 def snakemake(workdir: Path, *args: str, log: Path) -> tuple[int, float]:
@@ -98,6 +102,9 @@ def differing_keys(a, b) -> set[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = {k for k in a.keys() ^ b.keys()}
         for k in a.keys() & b.keys():
+            if k in RUN_FIELDS:
+                out |= {k} if a[k] != b[k] else set()
+                continue
             sub = differing_keys(a[k], b[k])
             out |= {k} if sub == {""} else sub
         return out
@@ -169,9 +176,9 @@ def main() -> int:
     check(rc == 0, f"SLURM run finished ({slurm_wall:.0f} s; log {slurm_log})", failures)
 
     run_id = re.search(r"SLURM run ID: (\S+)", text)[1]
-    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", text)
+    submitted = re.findall(r"Job (\S+) has been submitted with SLURM jobid (\d+)", text)  # group jobs: a uuid
     rows = accounting(run_id)
-    remote, local = executed(text)
+    remote, local = executed(re.sub(r"\n={80}\n.*?\n={80}\n", "\n", text, flags=re.DOTALL))  # not failed jobs' logs
     print(f"\njobs submitted with sbatch: {len(submitted)}; run ID {run_id}; sacct lines:")
     print("  " + "\n  ".join(f"{r['jobid']:>5} {r['state']:<10} mem {r['reqmem']:>7} cpus {r['cpus']} "
                              f"{r['elapsed']} {r['comment']}" for r in rows))
@@ -201,7 +208,7 @@ def main() -> int:
     print("\noutputs, SLURM run against local run:")
     same, timing_only, differ = compare_outputs(local_dir, slurm_dir)
     print(f"  byte-identical: {len(same)} files")
-    print("  equal but for the run's timings:")
+    print("  equal but for RUN_FIELDS (timings, the run's folders, code version, cache use):")
     for rel, keys in timing_only.items():
         print(f"    {rel}: {', '.join(sorted(keys))}")
     check(not differ, f"no other difference: {differ}", failures)
