@@ -47,6 +47,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary folder beside `path`; it replaces `path` if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a killed job's half-written output: a SIGTERM
+        shutil.rmtree(stale, ignore_errors=True)            # skips the clean-up below; one job owns a path
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

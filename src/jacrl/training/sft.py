@@ -167,8 +167,6 @@ def train_sft(
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
     identity = {"model": str(model_path), "backend": b.name, "tasks": [t["id"] for t in records],
                 "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
-    for stale in out.parent.glob(f".{out.name}.*.tmp"):  # a killed run's half-written output (SIGTERM
-        shutil.rmtree(stale, ignore_errors=True)         # skips atomic_dir's clean-up)
     try:
         _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, str(model_path))
     except _Stopped:  # the half-written output folder is gone, the checkpoint stays
