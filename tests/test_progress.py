@@ -34,6 +34,22 @@ def test_iterating_counts_after_the_body_and_logs_the_last_partial_stretch(caplo
     assert [r.getMessage().split(" | ")[0] for r in caplog.records] == ["runs 5/7 (71%)", "runs 7/7 (100%)"]
 
 
+def _drain(leader: int) -> str:
+    """Everything the bar wrote: one read returns only what one write put there, and the pty's
+    leader reports EIO once the follower is closed and drained."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return b"".join(chunks).decode()
+
+
 def test_a_terminal_gets_a_live_bar_and_no_log_lines(caplog):
     caplog.set_level(logging.INFO, logger="jacrl.progress")
     leader, follower = os.openpty()
@@ -41,8 +57,7 @@ def test_a_terminal_gets_a_live_bar_and_no_log_lines(caplog):
         bar = Progress(total=3, desc="sample (torch)", unit="seq", stream=tty)
         bar.update(3)
         bar.close()
-    drawn = os.read(leader, 4096).decode()
-    os.close(leader)
+    drawn = _drain(leader)
     assert "sample (torch)" in drawn and "\r" in drawn and "3/3" in drawn
     assert not caplog.records
 
