@@ -88,7 +88,7 @@ class DeviceMemory:
 
 
 def tiny_model(out: Path) -> Path:
-    from jacrl.backends.config import TinyModelConfig
+    from jacrl.models.config import TinyModelConfig
     from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 
     cfg = TinyModelConfig(vocab_size=1024, width=64, depth=2, heads=4, kv_heads=2, pretrain_steps=4, batch_size=2,
@@ -99,7 +99,7 @@ def tiny_model(out: Path) -> Path:
 
 def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     """SFT, 3 GRPO steps and an eval cell of the tiny model on `device`."""
-    from jacrl.backends.config import SFTConfig
+    from jacrl.training.config import SFTConfig
     from jacrl.backends.select import Placement, load_backend
     from jacrl.config import load_config
     from jacrl.evaluation.cell import evaluate_cell

@@ -1,5 +1,6 @@
 # Rule rft: RFT warm start — sample, keep what the reward passes, LoRA-SFT on it, fuse.
-from jacrl.backends.config import ModelSpec, RFTConfig, SFTConfig
+from jacrl.backends.config import ModelSpec
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.backends.select import Placement
 from jacrl.reward.config import RewardConfig
 from jacrl.training.rft import train_rft

@@ -1,5 +1,6 @@
 # Rule sft: gold-SFT a LoRA adapter on the rung's train tasks.
-from jacrl.backends.config import ModelSpec, SFTConfig
+from jacrl.backends.config import ModelSpec
+from jacrl.training.config import SFTConfig
 from jacrl.backends.select import Placement
 from jacrl.training.sft import train_sft
 from jacrl.workflow import logged

@@ -1,7 +1,7 @@
 # Rule tiny_model: build and briefly pre-train the embedded tiny Jac model (train-pool drivers only).
 from pathlib import Path
 
-from jacrl.backends.config import TinyModelConfig
+from jacrl.models.config import TinyModelConfig
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.workflow import logged
 

@@ -15,7 +15,9 @@ from typing import Any, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from jacrl.backends.config import ModelSpec, RFTConfig, SFTConfig, TinyModelConfig
+from jacrl.backends.config import ModelSpec
+from jacrl.models.config import TinyModelConfig
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.evaluation.config import EvalConfig, LadderConfig
 from jacrl.losses.config import LossFrameworkConfig
 from jacrl.reward.config import RewardConfig

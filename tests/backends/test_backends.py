@@ -11,7 +11,7 @@ import pytest
 
 from jacrl.backends import LoraSpec, ModelPathError, SamplingParams, load_backend, resolve_backend
 from jacrl.backends.base import SFTExample, TokenLogprobs
-from jacrl.backends.config import SFTConfig
+from jacrl.training.config import SFTConfig
 
 BACKENDS = ["torch", "mlx"]
 PROMPTS = ["Write a walker that visits every City.", "def add(a: int, b: int) -> int"]

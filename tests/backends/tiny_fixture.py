@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jacrl.backends.config import TinyModelConfig
+from jacrl.models.config import TinyModelConfig
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

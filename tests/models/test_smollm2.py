@@ -117,7 +117,7 @@ def test_a_base_cell_on_three_holdout_tasks(torch_smollm2, holdout, tmp_path):
 
 @pytest.fixture(scope="session")
 def sft_adapter(smollm2_dir, rung1, tmp_path_factory):
-    from jacrl.backends.config import SFTConfig
+    from jacrl.training.config import SFTConfig
     from jacrl.training.sft import train_sft
 
     out = tmp_path_factory.mktemp("smollm2-sft") / "sft"

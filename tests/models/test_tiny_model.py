@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jacrl.backends.config import TinyModelConfig
+from jacrl.models.config import TinyModelConfig
 from jacrl.models.config import CHAT_TEMPLATE, EOS_TOKEN
 from jacrl.models.tiny import (
     CorpusError,

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from jacrl.backends.config import SFTConfig
+from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
 

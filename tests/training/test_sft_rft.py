@@ -10,7 +10,7 @@ import pytest
 
 from jacrl.backends import ModelPathError, load_backend
 from jacrl.backends.base import batch_order, sft_lr
-from jacrl.backends.config import RFTConfig, SFTConfig
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.io import read_jsonl
 from jacrl.training.metrics import read_metrics
 from jacrl.training.rft import select_kept, train_rft

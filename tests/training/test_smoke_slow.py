@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.config import SFTConfig, TinyModelConfig
+from jacrl.models.config import TinyModelConfig
+from jacrl.training.config import SFTConfig
 from jacrl.io import read_jsonl
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.training.sft import train_sft

@@ -43,7 +43,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from jacrl.backends.config import SFTConfig
+    from jacrl.training.config import SFTConfig
 
 ADAPTER_META = "jacrl_adapter.json"
 """Written beside every adapter: which backend saved it, the LoRA spec, the base model path."""
@@ -99,6 +99,22 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 256
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class Draw:
+    """`n` completions per prompt under one set of sampling params."""
+
+    n: int
+    params: SamplingParams
+
+
+def check_draws(draws: Sequence[Draw]) -> int:
+    """The common `max_tokens` of draws decoded together (rows of one batch stop at one cap)."""
+    caps = {d.params.max_tokens for d in draws}
+    if len(caps) != 1:
+        raise ValueError(f"draws decoded together must share max_tokens; got {sorted(caps)}")
+    return caps.pop()
 
 
 @dataclass
@@ -284,11 +300,25 @@ class Backend(ABC):
         """n completions for each user prompt (rendered with the chat template)."""
         return self.generate_ids([self.prompt_ids(p) for p in prompts], n, params, progress)
 
-    @abstractmethod
     def generate_ids(
         self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams, progress: bool = True
     ) -> list[list[Completion]]:
         """n completions for each tokenised prompt; prompt i is sampled with seed `seed + i`."""
+        return self.generate_draws_ids(prompts, [Draw(n, params)], progress)[0]
+
+    def generate_draws(
+        self, prompts: Sequence[str], draws: Sequence[Draw], progress: bool = True
+    ) -> list[list[list[Completion]]]:
+        """Every draw's completions of every user prompt, indexed [draw][prompt][sample]."""
+        return self.generate_draws_ids([self.prompt_ids(p) for p in prompts], draws, progress)
+
+    @abstractmethod
+    def generate_draws_ids(
+        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+    ) -> list[list[list[Completion]]]:
+        """Each tokenised prompt is prefilled once and decoded in one batch for all draws (greedy
+        and sampled rows side by side). Draw d of prompt i samples with its own generator seeded
+        `draw.params.seed + i`: the random stream it would get decoded alone."""
 
     def _finish(self, ids: list[int], logprobs: list[float]) -> Completion:
         eos = self.eos_token_ids

@@ -1,13 +1,10 @@
-"""Configuration of models, the embedded tiny model, gold-SFT and the RFT warm start.
+"""Configuration of the ladder's models: where each is loaded from and how its jobs run.
 
-The root config holds these under `models` (a list of `ModelSpec`), `tiny`, `sft` and `rft`:
+The root config holds a list of `ModelSpec` under `models`:
 
     models:
       - {name: tiny, builtin: tiny}                       # built by `rule tiny_model`
       - {name: qwen3coder, path: /data/models/qwen-q4, backend: mlx, warm_start: rft}
-    tiny: {width: 128, depth: 4, pretrain_steps: 300}
-    sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
-    rft: {samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
 
 Every model is an ordinary Hugging Face (or MLX) folder on disk; nothing is ever fetched.
 """
@@ -17,7 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jacrl.strict import StrictModel
 
 BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
@@ -27,12 +26,6 @@ TINY_MODEL_DIR = "models/tiny"
 """Where `rule tiny_model` writes the embedded model, relative to the workflow root."""
 BUILTIN_MODEL_DIRS = {"tiny": TINY_MODEL_DIR, "smollm2": "models/smollm2"}
 """Where each builtin model's rule writes it (`rule tiny_model`, `rule smollm2_model`)."""
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors, so a typo fails before anything runs."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class ModelSpec(StrictModel):
@@ -132,127 +125,3 @@ class ModelSpec(StrictModel):
         rel = BUILTIN_MODEL_DIRS[self.builtin] if self.builtin else self.path
         p = Path(rel).expanduser()
         return p if p.is_absolute() else Path(root) / p
-
-
-class TinyModelConfig(StrictModel):
-    """The embedded tiny Jac model: tokenizer, architecture and its brief pre-training.
-
-    The defaults are sized for the default ladder on 2 CPU cores (build ≈ 1–2 min). Larger values
-    give a better base model at a proportional cost.
-    """
-
-    vocab_size: int = Field(2048, ge=300, le=65536, description="Byte-level BPE vocabulary size, special tokens included.")
-    width: int = Field(128, ge=16, description="Hidden size of the Qwen2 model.")
-    depth: int = Field(4, ge=1, description="Number of transformer layers.")
-    heads: int = Field(4, ge=1, description="Attention heads; `width` must be a multiple.")
-    kv_heads: int = Field(2, ge=1, description="Key/value heads (grouped-query attention); divides `heads`.")
-    mlp_ratio: float = Field(3.0, gt=0, description="MLP intermediate size as a multiple of `width`.")
-    max_positions: int = Field(
-        4096,
-        ge=256,
-        description="Longest sequence (prompt + completion) the model accepts; prompts hold a whole "
-        "driver file, so keep it above the longest prompt.",
-    )
-    pretrain_steps: int = Field(300, ge=0, description="Optimiser steps of next-token pre-training on Jac text.")
-    batch_size: int = Field(8, ge=1, description="Windows per pre-training step.")
-    seq_len: int = Field(256, ge=16, description="Tokens per pre-training window.")
-    lr: float = Field(5e-3, gt=0, description="Peak AdamW learning rate (linear warm-up, cosine decay to 10%).")
-    warmup_steps: int = Field(20, ge=0, description="Linear learning-rate warm-up steps.")
-    driver_fraction: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="Share of pre-training windows drawn from the train-pool drivers; the rest come "
-        "from jaclang's own installed .jac sources.",
-    )
-    corpus_chars: int = Field(
-        1_500_000,
-        ge=10_000,
-        description="Characters of jaclang's own .jac sources read into the corpus (files in a seeded "
-        "order); the train-pool drivers are always read whole. The tokenizer is trained on this corpus.",
-    )
-    seed: int = Field(0, description="Seed of the initialisation, window sampling and tokenizer corpus order.")
-
-    @model_validator(mode="after")
-    def _shapes(self) -> TinyModelConfig:
-        if self.width % self.heads:
-            raise ValueError(f"tiny: width ({self.width}) must be a multiple of heads ({self.heads})")
-        if self.heads % self.kv_heads:
-            raise ValueError(f"tiny: heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
-        if self.seq_len > self.max_positions:
-            raise ValueError(f"tiny: seq_len ({self.seq_len}) exceeds max_positions ({self.max_positions})")
-        return self
-
-
-class SFTConfig(StrictModel):
-    """LoRA supervised fine-tuning on gold bodies (and, with RFT's iters, on kept samples).
-
-    The defaults are tuned on the default tiny model: rung 1 and rung 3 are memorised (the greedy
-    completion passes the reward) in 240 single-sequence steps (≈ 75 CPU-seconds; with 160 steps
-    rung 3 came out 2/3 on some seeds). Real models want a far smaller lr and scale (the source
-    document used lr 2e-5, scale 2.0; see configs/source_grid.yaml).
-    """
-
-    iters: int = Field(240, ge=1, description="Optimiser steps.")
-    lr: float = Field(2e-3, gt=0, description="Peak learning rate (Adam).")
-    lr_schedule: Literal["constant", "cosine"] = Field(
-        "cosine", description="`cosine`: linear warm-up then cosine decay to 0; `constant`: warm-up then flat."
-    )
-    warmup: int = Field(5, ge=0, description="Linear warm-up steps.")
-    rank: int = Field(16, ge=1, description="LoRA rank.")
-    scale: float = Field(
-        20.0,
-        gt=0,
-        description="LoRA scale: the low-rank update is multiplied by this (mlx-lm's `scale`; "
-        "peft's lora_alpha = scale × rank).",
-    )
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
-    layers: int = Field(-1, description="How many of the last transformer layers get LoRA; -1 = all.")
-    batch: int = Field(
-        1,
-        ge=1,
-        description="Sequences per step (capped at the number of examples); the cost of a run is about "
-        "iters × batch sequences, whatever the rung.",
-    )
-    max_seq: int = Field(
-        4096, ge=64, description="Longest prompt + completion in tokens; longer examples are left-truncated."
-    )
-    seed: int = Field(0, description="Seed of LoRA initialisation and batch order.")
-    save_every: int = Field(
-        50,
-        ge=1,
-        description="Gold-SFT writes a checkpoint (adapter, optimiser, step) to `<adapter>.ckpt/` every this "
-        "many steps; a killed job run again continues from it (torch backend).",
-    )
-
-
-class RFTConfig(StrictModel):
-    """Rejection-sampling fine-tuning warm start: keep the base model's own passing completions."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    samples: int = Field(8, ge=1, description="Completions sampled per train-pool task.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
-    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_tokens: int = Field(256, ge=1, description="Completion length cap in tokens.")
-    pass_threshold: float = Field(
-        0.9,
-        alias="pass",
-        ge=0,
-        le=1,
-        description="Keep completions whose reward is at least this (YAML key `pass`).",
-    )
-    fallback_pass: float = Field(
-        0.6, ge=0, le=1, description="Threshold used instead when no completion reaches `pass`."
-    )
-    iters: int = Field(150, ge=1, description="LoRA-SFT steps on the kept completions (other knobs from `sft`).")
-    seed: int = Field(0, description="Sampling seed.")
-
-    @model_validator(mode="after")
-    def _thresholds(self) -> RFTConfig:
-        if self.fallback_pass > self.pass_threshold:
-            raise ValueError(
-                f"rft: fallback_pass ({self.fallback_pass}) must not exceed pass ({self.pass_threshold})"
-            )
-        return self
-

@@ -24,6 +24,7 @@ import numpy as np
 from jacrl.backends.base import (
     Backend,
     Completion,
+    Draw,
     LoraSpec,
     LossFn,
     SamplingParams,
@@ -31,10 +32,11 @@ from jacrl.backends.base import (
     StepInfo,
     TokenLogprobs,
     batch_order,
+    check_draws,
     copy_model_files,
     require_model_dir,
 )
-from jacrl.backends.config import SFTConfig
+from jacrl.training.config import SFTConfig
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter, write_meta
 from jacrl.progress import Progress
 
@@ -74,42 +76,61 @@ class MLXBackend(Backend):
         return self.tokenizer
 
     # ---- sampling ----------------------------------------------------------------------------
-    def generate_ids(
-        self, prompts: Sequence[Sequence[int]], n: int = 1, params: SamplingParams = SamplingParams(), progress: bool = True
-    ) -> list[list[Completion]]:
-        out: list[list[Completion]] = []
-        bar = Progress(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+    def generate_draws_ids(
+        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+    ) -> list[list[list[Completion]]]:
+        check_draws(draws)
+        rows = sum(d.n for d in draws)
+        out: list[list[list[Completion]]] = [[] for _ in draws]
+        bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
-            ids, lps = self._sample(list(prompt), n, params, params.seed + i)
-            out.append([self._finish(a, b) for a, b in zip(ids, lps)])
-            bar.update(n)
+            ids, lps = self._sample(list(prompt), draws, i)
+            at = 0
+            for d, draw in enumerate(draws):
+                out[d].append([self._finish(a, b) for a, b in zip(ids[at : at + draw.n], lps[at : at + draw.n])])
+                at += draw.n
+            bar.update(rows)
         bar.close()
         return out
 
-    def _sample(self, prompt: list[int], n: int, params: SamplingParams, seed: int) -> tuple[list[list[int]], list[list[float]]]:
+    def _prefill(self, prompt: list[int], rows: int) -> tuple[Any, Any]:
+        """The prompt's cache copied once per row, and each row's next-token logits."""
         import mlx.core as mx
         from mlx_lm.models.cache import KVCache, make_prompt_cache
 
         cache = make_prompt_cache(self.model)
-        if all(type(c) is KVCache for c in cache):
-            # Prefill once, then copy the cache for the n samples.
-            logits = self.model(mx.array([prompt]), cache=cache)[:, -1, :]
-            if n > 1:
-                for c in cache:
-                    k, v, off = c.state
-                    c.state = (mx.repeat(k, n, axis=0), mx.repeat(v, n, axis=0), off)
-                logits = mx.repeat(logits, n, axis=0)
-        else:
-            logits = self.model(mx.array([prompt] * n), cache=cache)[:, -1, :]
+        if not all(type(c) is KVCache for c in cache):  # caches that cannot be copied: one prompt per row
+            return cache, self.model(mx.array([prompt] * rows), cache=cache)[:, -1, :]
+        logits = self.model(mx.array([prompt]), cache=cache)[:, -1, :]
+        if rows > 1:
+            for c in cache:
+                k, v, off = c.state
+                c.state = (mx.repeat(k, rows, axis=0), mx.repeat(v, rows, axis=0), off)
+            logits = mx.repeat(logits, rows, axis=0)
+        return cache, logits
+
+    def _sample(self, prompt: list[int], draws: Sequence[Draw], i: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Every draw's rows of one prompt decoded together; draw d's rows split its own key (seed + i) each step."""
+        import mlx.core as mx
+
+        rows = sum(d.n for d in draws)
+        if rows == 0:
+            return [], []
+        cache, logits = self._prefill(prompt, rows)
         eos = sorted(self.eos_token_ids)
         eos_arr = mx.array(eos)
-        key = mx.random.key(seed)
+        keys = [mx.random.key(d.params.seed + i) for d in draws]
         tokens: list[np.ndarray] = []
         logps: list[np.ndarray] = []
-        done = np.zeros(n, dtype=bool)
-        for _ in range(params.max_tokens):
-            key, sub = mx.random.split(key)
-            tok, lp = _choose(logits.astype(mx.float32), params, sub)
+        done = np.zeros(rows, dtype=bool)
+        for _ in range(check_draws(draws)):
+            parts, at = [], 0
+            for d, draw in enumerate(draws):
+                keys[d], sub = mx.random.split(keys[d])
+                parts.append(_choose(logits[at : at + draw.n].astype(mx.float32), draw.params, sub))
+                at += draw.n
+            tok = mx.concatenate([t for t, _ in parts])
+            lp = mx.concatenate([p for _, p in parts])
             tok = mx.where(mx.array(done), eos_arr[0], tok)
             mx.eval(tok, lp)
             t_np = np.array(tok)
@@ -120,10 +141,8 @@ class MLXBackend(Backend):
                 break
             logits = self.model(tok[:, None], cache=cache)[:, -1, :]
         if not tokens:
-            return [[] for _ in range(n)], [[] for _ in range(n)]
-        t = np.stack(tokens, axis=1)
-        lp = np.stack(logps, axis=1)
-        return t.tolist(), lp.astype(np.float64).tolist()
+            return [[] for _ in range(rows)], [[] for _ in range(rows)]
+        return np.stack(tokens, axis=1).tolist(), np.stack(logps, axis=1).astype(np.float64).tolist()
 
     # ---- scoring -----------------------------------------------------------------------------
     def _row_logprobs(self, model: Any, prompt: Sequence[int], completion: Sequence[int], temperature: float) -> Any:

@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from jacrl.backends.base import (
     Backend,
     Completion,
+    Draw,
     LoraSpec,
     LossFn,
     SamplingParams,
@@ -25,13 +27,14 @@ from jacrl.backends.base import (
     StepInfo,
     TokenLogprobs,
     batch_order,
+    check_draws,
     copy_model_files,
     pad_right,
     require_model_dir,
     set_threads,
     sft_lr,
 )
-from jacrl.backends.config import SFTConfig
+from jacrl.training.config import SFTConfig
 from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter, write_meta
 from jacrl.progress import Progress
 
@@ -132,48 +135,56 @@ class TorchBackend(Backend):
         return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
 
     # ---- sampling ----------------------------------------------------------------------------
-    def generate_ids(
-        self, prompts: Sequence[Sequence[int]], n: int = 1, params: SamplingParams = SamplingParams(), progress: bool = True
-    ) -> list[list[Completion]]:
-        """Prompts are decoded together, up to `max_batch_rows` sequences at a time.
+    def generate_draws_ids(
+        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+    ) -> list[list[list[Completion]]]:
+        """Prompts are decoded together, up to `max_batch_rows` rows at a time.
 
         Prompts are grouped by length (little padding), left-padded, prefilled once and their KV
-        cache copied n times. Each prompt keeps its own generator seeded `seed + i`, so what a
-        prompt gets does not depend on which prompts share its batch.
+        cache copied once per row of every draw. Each (prompt, draw) keeps its own generator
+        seeded `seed + i`, so what a prompt gets does not depend on which prompts share its batch.
         """
         import torch
 
-        out: list[list[Completion]] = [[] for _ in prompts]
+        check_draws(draws)
+        rows = sum(d.n for d in draws)
+        out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
+        if rows == 0:
+            return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        per_chunk = max(1, self.max_batch_rows // max(n, 1))
-        bar = Progress(total=len(prompts) * n, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        per_chunk = max(1, self.max_batch_rows // rows)
+        bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for start in range(0, len(order), per_chunk):
             chunk = order[start : start + per_chunk]
-            gens = [torch.Generator(device="cpu").manual_seed(params.seed + i) for i in chunk]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], n, params, gens)
+            picks = [_Pick(d.params, [torch.Generator(device="cpu").manual_seed(d.params.seed + i) for i in chunk])
+                     for d in draws]
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], draws, picks)
             for j, i in enumerate(chunk):
-                rows = range(j * n, (j + 1) * n)
-                out[i] = [self._finish(ids[r], lps[r]) for r in rows]
-            bar.update(len(chunk) * n)
+                for d, first in enumerate(_draw_offsets(draws)):
+                    at = j * rows + first
+                    out[d][i] = [self._finish(ids[r], lps[r]) for r in range(at, at + draws[d].n)]
+            bar.update(len(chunk) * rows)
         bar.close()
         return out
 
     def _sample(
-        self, prompts: list[list[int]], n: int, params: SamplingParams, gens: list[Any]
+        self, prompts: list[list[int]], draws: Sequence[Draw], picks: list[_Pick]
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Prefill each prompt, left-pad the KV caches into one static cache of n copies, decode all rows together."""
+        """Prefill each prompt, left-pad the KV caches into one static cache with a copy per row, decode all rows together."""
         import torch
 
+        rows, max_tokens = sum(d.n for d in draws), check_draws(draws)
         width = max(map(len, prompts))
-        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(n)
+        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
         # The mask spans the whole static cache: left padding and not-yet-written slots are 0.
-        mask = torch.zeros((len(lens), width + params.max_tokens), dtype=torch.long, device=self.device)
+        mask = torch.zeros((len(lens), width + max_tokens), dtype=torch.long, device=self.device)
         mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
+        choose = _RowChooser(draws, picks, len(prompts))
         with torch.inference_mode():
-            cache, logits = self._prefill(prompts, n, width, width + params.max_tokens)
+            cache, logits = self._prefill(prompts, rows, width, width + max_tokens)
             kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
             with self._decode_threads(len(lens)):
-                tokens, logps = self._decode(logits.repeat_interleave(n, dim=0), mask, lens, width, params, gens, n, kw)
+                tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), mask, lens, width, max_tokens, choose, kw)
         return tokens.tolist(), logps.tolist()
 
     def _prefill(self, prompts: list[list[int]], n: int, width: int, max_len: int) -> tuple[Any, Any]:
@@ -202,7 +213,7 @@ class TorchBackend(Backend):
         return cache, torch.cat(last)
 
     def _decode(
-        self, logits: Any, mask: Any, lens: Any, width: int, params: SamplingParams, gens: list[Any], n: int, kw: dict
+        self, logits: Any, mask: Any, lens: Any, width: int, max_tokens: int, choose: _RowChooser, kw: dict
     ) -> tuple[Any, Any]:
         import torch
 
@@ -210,13 +221,13 @@ class TorchBackend(Backend):
         eos = torch.tensor(sorted(self.eos_token_ids))
         tokens, logps = [], []
         done = torch.zeros(rows, dtype=torch.bool)
-        for t in range(params.max_tokens):
-            tok, lp = _choose_per_prompt(logits.cpu(), params, gens, n)
+        for t in range(max_tokens):
+            tok, lp = choose(logits.cpu())
             tok = torch.where(done, eos[0], tok)
             tokens.append(tok)
             logps.append(lp)
             done |= torch.isin(tok, eos)
-            if bool(done.all()) or t == params.max_tokens - 1:
+            if bool(done.all()) or t == max_tokens - 1:
                 break
             mask[:, width + t] = 1
             logits = self.model(
@@ -570,14 +581,50 @@ def _drop_stale_weights(out_dir: Path) -> None:
             (out_dir / "model.safetensors").unlink()
 
 
-def _choose_per_prompt(logits: Any, params: SamplingParams, gens: list[Any], n: int) -> tuple[Any, Any]:
-    """`_choose` over rows grouped n per prompt, each group drawing from its prompt's generator."""
-    import torch
+def _draw_offsets(draws: Sequence[Draw]) -> list[int]:
+    """Where each draw's rows start inside one prompt's block of rows."""
+    return list(itertools.accumulate((d.n for d in draws[:-1]), initial=0))
 
-    if params.temperature <= 0:
-        return _choose(logits, params, None)
-    picks = [_choose(logits[j * n : (j + 1) * n], params, g) for j, g in enumerate(gens)]
-    return torch.cat([t for t, _ in picks]), torch.cat([lp for _, lp in picks])
+
+@dataclass
+class _Pick:
+    """One draw's sampling params and a generator per prompt of the batch."""
+
+    params: SamplingParams
+    gens: list[Any]
+
+
+class _RowChooser:
+    """Picks every row's next token: rows are laid out prompt by prompt, each prompt's block holding
+    every draw's rows in order. Greedy draws pick by argmax; a sampled draw's rows of one prompt
+    draw from that (prompt, draw)'s generator, as they would decoded alone."""
+
+    def __init__(self, draws: Sequence[Draw], picks: list[_Pick], prompts: int):
+        import torch
+
+        rows = sum(d.n for d in draws)
+        self.parts = []
+        for d, first, pick in zip(draws, _draw_offsets(draws), picks, strict=True):
+            index = torch.tensor([j * rows + first + r for j in range(prompts) for r in range(d.n)], dtype=torch.long)
+            self.parts.append((index, d.n, pick))
+        self.rows = rows * prompts
+
+    def __call__(self, logits: Any) -> tuple[Any, Any]:
+        import torch
+
+        tok = torch.empty(self.rows, dtype=torch.long)
+        logp = torch.empty(self.rows, dtype=logits.dtype)
+        for index, n, pick in self.parts:
+            if n == 0:
+                continue
+            if pick.params.temperature <= 0:
+                t, lp = _choose(logits[index], pick.params, None)
+            else:
+                part = logits[index]
+                chosen = [_choose(part[j * n : (j + 1) * n], pick.params, g) for j, g in enumerate(pick.gens)]
+                t, lp = torch.cat([c for c, _ in chosen]), torch.cat([c for _, c in chosen])
+            tok[index], logp[index] = t, lp
+        return tok, logp
 
 
 def _choose(logits: Any, params: SamplingParams, gen: Any) -> tuple[Any, Any]:

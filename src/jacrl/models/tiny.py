@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl.backends.config import TinyModelConfig
+from jacrl.models.config import TinyModelConfig
 from jacrl.io import atomic_dir, read_jsonl
 from jacrl.models.config import CHAT_TEMPLATE, END_OF_TEXT, EOS_TOKEN, IM_START, MANIFEST, SPECIAL_TOKENS
 from jacrl.progress import Progress, summary

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import SamplingParams
-from jacrl.backends.config import BackendName, RFTConfig, SFTConfig
+from jacrl.backends.config import BackendName
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.backends.select import Placement, load_backend
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.training.metrics import MetricsWriter

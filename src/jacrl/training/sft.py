@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec, SFTExample, StepInfo
-from jacrl.backends.config import BackendName, SFTConfig
+from jacrl.backends.config import BackendName
+from jacrl.training.config import SFTConfig
 from jacrl.backends.select import Placement, load_backend
 from jacrl.io import atomic_dir, read_jsonl
 from jacrl.progress import summary
