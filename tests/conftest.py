@@ -1,17 +1,15 @@
 """Shared fixtures for the jacrl test suite."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads sleep instead of spinning
-sys.path.insert(0, str(Path(__file__).resolve().parent / "backends"))
 
-from tiny_fixture import FIXTURES as TINY_FIXTURES  # noqa: E402
-from tiny_fixture import test_model_dir  # noqa: E402
+from fixtures.tiny import FIXTURES as TINY_FIXTURES  # noqa: E402
+from fixtures.tiny import test_model_dir  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The learning benchmark's harness: the paired test's counts, and GRPO that stops at every
 k-th step for an eval and resumes to the same run."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
 from jacrl.backends.base import LoraSpec
@@ -10,8 +10,10 @@ from jacrl.config import load_config
 from jacrl.io import read_jsonl
 from jacrl.training.metrics import read_metrics
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import grpo_learning as bench  # noqa: E402
+# bench/ is scripts, not a package: the module is loaded from its file.
+_SPEC = importlib.util.spec_from_file_location("grpo_learning", Path(__file__).resolve().parents[2] / "bench" / "grpo_learning.py")
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
 
 
 def test_paired_test_counts_the_discordant_pairs():

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from chromium_cdp import Browser, chromium_binary
-from tiny_fixture import FIXTURES, TEST_TINY
+from fixtures.tiny import FIXTURES, TEST_TINY
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

@@ -60,7 +60,8 @@ def run_as_user(python_args: list[str], table: Path | None = None) -> subprocess
     site = next(p for p in sys.path if p.endswith("site-packages") and "jaclang" in os.listdir(p))
     env = {
         "PATH": f"{exe.parent}:/usr/bin:/bin", "HOME": str(HOME), "LANG": "C.UTF-8", "USER": USER, "LOGNAME": USER,
-        "PYTHONPATH": f"{site}:{REPO / 'src'}", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp",
+        # tests/reward: what REFUSAL imports (reward_helpers)
+        "PYTHONPATH": f"{site}:{REPO / 'src'}:{REPO / 'tests' / 'reward'}", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp",
         "LD_LIBRARY_PATH": str(PY_COPY / "lib"),  # the copy's libpython (its RUNPATH names the original)
     }
     if table is not None:
@@ -102,8 +103,7 @@ def test_the_whole_hostile_suite_as_an_ordinary_user():
 # kernel or distribution that refuses unprivileged ones): strict refuses in one line with the
 # fix; weak scores, and says so in the score.
 REFUSAL = """
-import os, sys
-sys.path.insert(0, "tests/reward")
+import os
 uid, gid = os.getuid(), os.getgid()
 os.unshare(os.CLONE_NEWUSER)
 for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):

@@ -21,8 +21,8 @@ from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
+from fixtures.tiny import FIXTURES, TEST_TINY
 from text_reward import TASKS, TextScore
-from tiny_fixture import FIXTURES, TEST_TINY
 
 EVAL_SEED = 123
 EVAL_SAMPLES = 16  # per prompt: 64 in all
