@@ -56,7 +56,7 @@ def fresh(inputs):
 
 
 def dppo_kl_reference(logprobs, sampled, advantages, mask, kl_tau, low, high, adv_tau):
-    """DPPO+KL written from DESIGN.md §6, independently of jacrl.losses.cores."""
+    """DPPO+KL written from docs/design.md#loss-framework, independently of jacrl.losses.cores."""
     log_r = logprobs - sampled
     r = torch.exp(log_r)
     delta_p = torch.exp(logprobs) - torch.exp(sampled)

@@ -1,4 +1,4 @@
-"""The composable per-term loss framework (DESIGN.md §6).
+"""The composable per-term loss framework (docs/design.md#loss-framework).
 
 A run lists its loss terms once (`losses`); each term is a core (trainer side, on per-token
 log-probabilities) plus filters and weights (orchestrator side, see `jacrl.rl`). The trainer

@@ -28,7 +28,7 @@ def rl_core(
     dppo_mask_high: float = 0.2,
     adv_tau: float = 1.0,
 ) -> LossOutputs:
-    """DPPO+KL (DESIGN.md §6).
+    """DPPO+KL (docs/design.md#loss-framework).
 
     Per token: log r = l - l_hat, r = exp(log r), dp = exp(l) - exp(l_hat). A token is masked out of
     the policy gradient when the probability moved too far in the direction its advantage pushes:

@@ -1,4 +1,4 @@
-"""The Jac reward: extract → splice → sandboxed run → score (DESIGN.md §5).
+"""The Jac reward: extract → splice → sandboxed run → score (docs/design.md#reward).
 
     from jacrl.reward import RewardScorer
     with RewardScorer(cfg.reward, tasks="dataset/rl/tasks.jsonl", threads=2) as scorer:
