@@ -13,8 +13,8 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
 - training: `backward(…, loss_fn)` runs a torch `loss_fn` on differentiable per-token logprobs
   and accumulates its gradient into the adapter; `step()` applies it and returns the gradient
   norm before clipping (`configure_optimizer`,
-  `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code (DESIGN.md
-  §7): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
+  `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code
+  (docs/design.md#backends): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
 - LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`;
 - `train_sft(examples, cfg)`: LoRA SFT with prompt tokens masked.
 

@@ -2,7 +2,7 @@
 `mlx[cpu]` elsewhere).
 
 SFT goes through mlx-lm's own trainer (`mlx_lm.tuner.trainer.train`) with our batch order and
-learning-rate schedule; `mlx_lm_lora`'s SFT mode is not used (it crashes on CPU, DESIGN.md §8).
+learning-rate schedule; `mlx_lm_lora`'s SFT mode is not used (it crashes on CPU, docs/design.md#measured-facts).
 Losses are torch code: `backward` evaluates the per-token logprobs in MLX, lets torch compute
 the loss and its gradient g w.r.t. those logprobs, and pulls g back through MLX with the
 surrogate Σ ℓ·g (two MLX forwards per step; dropout masks are made identical by reseeding).

@@ -47,7 +47,7 @@ class StrictModel(BaseModel):
 
 
 class RLLossConfig(StrictModel):
-    """The DPPO+KL primary objective (DESIGN.md §6). Its name is always `rl`."""
+    """The DPPO+KL primary objective (docs/design.md#loss-framework). Its name is always `rl`."""
 
     type: Literal["rl"] = Field("rl", description="Term type: the DPPO+KL policy-gradient primary.")
     kl_tau: float = Field(

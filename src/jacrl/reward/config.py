@@ -72,7 +72,7 @@ class SandboxLimits(_Section):
 
 
 class RewardConfig(_Section):
-    """How completions are extracted, run and scored (DESIGN.md §5)."""
+    """How completions are extracted, run and scored (docs/design.md#reward)."""
 
     scheme: Literal["dense_v2", "tiered"] = Field(
         "tiered",

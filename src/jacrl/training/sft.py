@@ -1,6 +1,6 @@
 """Gold-SFT: a LoRA adapter trained on a rung's gold bodies (`rule sft`).
 
-Each task becomes one chat: the user turn is the task's `prompt` (DESIGN.md §4), the assistant
+Each task becomes one chat: the user turn is the task's `prompt` (docs/design.md#tasks), the assistant
 turn is the gold body, dedented, in a ```jac block, ended by EOS. The loss covers the
 assistant tokens only. Output folder (written atomically):
 
