@@ -3,6 +3,9 @@
 Per batch: extract every body; identical (task, body) pairs are scored once; a persistent
 content-addressed cache answers what any process scored before; the rest run in parallel
 on a pool of runners (fork servers by default, one per worker).
+
+`Scorer` is what evaluation and GRPO ask of a reward (RewardScorer, or a test's own scorer);
+`score_groups` scores groups of completions (one group per task) in one batch.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import os
 import queue
 import threading
 from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from jacrl.reward.cache import config_digest, score_key
 from jacrl.reward.config import RewardConfig
@@ -25,6 +30,39 @@ from jacrl.reward.score import Score, score_run, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
 from jacrl.reward.task import Task, as_task, load_tasks
+from jacrl.tasks.config import TasksConfig
+
+TASK_TIMEOUT = TasksConfig().timeout
+"""The run timeout of a task record that carries none (a hand-made one; built tasks record `tasks.timeout`)."""
+
+S = TypeVar("S")
+
+
+class Scorer(Protocol):
+    """Scores completions of tasks, one Score per (task, completion) pair, in order."""
+
+    def score_batch(self, tasks: list[Task], completions: list[str]) -> list[Score]: ...
+
+
+class HasText(Protocol):
+    """A completion as the backends return it; only its text is scored."""
+
+    text: str
+
+
+def score_groups(score_batch: Callable[[list[Task], list[str]], list[S]], tasks: Sequence[Task],
+                 groups: Sequence[Sequence[HasText]]) -> list[list[S]]:
+    """Score every completion of `groups[i]` against `tasks[i]` in one `score_batch` call (so the
+    batch dedups and parallelises across groups); the scores come back grouped like `groups`."""
+    flat_tasks = [t for t, group in zip(tasks, groups, strict=True) for _ in group]
+    scores = score_batch(flat_tasks, [c.text for group in groups for c in group])
+    if len(scores) != len(flat_tasks):
+        raise ValueError(f"{len(flat_tasks)} completions but {len(scores)} scores")
+    out, start = [], 0
+    for group in groups:
+        out.append(scores[start : start + len(group)])
+        start += len(group)
+    return out
 
 
 @dataclass
@@ -145,7 +183,7 @@ class RewardScorer:
                 self.stats["dedup_hits"] += 1
             else:
                 program = splice(task.template, ex.body, task.indent)
-                timeout = float(task.timeout or cfg.timeout)
+                timeout = float(task.timeout or TASK_TIMEOUT)
                 key = score_key(program, scheme=cfg.scheme, cfg_digest=self._digest, expected=task.expected_stdout, gold=task.gold_body, timeout=timeout)
                 jobs[ident] = _Job(task, ex.body, ex.method, program, key, timeout)
             slots.setdefault(ident, []).append((i, ex.method))
