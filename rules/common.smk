@@ -14,7 +14,8 @@ from snakemake.logging import logger
 from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
-from jacrl.config import ConfigError, load_config
+from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
+from jacrl.ladder.config import ADAPTER_CONDITIONS, CONDITIONS, GRPO_CONDITIONS, SPLITS
 
 try:
     CFG = load_config(config)
@@ -24,7 +25,6 @@ except ConfigError as err:
 RL = "dataset/rl"
 RUNGS = [str(r) for r in CFG.rungs]
 MODELS = [m.name for m in CFG.models]
-CONFIG_HASH = CFG.digest()
 
 for line in missing_models(CFG.models):
     logger.warning(f"warning: {line} (jobs that need it will fail)")
@@ -33,9 +33,9 @@ for line in missing_models(CFG.models):
 wildcard_constraints:
     rung=r"\d+|all",
     model="|".join(MODELS),
-    cond="base|sft|sft_grpo|raw_grpo",
-    grpo="sft_grpo|raw_grpo",
-    split="gen|mem",
+    cond="|".join(CONDITIONS),
+    grpo="|".join(GRPO_CONDITIONS),
+    split="|".join(SPLITS),
 
 
 def bundled(path):
@@ -136,4 +136,4 @@ def all_targets():
 # The config sections each job depends on (its params): changing another section does not rerun it.
 CELL_KEYS = {"threads", "reward", "eval"}
 EVAL_THREADS = CFG.eval.threads or CFG.threads
-GRPO_KEYS = {"threads", "reward", "grpo", "losses", "training_mode", "trainer", "orchestrator"}
+GRPO_KEYS = {"threads", "reward", *GRPO_SECTIONS}

@@ -13,6 +13,7 @@ rule eval_base_gen:
         model_dir=lambda wc: model_dir(wc.model),
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        cell_config=lambda wc: CFG.cell_config(wc.model, "base", "gen"),
         meta=lambda wc: {"rung": "shared", "model": wc.model, "cond": "base", "split": "gen"},
     log:
         "logs/eval/shared/{model}/base/gen.log",
@@ -63,6 +64,7 @@ rule eval:
         model_dir=cell_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        cell_config=lambda wc: CFG.cell_config(wc.model, wc.cond, wc.split),
         meta=lambda wc: {"rung": wc.rung, "model": wc.model, "cond": wc.cond, "split": wc.split},
     log:
         "logs/eval/r{rung}/{model}/{cond}/{split}.log",

@@ -7,7 +7,7 @@ REPORT = "results/report"
 
 def curve_figures():
     """One figure per adapter the ladder trains (every condition but `base`)."""
-    conds = [c for c in CFG.ladder.conditions if c != "base"]
+    conds = [c for c in CFG.ladder.conditions if c in ADAPTER_CONDITIONS]
     return expand(f"{REPORT}/curves/r{{rung}}/{{model}}/{{cond}}.png",
                   rung=CFG.ladder_rungs, model=CFG.ladder_models, cond=conds)
 
@@ -71,7 +71,7 @@ rule report_curves:
             caption="../report/curves.rst",
         ),
     wildcard_constraints:
-        cond="sft|sft_grpo|raw_grpo",
+        cond="|".join(ADAPTER_CONDITIONS),
     params:
         title=lambda wc: f"adapters/r{wc.rung}/{wc.model}/{wc.cond}",
     log:

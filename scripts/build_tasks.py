@@ -1,7 +1,7 @@
 # Rule build_tasks: drivers → tasks.jsonl + templates/ + refbodies/.
 from pathlib import Path
 
-from jacrl.config import TasksConfig
+from jacrl.tasks.config import TasksConfig
 from jacrl.progress import summary
 from jacrl.tasks.build import build_tasks
 from jacrl.workflow import logged

@@ -3,7 +3,7 @@ import json
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import Placement, load_backend
-from jacrl.config import load_config
+from jacrl.config import cell_provenance, load_config
 from jacrl.evaluation.cell import evaluate_cell
 from jacrl.io import read_jsonl, write_text
 from jacrl.progress import summary
@@ -16,7 +16,8 @@ with logged(snakemake):
     adapter = snakemake.input.get("adapter") or None
     backend = load_backend(snakemake.params.model_dir, spec.backend, adapter=adapter, threads=snakemake.threads, model_name=spec.name,
                            placement=Placement.of(spec))
-    meta = {**snakemake.params.meta, "adapter": adapter, "config_hash": cfg.digest(), "code_version": code_version()}
+    meta = {**snakemake.params.meta, "adapter": adapter, **cell_provenance(snakemake.params.cell_config),
+            "code_version": code_version()}
     with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
         cell = evaluate_cell(read_jsonl(snakemake.input.tasks), backend, scorer, cfg.eval, meta, snakemake.output.samples)
     write_text(snakemake.output.cell, json.dumps(cell, indent=1) + "\n")

@@ -1,5 +1,5 @@
 # Rule splits: tasks.jsonl → holdout / trainpool / valid (+ a summary table).
-from jacrl.config import SplitsConfig
+from jacrl.tasks.config import SplitsConfig
 from jacrl.io import read_jsonl, write_jsonl, write_text
 from jacrl.tasks.report import splits_summary
 from jacrl.tasks.splits import make_splits

@@ -3,7 +3,10 @@
 import pytest
 import yaml
 
-from jacrl.config import Config, ConfigError, load_config
+from jacrl.config import Config, ConfigError, cell_provenance, load_config
+from jacrl.ladder.config import CONDITIONS, SPLITS
+from jacrl.reward.cache import config_digest as config_digest_of_reward
+from jacrl.reward.config import RewardConfig
 
 
 def test_default_config_file_validates(repo):
@@ -30,5 +33,85 @@ def test_wrong_type_names_key():
         load_config({"rungs": [0]})
 
 
-def test_digest_changes_with_config():
-    assert load_config({}).digest() != load_config({"threads": 1}).digest()
+def test_reward_timeout_is_gone_with_a_pointer_to_tasks_timeout():
+    with pytest.raises(ConfigError, match=r"config key 'reward': `reward.timeout` is gone: .*`tasks.timeout`"):
+        load_config({"reward": {"timeout": 20}})
+
+
+def test_conditions_and_splits_are_one_vocabulary():
+    with pytest.raises(ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo' or 'raw_grpo'.*got 'grpo'"):
+        load_config({"ladder": {"conditions": ["grpo"]}})
+    with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
+        load_config({"eval": {"policy_splits": ["train"]}})
+    assert load_config({}).ladder.conditions == list(CONDITIONS) and load_config({}).ladder.splits == list(SPLITS)
+
+
+CELLS = [(cond, split) for cond in CONDITIONS for split in SPLITS]
+RFT_MODEL = {"models": [{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]}
+
+
+def hashes(data: dict) -> dict[tuple[str, str], str]:
+    cfg = load_config(data)
+    return {(cond, split): cell_provenance(cfg.cell_config("tiny", cond, split))["config_hash"] for cond, split in CELLS}
+
+
+def changed(data: dict, base: dict | None = None) -> set[tuple[str, str]]:
+    """The cells whose config hash changes when `data` is merged into `base`."""
+    base = base or {}
+    before, after = hashes(base), hashes({**base, **data})
+    return {cell for cell in CELLS if before[cell] != after[cell]}
+
+
+ALL = set(CELLS)
+GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo")}
+
+
+@pytest.mark.parametrize("data, cells", [
+    ({"threads": 1}, set()),
+    ({"rungs": [1, 2]}, set()),
+    ({"ladder": {"conditions": ["base"]}}, set()),
+    ({"eval": {"threads": 1}}, set()),
+    ({"reward": {"workers": 3, "runner": "subprocess", "cache": False, "cache_timeouts": True}}, set()),
+    ({"reward": {"dense_v2": {"compiles": 0.5}}}, set()),  # not the scheme in use
+    ({"sft": {"save_every": 7}, "grpo": {"save_every": 3}}, set()),
+    ({"tasks": {"build_timeout": 5, "gold_runner": "jac"}}, set()),
+    ({"rft": {"samples": 2}}, set()),  # no model warms up with RFT
+    ({"models": [{"name": "tiny", "builtin": "tiny", "mem_mb": {"eval": 9000}, "gpus": 0}]}, set()),
+    ({"tasks": {"timeout": 5}}, ALL),
+    ({"splits": {"holdout_size": 7}}, ALL),
+    ({"reward": {"tiered": {"exact": 2.0}}}, ALL),
+    ({"tiny": {"depth": 2}}, ALL),
+    ({"models": [{"name": "tiny", "builtin": "tiny", "dtype": "float32"}]}, ALL),
+    ({"eval": {"max_tokens": 99}}, ALL),
+    ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
+    ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
+    ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo")}),
+    ({"grpo": {"lr": 1e-3}}, GRPO),
+    ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
+    ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
+    ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] == "raw_grpo"}),
+])
+def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
+    assert changed(data) == cells
+
+
+def test_rft_warm_start_enters_raw_grpo_cells_only():
+    raw = {c for c in CELLS if c[0] == "raw_grpo"}
+    assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
+    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo")}  # RFT has its own iters
+    assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
+
+
+def test_base_gen_does_not_depend_on_the_rung_or_training():
+    cfg = load_config({})
+    parts = cfg.cell_config("tiny", "base", "gen")
+    assert set(parts) == {"tasks", "reward", "model tiny", "eval gen"}
+    prov = cell_provenance(parts)
+    assert set(prov["config_parts"]) == set(parts) and len(prov["config_hash"]) == 12
+
+
+def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
+    base = config_digest_of_reward(RewardConfig())
+    assert config_digest_of_reward(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
+    assert config_digest_of_reward(RewardConfig(tiered={"exact": 2.0})) != base
+    assert config_digest_of_reward(RewardConfig(isolation="weak")) != base

@@ -1,7 +1,9 @@
 """The workflow's configuration: one pydantic model tree, validated when the Snakefile loads.
 
-Every field is documented here and nowhere else; defaults live here once. Unknown or
-mistyped keys fail with a message that names the key and the allowed ones.
+Each section is defined, with its fields documented and its defaults, in the package that uses
+it (`tasks/config.py`, `reward/config.py`, `models/config.py`, …); this module puts them together
+under one root. Unknown or mistyped keys fail with a message that names the key and the allowed
+ones.
 """
 
 from __future__ import annotations
@@ -10,60 +12,33 @@ import hashlib
 import json
 import typing
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from jacrl.backends.config import ModelSpec
-from jacrl.models.config import TinyModelConfig
-from jacrl.training.config import RFTConfig, SFTConfig
-from jacrl.evaluation.config import EvalConfig, LadderConfig
+from jacrl.evaluation.config import EvalConfig
+from jacrl.ladder.config import GRPO_CONDITIONS, SFT_CONDITIONS, Condition, LadderConfig, Rung, Split
 from jacrl.losses.config import LossFrameworkConfig
+from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
-from jacrl.rl.config import GRPOConfig
+from jacrl.rl.config import FRESH_LORA, GRPOConfig
+from jacrl.strict import RESULT_FREE
+from jacrl.tasks.config import SplitsConfig, TasksConfig
+from jacrl.training.config import RFTConfig, SFTConfig
 
-
-class Section(BaseModel):
-    """Base of every config section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class TasksConfig(Section):
-    drivers: Path = Field(Path("dataset/drivers"), description="Folder of driver programs, one sub-folder per family.")
-    timeout: float = Field(10.0, gt=0, description="Wall timeout (s) recorded in each task for scoring a completion.")
-    build_timeout: float = Field(60.0, gt=0, description="Wall timeout (s) for each gold run while building tasks.")
-    gold_runner: Literal["fork", "jac"] = Field(
-        "fork",
-        description="How gold programs run while building: `fork` = the reward's fork servers (jaclang "
-        "loaded once; the path completions are scored on), `jac` = one `jac run` process per program.",
-    )
-
-
-class SplitsConfig(Section):
-    holdout_size: int = Field(
-        30, ge=1,
-        description="Minimum number of holdout tasks after decontamination. Whole sources are held out (smallest first, "
-        "round-robin over families), so the result can exceed this by less than one source.",
-    )
-    valid_size: int = Field(4, ge=0, description="Tasks taken from the end of the interleaved train pool for validation.")
-    decontam_threshold: float = Field(
-        0.85, gt=0, le=1,
-        description="Drop a holdout task whose gold body is at least this difflib-similar to any training body.",
-    )
-
-
-Rung = Union[int, Literal["all"]]
+GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
+"""The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
 
 
 class Config(LossFrameworkConfig):
-    """The root of config.yaml (the loss framework's `losses`, `training_mode`, `trainer` and
-    `orchestrator` come from `LossFrameworkConfig`)."""
+    """The root of config.yaml. The loss framework's shared `losses` (and `training_mode`,
+    `trainer`, `orchestrator`) are top-level keys by its design, which propagates `losses` into
+    the other two; so the root extends `LossFrameworkConfig` and adds its other sections."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-    threads: int = Field(2, ge=1, description="Threads per job (torch intra-op threads, reward workers, gold runs).")
+    threads: int = Field(2, ge=1, json_schema_extra=RESULT_FREE,
+                         description="Threads per job (torch intra-op threads, reward workers, gold runs).")
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
     splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Holdout / train pool / valid split settings.")
     rungs: list[Rung] = Field(
@@ -122,10 +97,44 @@ class Config(LossFrameworkConfig):
     def ladder_rungs(self) -> list[str]:
         return [str(r) for r in (self.ladder.rungs or self.rungs)]
 
-    def digest(self) -> str:
-        """A short stable hash of the whole configuration (recorded with every result row)."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+    def cell_config(self, model: str, cond: Condition, split: Split) -> dict[str, Any]:
+        """The configuration that determines an eval cell of `model` × `cond` × `split`, by part.
+
+        A part is named by what it covers, and every cell that carries a part carries the same
+        config under it (so cells can be checked against each other part by part). Left out: what
+        changes how jobs run, not what they compute (threads, memory, caching, checkpoint cadence),
+        and the rung, which is the cell's key (it picks the train tasks; the base on `gen` does
+        not depend on it at all)."""
+        spec = self.model(model)
+        built = {"tiny": self.tiny.result_settings()} if spec.builtin == "tiny" else {}
+        parts: dict[str, Any] = {
+            "tasks": {"tasks": self.tasks.result_settings(), "splits": self.splits.result_settings()},
+            "reward": self.reward.result_settings(),
+            f"model {model}": {**spec.result_settings(), **built},
+            f"eval {split}": self.eval.cell_settings(split),
+        }
+        if cond in SFT_CONDITIONS:
+            parts["sft"] = self.sft.result_settings()
+        if cond in GRPO_CONDITIONS:
+            everything = self.result_settings()
+            grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
+            parts["grpo"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
+        if cond == "raw_grpo":
+            parts["grpo fresh LoRA"] = {k: getattr(self.grpo, k) for k in FRESH_LORA}
+            if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
+                sft = {k: v for k, v in self.sft.result_settings().items() if k != "iters"}
+                parts["rft"] = {"rft": self.rft.result_settings(), "sft": sft}
+        return parts
+
+
+def config_digest(config: Any) -> str:
+    """A short stable hash of a JSON-able config."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def cell_provenance(parts: dict[str, Any]) -> dict[str, Any]:
+    """What a cell records of its config (`Config.cell_config`): one hash of it all, and one per part."""
+    return {"config_hash": config_digest(parts), "config_parts": {name: config_digest(p) for name, p in parts.items()}}
 
 
 class ConfigError(ValueError):

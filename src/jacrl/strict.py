@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
+
+RESULT_FREE = {"result_free": True}
+"""`json_schema_extra` of a field that changes how a job runs (threads, memory, checkpoint cadence,
+caching) but not what it computes: `StrictModel.result_settings` leaves it out, so changing it
+changes no cell's config hash."""
 
 
 class StrictModel(BaseModel):
@@ -10,3 +17,20 @@ class StrictModel(BaseModel):
     defaults are validated like given values."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    def result_settings(self) -> dict[str, Any]:
+        """The JSON form of the fields that determine results: all but the `RESULT_FREE` ones,
+        nested sections likewise."""
+        dumped = self.model_dump(mode="json")
+        out: dict[str, Any] = {}
+        for name, field in type(self).model_fields.items():
+            if isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("result_free"):
+                continue
+            value = getattr(self, name)
+            if isinstance(value, StrictModel):
+                out[name] = value.result_settings()
+            elif isinstance(value, list) and value and all(isinstance(v, StrictModel) for v in value):
+                out[name] = [v.result_settings() for v in value]
+            else:
+                out[name] = dumped[name]
+        return out

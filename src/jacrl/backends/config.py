@@ -12,20 +12,20 @@ Every model is an ordinary Hugging Face (or MLX) folder on disk; nothing is ever
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
-from jacrl.strict import StrictModel
+from jacrl.strict import RESULT_FREE, StrictModel
 
 BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 RuleKind = Literal["sft", "grpo", "rft", "eval"]
-TINY_MODEL_DIR = "models/tiny"
-"""Where `rule tiny_model` writes the embedded model, relative to the workflow root."""
-BUILTIN_MODEL_DIRS = {"tiny": TINY_MODEL_DIR, "smollm2": "models/smollm2"}
-"""Where each builtin model's rule writes it (`rule tiny_model`, `rule smollm2_model`)."""
+Builtin = Literal["tiny", "smollm2"]
+BUILTIN_MODEL_DIRS: dict[Builtin, str] = {name: f"models/{name}" for name in get_args(Builtin)}
+"""Where each builtin model's rule writes it (`rule tiny_model`, `rule smollm2_model`), relative to
+the workflow root."""
 
 
 class ModelSpec(StrictModel):
@@ -41,7 +41,7 @@ class ModelSpec(StrictModel):
         description="Local folder of a Hugging Face or MLX model (config.json, weights, tokenizer). "
         "Relative paths are taken from the workflow root. Exactly one of `path` and `builtin`.",
     )
-    builtin: Literal["tiny", "smollm2"] | None = Field(
+    builtin: Builtin | None = Field(
         None,
         description="`tiny`: the embedded byte-level-BPE Qwen2-architecture model that "
         "`rule tiny_model` builds into models/tiny/ from Jac text. `smollm2`: SmolLM2-135M-Instruct "
@@ -82,23 +82,27 @@ class ModelSpec(StrictModel):
     gpus: int | None = Field(
         None,
         ge=0,
+        json_schema_extra=RESULT_FREE,
         description="GPUs each of this model's training and eval jobs asks Snakemake for (resource `gpu`). "
         "Default: 1 when `device` is `cuda`, else 0.",
     )
     parameters: int | None = Field(
         None,
         ge=1,
+        json_schema_extra=RESULT_FREE,
         description="Parameter count used to derive `mem_mb`; default: read from the model folder's "
         "safetensors headers (the builtins have it recorded), else `mem_mb` falls back to a fixed 8000.",
     )
     mem_mb: dict[RuleKind, int] = Field(
         default_factory=dict,
+        json_schema_extra=RESULT_FREE,
         description="Host memory (MB) per job kind (`sft`, `grpo`, `rft`, `eval`), Snakemake's `mem_mb`. "
         "A kind not given is derived from the parameter count, the load precision and the job's tokens "
         "(jacrl.backends.resources).",
     )
     runtime: dict[RuleKind, int] = Field(
         default_factory=dict,
+        json_schema_extra=RESULT_FREE,
         description="Wall-time limit (minutes) per job kind, Snakemake's `runtime` (cluster executors "
         "enforce it). A kind not given takes jacrl.backends.resources.DEFAULT_RUNTIME_MIN.",
     )

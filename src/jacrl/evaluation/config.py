@@ -1,19 +1,17 @@
-"""Settings of the eval cells and of which cells the ladder holds."""
+"""Settings of the eval cells (the `eval:` section)."""
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-Condition = Literal["base", "sft", "sft_grpo", "raw_grpo"]
-Split = Literal["gen", "mem"]
+from jacrl.ladder.config import SPLITS, Split
+from jacrl.strict import RESULT_FREE, StrictModel
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(StrictModel):
     """How each eval cell samples."""
-
-    model_config = ConfigDict(extra="forbid")
 
     n: int = Field(8, ge=0, description="Samples per task at `temperature` for pass@k (0 = greedy only).")
     k: int = Field(8, ge=1, description="k of pass@k (unbiased estimator over the n samples); k <= n when n > 0.")
@@ -27,7 +25,7 @@ class EvalConfig(BaseModel):
         "pass@1 so `sft_grpo` vs `sft` shows whether GRPO helped (paired sign test in the pivot). 0 = none.",
     )
     policy_splits: list[Split] = Field(
-        default_factory=lambda: ["gen", "mem"],
+        default_factory=lambda: list(SPLITS),
         description="Splits whose cells draw the policy samples (the default ladder keeps them to `mem`, where the "
         "tiny model passes anything at all, to stay within its time budget).",
     )
@@ -36,7 +34,7 @@ class EvalConfig(BaseModel):
         description="Temperature of the policy samples; None = `grpo.temperature` (the temperature GRPO samples at).",
     )
     threads: int | None = Field(
-        None, ge=1,
+        None, ge=1, json_schema_extra=RESULT_FREE,
         description="Threads of one eval job (model and reward workers); None = the top-level `threads`. "
         "Half the cores lets two cells run side by side: a cell's start-up and scoring leave cores idle.",
     )
@@ -52,17 +50,13 @@ class EvalConfig(BaseModel):
             raise ValueError(f"eval.k ({self.k}) must not exceed eval.n ({self.n})")
         return self
 
-
-class LadderConfig(BaseModel):
-    """Which cells `results/rl_ladder.jsonl` holds: selectors over models × rungs × conditions × splits."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    conditions: list[Condition] = Field(
-        default_factory=lambda: ["base", "sft", "sft_grpo", "raw_grpo"],
-        description="Conditions to run: base (no training), sft (gold-SFT), sft_grpo (GRPO from the SFT adapter), "
-        "raw_grpo (GRPO from the base or its RFT warm start).",
-    )
-    models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
-    rungs: list[Union[int, Literal["all"]]] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")
-    splits: list[Split] = Field(default_factory=lambda: ["gen", "mem"], description="gen = the holdout, mem = the rung's own train tasks.")
+    def cell_settings(self, split: Split) -> dict[str, Any]:
+        """What of this section determines a cell of `split`: the policy knobs only where that split
+        draws policy samples, the task cap only on `mem`."""
+        out = self.result_settings()
+        del out["policy_splits"]
+        if not (self.policy_n and split in self.policy_splits):
+            del out["policy_n"], out["policy_temperature"]
+        if split != "mem":
+            del out["mem_max_tasks"]
+        return out

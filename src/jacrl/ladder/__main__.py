@@ -8,6 +8,7 @@ import sys
 
 from jacrl.io import JsonlError, read_jsonl
 from jacrl.ladder.pivot import render_markdown, rows_frame
+from jacrl.ladder.rows import ConfigMismatch
 
 
 def show_rows(path: str) -> int:
@@ -21,6 +22,9 @@ def show_rows(path: str) -> int:
         return 1
     try:
         print(render_markdown(rows_frame(rows)))
+    except ConfigMismatch as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 1
     except (KeyError, TypeError, AttributeError) as exc:
         print(f"error: {path}: not ladder rows (missing or malformed field {exc}); rebuild it with "
               "`snakemake results/rl_ladder.jsonl`", file=sys.stderr)

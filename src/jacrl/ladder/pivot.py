@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from jacrl.io import atomic_path, read_jsonl, write_text
-from jacrl.ladder.rows import CONDITIONS, SPLITS, rung_sort_key
+from jacrl.ladder.config import CONDITIONS, SPLITS
+from jacrl.ladder.rows import check_one_config, rung_sort_key
 from jacrl.ladder.stats import mcnemar_exact, min_detectable_difference, sign_test, wilson_half_width
 
 POWER_METHOD = (
@@ -18,6 +19,7 @@ POWER_METHOD = (
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
+    check_one_config(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
     df["ci_lo"] = df["pass1_ci"].map(lambda c: 100 * c[0])

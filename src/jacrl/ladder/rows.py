@@ -6,14 +6,35 @@ import json
 from pathlib import Path
 
 from jacrl.io import write_jsonl
+from jacrl.ladder.config import CONDITIONS, SPLITS
 from jacrl.ladder.stats import wilson_interval
 
-CONDITIONS = ("base", "sft", "sft_grpo", "raw_grpo")
-SPLITS = ("gen", "mem")
+
+class ConfigMismatch(ValueError):
+    """Cells (or rows) of one ladder that were built under different configurations."""
 
 
 def cell_tag(rung: str, model: str, cond: str, split: str) -> str:
     return f"r{rung}/{model}/{cond}/{split}"
+
+
+def check_one_config(records: list[dict]) -> None:
+    """Refuse cells or rows that were not built under one configuration: every config part
+    (`config_parts`, see `jacrl.config.Config.cell_config`) that several of them carry must have
+    one hash. Records from before cells recorded their parts pass only among themselves."""
+    tag = lambda r: cell_tag(r["rung"], r["model"], r["cond"], r["split"])  # noqa: E731
+    recorded = [r for r in records if r.get("config_parts")]
+    if recorded and len(recorded) < len(records):
+        old = next(r for r in records if not r.get("config_parts"))
+        raise ConfigMismatch(f"cell {tag(old)} records no config hashes but {tag(recorded[0])} does; "
+                             f"rebuild {tag(old)} so that they can be compared")
+    first: dict[str, tuple[str, str]] = {}
+    for r in recorded:
+        for part, digest in sorted(r["config_parts"].items()):
+            seen_in, seen = first.setdefault(part, (tag(r), digest))
+            if seen != digest:
+                raise ConfigMismatch(f"cells {seen_in} and {tag(r)} were built under different `{part}` configs "
+                                     f"({seen} vs {digest}); rebuild them under one config")
 
 
 def rung_sort_key(rung: str) -> tuple[int, int]:
@@ -43,7 +64,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
             "near_pass", "norm_pass", "verified", "run_pct", "pass1_pct", "passk_pct", "verified_pct", "near_pct",
             "norm_pct", "policy_samples", "policy_temperature", "policy_pass_pct", "avg_osim", "avg_idiom",
             "trunc_rate", "passes", "flagged_passes", "flagged_pass_share", "isolation", "by_family",
-            "config_hash", "code_version")
+            "config_hash", "config_parts", "code_version")
     row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
     row.update({k: cell.get(k) for k in keep})
     row["idiom_delta_vs_base"] = delta
@@ -56,6 +77,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
 
 def build_rows(cells: list[dict]) -> list[dict]:
     """Rows for every cell, sorted by model, split, rung, condition; one per tag."""
+    check_one_config(cells)
     seen: dict[str, dict] = {}
     for c in cells:
         tag = cell_tag(c["rung"], c["model"], c["cond"], c["split"])

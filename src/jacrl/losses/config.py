@@ -19,7 +19,9 @@ import copy
 import warnings
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
+
+from jacrl.strict import StrictModel
 
 ROLES = ("system", "user", "assistant", "tool")
 """Message roles an echo term can supervise."""
@@ -30,15 +32,12 @@ PROMPT_ROLES = ("system", "user", "tool")
 PRIMARY_TYPES = ("rl", "custom")
 """Term types that are a run's primary objective; at most one per run."""
 
+TrainingMode = Literal["rl", "sft"]
+"""What drives training: the primary loss term (`rl`) or a masked NLL on the completion (`sft`)."""
+
 
 class LossConfigWarning(UserWarning):
     """A loss configuration that is valid but will not do what it looks like it does."""
-
-
-class StrictModel(BaseModel):
-    """Base for every loss config model: unknown keys are errors, not silently dropped."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,40 +339,8 @@ def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConf
                 f"env names must be unique (set `name`)"
             )
         labels[env.label] = index
-        if env.enabled_losses is not None:
-            for name in env.enabled_losses:
-                if name not in by_name:
-                    raise ValueError(
-                        f"{where}.enabled_losses names {name!r}, which is not a defined loss term "
-                        f"(defined: {', '.join(by_name) or 'none'})"
-                    )
-            if len(set(env.enabled_losses)) != len(env.enabled_losses):
-                raise ValueError(f"{where}.enabled_losses lists a term twice: {env.enabled_losses}")
-        enabled = [by_name[name] for name in (env.enabled_losses or by_name)]
-        echoes = [term.name for term in enabled if term.type == "echo"]
-        if len(echoes) > 1:
-            raise ValueError(
-                f"{where}: at most one echo term per env, but it enables {echoes}"
-                + ("" if env.enabled_losses is not None else " (enabled_losses = None enables every term)")
-                + "; choose one with `enabled_losses`"
-            )
-        for name, override in env.loss_overrides.items():
-            term = by_name.get(name)
-            if term is None or term.type != "echo":
-                defined = [t.name for t in losses if t.type == "echo"]
-                raise ValueError(
-                    f"{where}.loss_overrides key {name!r} is not a defined echo term "
-                    f"(echo terms: {', '.join(defined) or 'none'}); only echo terms can be overridden per env"
-                )
-            if name not in echoes:
-                raise ValueError(f"{where}.loss_overrides[{name!r}] overrides a term this env does not enable")
-            for key in ("type", "name"):
-                if key in override:
-                    raise ValueError(f"{where}.loss_overrides[{name!r}].{key} cannot be overridden")
-            try:
-                EchoLossConfig.model_validate(deep_merge(term.model_dump(), override))
-            except ValidationError as error:
-                raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
+        echoes = _check_enabled(where, env, by_name)
+        _check_overrides(where, env, losses, echoes)
     if not envs:
         echoes = [term.name for term in losses if term.type == "echo"]
         if len(echoes) > 1:
@@ -382,17 +349,66 @@ def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConf
                 f"one echo term, but `losses` defines {echoes}; declare envs and choose with `enabled_losses`"
             )
     if orchestrator.renderer is None:
-        for term in losses:
-            if term.type == "echo":
-                prompt_roles = [role for role in term.roles() if role in PROMPT_ROLES]
-                if prompt_roles:
-                    warnings.warn(
-                        f"echo term {term.name!r} supervises prompt roles {prompt_roles} but "
-                        f"orchestrator.renderer is None, so prompt tokens carry no role attribution and "
-                        f"those roles select nothing; set orchestrator.renderer: chat_template",
-                        LossConfigWarning,
-                        stacklevel=2,
-                    )
+        _warn_unattributed_prompt_roles(losses)
+
+
+def _check_enabled(where: str, env: EnvConfig, by_name: dict[str, LossTermConfig]) -> list[str]:
+    """Check an env's `enabled_losses`; returns the names of the echo terms it enables (at most one)."""
+    if env.enabled_losses is not None:
+        for name in env.enabled_losses:
+            if name not in by_name:
+                raise ValueError(
+                    f"{where}.enabled_losses names {name!r}, which is not a defined loss term "
+                    f"(defined: {', '.join(by_name) or 'none'})"
+                )
+        if len(set(env.enabled_losses)) != len(env.enabled_losses):
+            raise ValueError(f"{where}.enabled_losses lists a term twice: {env.enabled_losses}")
+    enabled = [by_name[name] for name in (env.enabled_losses or by_name)]
+    echoes = [term.name for term in enabled if term.type == "echo"]
+    if len(echoes) > 1:
+        raise ValueError(
+            f"{where}: at most one echo term per env, but it enables {echoes}"
+            + ("" if env.enabled_losses is not None else " (enabled_losses = None enables every term)")
+            + "; choose one with `enabled_losses`"
+        )
+    return echoes
+
+
+def _check_overrides(where: str, env: EnvConfig, losses: list[LossTermConfig], echoes: list[str]) -> None:
+    """Check that each of an env's `loss_overrides` names an echo term it enables and stays a valid one."""
+    by_name = {term.name: term for term in losses}
+    for name, override in env.loss_overrides.items():
+        term = by_name.get(name)
+        if term is None or term.type != "echo":
+            defined = [t.name for t in losses if t.type == "echo"]
+            raise ValueError(
+                f"{where}.loss_overrides key {name!r} is not a defined echo term "
+                f"(echo terms: {', '.join(defined) or 'none'}); only echo terms can be overridden per env"
+            )
+        if name not in echoes:
+            raise ValueError(f"{where}.loss_overrides[{name!r}] overrides a term this env does not enable")
+        for key in ("type", "name"):
+            if key in override:
+                raise ValueError(f"{where}.loss_overrides[{name!r}].{key} cannot be overridden")
+        try:
+            EchoLossConfig.model_validate(deep_merge(term.model_dump(), override))
+        except ValidationError as error:
+            raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
+
+
+def _warn_unattributed_prompt_roles(losses: list[LossTermConfig]) -> None:
+    """Without a renderer prompt tokens carry no role, so echo on a prompt role selects nothing."""
+    for term in losses:
+        if term.type == "echo":
+            prompt_roles = [role for role in term.roles() if role in PROMPT_ROLES]
+            if prompt_roles:
+                warnings.warn(
+                    f"echo term {term.name!r} supervises prompt roles {prompt_roles} but "
+                    f"orchestrator.renderer is None, so prompt tokens carry no role attribution and "
+                    f"those roles select nothing; set orchestrator.renderer: chat_template",
+                    LossConfigWarning,
+                    stacklevel=3,
+                )
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,7 +427,7 @@ class LossFrameworkConfig(StrictModel):
         description="The run's loss terms, set once here and propagated to trainer.losses and "
         "orchestrator.losses. Default: [rl] (DPPO+KL).",
     )
-    training_mode: Literal["rl", "sft"] = Field(
+    training_mode: TrainingMode = Field(
         "rl",
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
         "completion replaces the primary; the other terms (echo, ref_kl) still apply.",

@@ -40,9 +40,7 @@ def jaclang_version() -> str:
 
 def config_digest(cfg: RewardConfig) -> str:
     """The part of the config a score depends on (not workers, runner or cache settings)."""
-    fields = cfg.model_dump(mode="json", include={"scheme", "check_timeout", "max_stdout_bytes", "max_stderr_bytes", "stderr_tail_chars", "limits", "isolation"})
-    fields["weights"] = cfg.weights().model_dump(mode="json")
-    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(cfg.result_settings(), sort_keys=True).encode()).hexdigest()
 
 
 SCORE_FIELDS = "score-v4"

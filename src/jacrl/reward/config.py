@@ -7,16 +7,15 @@ Every field is documented here; defaults live here once. The root config holds a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from jacrl.strict import RESULT_FREE, StrictModel
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-class DenseV2Weights(_Section):
+class DenseV2Weights(StrictModel):
     """The source document's additive score (its README, "Reward")."""
 
     compiles: float = Field(0.25, ge=0, description="Weight of `compiles` (the run exits 0, or `jac check -p` passes).")
@@ -28,7 +27,7 @@ class DenseV2Weights(_Section):
     idiom_norm: float = Field(8.0, gt=0, description="idiom = min(weighted token count / idiom_norm, 1).")
 
 
-class TieredWeights(_Section):
+class TieredWeights(StrictModel):
     """Monotone tiers: an exact pass always scores above any failure."""
 
     exact: float = Field(1.0, gt=0, description="Score of an exact stdout match (exit 0, stdout equal after strip).")
@@ -51,7 +50,7 @@ class TieredWeights(_Section):
         return self
 
 
-class SandboxLimits(_Section):
+class SandboxLimits(StrictModel):
     """Resource limits applied to every program run (both runners)."""
 
     uid_base: int = Field(
@@ -71,7 +70,7 @@ class SandboxLimits(_Section):
     tmp_files: int = Field(4096, ge=64, description="Files and directories the run dir's tmpfs may hold (strict).")
 
 
-class RewardConfig(_Section):
+class RewardConfig(StrictModel):
     """How completions are extracted, run and scored (docs/design.md#reward)."""
 
     scheme: Literal["dense_v2", "tiered"] = Field(
@@ -81,19 +80,18 @@ class RewardConfig(_Section):
     )
     dense_v2: DenseV2Weights = Field(default_factory=DenseV2Weights, description="Weights of the dense_v2 scheme.")
     tiered: TieredWeights = Field(default_factory=TieredWeights, description="Weights of the tiered scheme.")
-    timeout: float = Field(10.0, gt=0, description="Wall timeout (s) of a run when the task record has none.")
     check_timeout: float = Field(15.0, gt=0, description="Wall timeout (s) of the `jac check -p` that decides `compiles` after a failed run.")
-    workers: int = Field(0, ge=0, description="Programs run in parallel; 0 = the threads the caller was given (else the CPU count).")
+    workers: int = Field(0, ge=0, json_schema_extra=RESULT_FREE, description="Programs run in parallel; 0 = the threads the caller was given (else the CPU count).")
     runner: Literal["fork", "subprocess"] = Field(
-        "fork",
+        "fork", json_schema_extra=RESULT_FREE,
         description="fork: a pre-warmed fork server runs each program in a fresh forked child. "
         "subprocess: one `jac run` process per program (the reference).",
     )
-    dedup: bool = Field(True, description="Score identical (task, extracted body) pairs of a batch once.")
-    cache: bool = Field(True, description="Use the persistent content-addressed score cache.")
-    cache_path: Path = Field(Path(".cache/reward.sqlite"), description="SQLite file of the score cache (shared by all rules).")
+    dedup: bool = Field(True, json_schema_extra=RESULT_FREE, description="Score identical (task, extracted body) pairs of a batch once.")
+    cache: bool = Field(True, json_schema_extra=RESULT_FREE, description="Use the persistent content-addressed score cache.")
+    cache_path: Path = Field(Path(".cache/reward.sqlite"), json_schema_extra=RESULT_FREE, description="SQLite file of the score cache (shared by all rules).")
     cache_timeouts: bool = Field(
-        False, description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent)."
+        False, json_schema_extra=RESULT_FREE, description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent)."
     )
     max_stdout_bytes: int = Field(1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running).")
     max_stderr_bytes: int = Field(256 << 10, ge=1024, description="stderr cap; a program that writes more is killed.")
@@ -107,11 +105,30 @@ class RewardConfig(_Section):
         "kernel cannot do this. weak: rlimits, a per-run uid when root, the sweep; nothing else. The level used is "
         "recorded in every score and is part of the cache key.",
     )
-    tmp_root: Path | None = Field(None, description="Where per-run temp dirs are made; None = the system temp dir.")
+    tmp_root: Path | None = Field(None, json_schema_extra=RESULT_FREE, description="Where per-run temp dirs are made; None = the system temp dir.")
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-run resource limits and isolation.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_timeout(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "timeout" in data:
+            raise PydanticCustomError(
+                "removed_key",
+                "`reward.timeout` is gone: a run's wall timeout is `tasks.timeout`, which every task records "
+                "when the tasks are built (move the value there)",
+            )
+        return data
 
     def weights(self) -> DenseV2Weights | TieredWeights:
         return self.dense_v2 if self.scheme == "dense_v2" else self.tiered
+
+    def result_settings(self) -> dict[str, Any]:
+        """What a score depends on (the score cache's key, and part of every cell's config hash):
+        the weights of the scheme in use only, no runner, worker or cache setting."""
+        out = super().result_settings()
+        del out["dense_v2"], out["tiered"]
+        out["weights"] = self.weights().result_settings()
+        return out
 
 
 def load_reward_config(source: str | Path | dict | None = None) -> RewardConfig:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from jacrl.strict import RESULT_FREE, StrictModel
+
+FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
+"""The knobs only a fresh adapter reads (raw_grpo); sft_grpo continues the SFT adapter."""
 
 
-class GRPOConfig(BaseModel):
+class GRPOConfig(StrictModel):
     """The RL stage: sample a group per prompt, score with the Jac reward, train the enabled terms."""
-
-    model_config = ConfigDict(extra="forbid")
 
     iters: int = Field(200, ge=1, description="Optimiser steps (one step = prompts_per_step prompts × group_size samples).")
     lr: float = Field(1e-6, gt=0, description="Learning rate of the LoRA parameters (Adam, constant after warm-up).")
@@ -51,7 +54,7 @@ class GRPOConfig(BaseModel):
         "and truncation rose 0.19 → 0.62 with it against 0.19 → 0.29 without, at equal pass rate.",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm over the LoRA parameters).")
-    save_every: int = Field(50, ge=1, description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.")
+    save_every: int = Field(50, ge=1, json_schema_extra=RESULT_FREE, description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.")
     seed: int = Field(0, description="Seed of prompt order and sampling.")
 
     @model_validator(mode="after")

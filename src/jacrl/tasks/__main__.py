@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from jacrl import cli
+from jacrl.tasks.config import TasksConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=cli.HelpFormatter)
     c.add_argument("path", help="the drivers folder, a family folder, or one driver file")
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="programs run at once")
-    c.add_argument("--timeout", type=float, default=30.0, help="seconds per gold run")
+    c.add_argument("--timeout", type=float, default=TasksConfig().build_timeout,
+                   help="seconds per gold run (the config's `tasks.build_timeout` default)")
     c.add_argument("--no-mutation", action="store_true", help="skip the empty-body (load-bearing) runs")
     c.add_argument("--jac", action="store_true",
                    help="run each program as its own `jac run` process instead of on the reward's fork servers (slow; a second opinion)")

@@ -160,7 +160,7 @@ def run_gold_checks(
 
 
 def build_records(
-    drivers_dir: str | Path, timeout: float, build_timeout: float, jobs: int, root: str | Path = ".", runner: str = "fork"
+    drivers_dir: str | Path, timeout: float, build_timeout: float, jobs: int, root: str | Path, runner: str
 ) -> list[dict]:
     """Parse and run every driver under `drivers_dir`; returns task records or raises BuildError."""
     drivers, problems = parse_all(discover_drivers(drivers_dir))
@@ -180,11 +180,12 @@ def build_tasks(
     tasks_out: str | Path,
     templates_out: str | Path,
     refbodies_out: str | Path,
-    timeout: float = 10.0,
-    build_timeout: float = 30.0,
+    *,
+    timeout: float,
+    build_timeout: float,
+    runner: str,
     jobs: int = 1,
     root: str | Path = ".",
-    runner: str = "fork",
 ) -> list[dict]:
     """Build the task set; all three outputs are replaced atomically, or none is touched."""
     records = build_records(drivers_dir, timeout, build_timeout, jobs, root, runner)

@@ -78,7 +78,7 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
     return [p for p in found if p]
 
 
-def check(path: str, jobs: int = 2, timeout: float = 30.0, mutation: bool = True, whole_corpus: bool | None = None,
+def check(path: str, *, timeout: float, jobs: int = 2, mutation: bool = True, whole_corpus: bool | None = None,
           jac: bool = False) -> int:
     from jacrl.tasks.drivers import discover_drivers
 

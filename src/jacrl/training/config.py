@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from jacrl.strict import StrictModel
+from jacrl.strict import RESULT_FREE, StrictModel
 
 
 class SFTConfig(StrictModel):
@@ -50,6 +50,7 @@ class SFTConfig(StrictModel):
     save_every: int = Field(
         50,
         ge=1,
+        json_schema_extra=RESULT_FREE,
         description="Gold-SFT writes a checkpoint (adapter, optimiser, step) to `<adapter>.ckpt/` every this "
         "many steps; a killed job run again continues from it (torch backend).",
     )
