@@ -22,9 +22,12 @@ class ScriptedModel:
 
     script: dict
 
-    def generate(self, prompts, n, params):
+    def generate_draws(self, prompts, draws):
+        return [self._draw(len(prompts), d.n, d.params) for d in draws]
+
+    def _draw(self, prompts, n, params):
         kind = "greedy" if params.temperature == 0 else ("policy" if params.temperature == 0.5 else "sample")
-        return [[Completion(text, [1], [0.0], False) for text in self.script[kind][i][:n]] for i in range(len(prompts))]
+        return [[Completion(text, [1], [0.0], False) for text in self.script[kind][i][:n]] for i in range(prompts)]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jacrl.backends.base import Backend, Completion, SamplingParams
+from jacrl.backends.base import Backend, Completion, Draw, SamplingParams
 from jacrl.evaluation.config import EvalConfig
 from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
 from jacrl.io import write_jsonl
@@ -20,19 +20,17 @@ Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → comple
 
 
 def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig, split: str) -> Generated:
-    """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every prompt."""
+    """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every
+    prompt, decoded in one batch per prompt: one prefill serves all three."""
     plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.n, cfg.temperature)]
     if cfg.policy_n and split in cfg.policy_splits:
         plan.append(("policy", cfg.policy_n, cfg.policy_temperature))
-    out: Generated = {}
-    for kind, n, temperature in plan:
-        if n == 0:
-            out[kind] = [[] for _ in prompts]
-            continue
-        top_p = 1.0 if kind == "greedy" else cfg.top_p
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-        out[kind] = backend.generate(prompts, n=n, params=params)
-    return out
+    draws = [
+        Draw(n, SamplingParams(temperature=t, top_p=1.0 if kind == "greedy" else cfg.top_p,
+                               max_tokens=cfg.max_tokens, seed=cfg.seed))
+        for kind, n, t in plan
+    ]
+    return dict(zip([kind for kind, *_ in plan], backend.generate_draws(prompts, draws), strict=True))
 
 
 def score_cell(tasks: list[dict], generated: Generated, scorer: Any, k: int) -> tuple[dict, list[dict]]:
