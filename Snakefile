@@ -28,7 +28,6 @@ localrules:
     all,
     splits,
     rung,
-    base_gen_cell,
     rl_ladder,
     show_ladder,
     smollm2_model,

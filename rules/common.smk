@@ -1,6 +1,7 @@
 # Config validation and the input functions shared by every stage.
 import os
 import sys
+from itertools import product
 from pathlib import Path
 
 # Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
@@ -23,7 +24,6 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 RL = "dataset/rl"
-RUNGS = [str(r) for r in CFG.rungs]
 MODELS = [m.name for m in CFG.models]
 
 for line in missing_models(CFG.models):
@@ -34,7 +34,6 @@ wildcard_constraints:
     rung=r"\d+|all",
     model="|".join(MODELS),
     cond="|".join(CONDITIONS),
-    grpo="|".join(GRPO_CONDITIONS),
     split="|".join(SPLITS),
 
 
@@ -68,15 +67,6 @@ def model_dir(name):
     return str(model_spec(name).model_dir())
 
 
-def raw_start_input(name):
-    """What raw_grpo starts from: the base, or its RFT warm start."""
-    return f"models/{name}-rft" if model_spec(name).warm_start == "rft" else model_input(name)
-
-
-def raw_start_dir(name):
-    return f"models/{name}-rft" if model_spec(name).warm_start == "rft" else model_dir(name)
-
-
 def gpu_count(name):
     return model_spec(name).gpu_count
 
@@ -106,27 +96,56 @@ def job_runtime(kind):
     return lambda wc: job_resources(CFG, wc.model, kind)["runtime"]
 
 
-def split_tasks(wc):
-    return f"{RL}/holdout.jsonl" if wc.split == "gen" else f"{RL}/rungs/r{wc.rung}/train.jsonl"
+def on_rft_start(wc):
+    """Which model a condition's LoRA sits on, decided here once for its GRPO job and its eval cells:
+    raw_grpo's on the RFT warm start of a model with `warm_start: rft`, every other one on the base."""
+    return wc.cond == "raw_grpo" and model_spec(wc.model).warm_start == "rft"
+
+
+def policy_model_input(wc):
+    return f"models/{wc.model}-rft" if on_rft_start(wc) else model_input(wc.model)
+
+
+def policy_model_dir(wc):
+    return f"models/{wc.model}-rft" if on_rft_start(wc) else model_dir(wc.model)
 
 
 def adapter_input(wc):
+    """The adapter a cell evaluates: its condition's (none for base)."""
     return [] if wc.cond == "base" else f"adapters/r{wc.rung}/{wc.model}/{wc.cond}"
 
 
-def cell_model_input(wc):
-    return raw_start_input(wc.model) if wc.cond == "raw_grpo" else model_input(wc.model)
+def grpo_init(wc):
+    """The adapter a GRPO run starts from: sft_grpo the rung's SFT adapter, raw_grpo none (a fresh LoRA)."""
+    return f"adapters/r{wc.rung}/{wc.model}/sft" if wc.cond == "sft_grpo" else []
 
 
-def cell_model_dir(wc):
-    return raw_start_dir(wc.model) if wc.cond == "raw_grpo" else model_dir(wc.model)
+def split_tasks(wc):
+    """A rung cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
+    if wc.cond == "base" and wc.split == "gen":
+        raise WorkflowError(f"the base model's gen cell does not depend on the rung; every rung reads "
+                            f"{cell_file(wc.rung, wc.model, 'base', 'gen')}.json")
+    return f"{RL}/holdout.jsonl" if wc.split == "gen" else f"{RL}/rungs/r{wc.rung}/train.jsonl"
 
 
-def ladder_cells():
-    return expand(
-        "results/cells/r{rung}/{model}/{cond}/{split}.json",
-        rung=CFG.ladder_rungs, model=CFG.ladder_models, cond=CFG.ladder.conditions, split=CFG.ladder.splits,
-    )
+def cell_file(rung, model, cond, split):
+    """The cell a ladder slot reads, without its suffix (.json, .samples.jsonl). The base model's gen cell
+    does not depend on the rung: every rung reads the one shared cell (rule eval_base_gen), none is copied."""
+    if cond == "base" and split == "gen":
+        return f"results/cells/shared/{model}/base/gen"
+    return f"results/cells/r{rung}/{model}/{cond}/{split}"
+
+
+def cell_files(wc):
+    """A slot's cell and samples as named inputs (`unpack`)."""
+    stem = cell_file(wc.rung, wc.model, wc.cond, wc.split)
+    return {"cell": f"{stem}.json", "samples": f"{stem}.samples.jsonl"}
+
+
+def ladder_slots():
+    """(rung, cell file) for every cell of the ladder, in its order; the shared base gen cell once per rung."""
+    grid = product(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder.conditions, CFG.ladder.splits)
+    return [(str(rung), f"{cell_file(rung, model, cond, split)}.json") for rung, model, cond, split in grid]
 
 
 def all_targets():

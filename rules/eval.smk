@@ -2,7 +2,8 @@
 
 
 rule eval_base_gen:
-    # The base model on the holdout does not depend on the rung: computed once, shared.
+    # The base model on the holdout does not depend on the rung: computed once, and every rung's row
+    # and completions page read this one file (cell_file).
     input:
         model=lambda wc: model_input(wc.model),
         tasks=f"{RL}/holdout.jsonl",
@@ -28,40 +29,20 @@ rule eval_base_gen:
         "../scripts/eval_cell.py"
 
 
-rule base_gen_cell:
-    input:
-        cell="results/cells/shared/{model}/base/gen.json",
-        samples="results/cells/shared/{model}/base/gen.samples.jsonl",
-    output:
-        cell="results/cells/r{rung}/{model}/base/gen.json",
-        samples="results/cells/r{rung}/{model}/base/gen.samples.jsonl",
-    log:
-        "logs/eval/r{rung}/{model}/base/gen.log",
-    benchmark:
-        "benchmarks/eval/r{rung}/{model}/base/gen.tsv"
-    resources:
-        mem_mb=500,
-    script:
-        "../scripts/base_gen_cell.py"
-
-
-ruleorder: base_gen_cell > eval
-
-
 rule eval:
     # One cluster job per model and rung (with the SLURM profile's group-components): cells
     # take seconds to minutes, so each would otherwise wait in the queue alone.
     group:
         "eval_r{rung}_{model}"
     input:
-        model=cell_model_input,
+        model=policy_model_input,
         tasks=split_tasks,
         adapter=adapter_input,
     output:
         cell="results/cells/r{rung}/{model}/{cond}/{split}.json",
         samples="results/cells/r{rung}/{model}/{cond}/{split}.samples.jsonl",
     params:
-        model_dir=cell_model_dir,
+        model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=CELL_KEYS),
         cell_config=lambda wc: CFG.cell_config(wc.model, wc.cond, wc.split),
@@ -81,9 +62,12 @@ rule eval:
 
 rule rl_ladder:
     input:
-        ladder_cells(),
+        [cell for _, cell in ladder_slots()],
     output:
         "results/rl_ladder.jsonl",
+    params:
+        # the rung each input is filed under: the shared base gen cell comes once per rung
+        rungs=[rung for rung, _ in ladder_slots()],
     log:
         "logs/rl_ladder.log",
     benchmark:

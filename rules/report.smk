@@ -85,8 +85,7 @@ rule report_curves:
 rule report_samples:
     localrule: True
     input:
-        cell="results/cells/r{rung}/{model}/{cond}/{split}.json",
-        samples="results/cells/r{rung}/{model}/{cond}/{split}.samples.jsonl",
+        unpack(cell_files),
     output:
         report(
             f"{REPORT}/samples/r{{rung}}/{{model}}/{{cond}}/{{split}}.html",

@@ -26,19 +26,21 @@ rule sft:
 
 rule grpo:
     input:
-        model=lambda wc: raw_start_input(wc.model) if wc.grpo == "raw_grpo" else model_input(wc.model),
+        model=policy_model_input,
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
-        init=lambda wc: f"adapters/r{wc.rung}/{wc.model}/sft" if wc.grpo == "sft_grpo" else [],
+        init=grpo_init,
     output:
-        directory("adapters/r{rung}/{model}/{grpo}"),
+        directory("adapters/r{rung}/{model}/{cond}"),
+    wildcard_constraints:
+        cond="|".join(GRPO_CONDITIONS),
     params:
-        model_dir=lambda wc: raw_start_dir(wc.model) if wc.grpo == "raw_grpo" else model_dir(wc.model),
+        model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=GRPO_KEYS),
     log:
-        "logs/grpo/r{rung}/{model}/{grpo}.log",
+        "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
-        "benchmarks/grpo/r{rung}/{model}/{grpo}.tsv"
+        "benchmarks/grpo/r{rung}/{model}/{cond}.tsv"
     threads: CFG.threads
     resources:
         mem_mb=job_mem_mb("grpo"),

@@ -4,5 +4,5 @@ from jacrl.report.samples import write_samples_html
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    n = write_samples_html(snakemake.input.cell, snakemake.input.samples, snakemake.output[0])
+    n = write_samples_html(snakemake.input.cell, snakemake.input.samples, snakemake.output[0], rung=snakemake.wildcards.rung)
     summary(f"{n} completions")

@@ -4,5 +4,5 @@ from jacrl.progress import summary
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    rows = write_ladder(list(snakemake.input), snakemake.output[0])
+    rows = write_ladder(list(snakemake.input), snakemake.output[0], rungs=snakemake.params.rungs)
     summary(f"{len(rows)} rows")

@@ -10,9 +10,15 @@ import pytest
 SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
 
 
-def dry_run(repo, *args):
-    proc = subprocess.run(SNAKEMAKE + [*args, "-n", "--quiet", "rules"], cwd=repo, capture_output=True, text=True, timeout=120)
+def dry_run(repo, *args, quiet=("--quiet", "rules")):
+    proc = subprocess.run(SNAKEMAKE + [*args, "-n", *quiet], cwd=repo, capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def job_inputs(text: str, rule: str) -> dict[str, list[str]]:
+    """Each planned job of `rule` (dry run without --quiet): its output → its inputs."""
+    blocks = re.finditer(rf"^ *rule {rule}:\n *input: (.*)\n *output: (.*)$", text, re.MULTILINE)
+    return {b[2]: b[1].split(", ") for b in blocks}
 
 
 def job_counts(text: str) -> dict[str, int]:
@@ -23,11 +29,48 @@ def test_default_plan_has_every_stage(repo):
     rc, out = dry_run(repo, "--forceall")
     assert rc == 0, out
     jobs = job_counts(out)
-    # rungs 1, 3, all × one model; 4 conditions × 2 splits; base gen computed once
+    # rungs 1, 3, all × one model; 4 conditions × 2 splits; base gen computed once, copied nowhere
     assert jobs["build_tasks"] == 1 and jobs["splits"] == 1 and jobs["rung"] == 3
     assert jobs["tiny_model"] == 1 and jobs["sft"] == 3 and jobs["grpo"] == 6
-    assert jobs["eval_base_gen"] == 1 and jobs["base_gen_cell"] == 3 and jobs["eval"] == 21
+    assert jobs["eval_base_gen"] == 1 and jobs["eval"] == 21
     assert jobs["rl_ladder"] == 1 and jobs["show_ladder"] == 1
+
+
+def test_every_rung_reads_the_one_shared_base_gen_cell(repo):
+    rc, out = dry_run(repo, "--forceall", "results/rl_ladder.jsonl", "results/report/samples/r3/tiny/base/gen.html",
+                      quiet=())
+    assert rc == 0, out
+    [cells] = job_inputs(out, "rl_ladder").values()
+    shared = "results/cells/shared/tiny/base/gen.json"
+    assert cells.count(shared) == 3 and len(cells) == 24
+    assert not [c for c in cells if "/base/gen" in c and c != shared]
+    assert job_inputs(out, "report_samples") == {
+        "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]}
+
+
+def test_a_rung_base_gen_cell_points_at_the_shared_one(repo):
+    rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/base/gen.json")
+    assert rc != 0 and "every rung reads results/cells/shared/tiny/base/gen.json" in out
+
+
+RFT_TINY = 'models=[{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]'
+
+
+@pytest.mark.parametrize("models,raw_base", [((), "models/tiny"), (("--config", RFT_TINY), "models/tiny-rft")])
+def test_each_condition_starts_from_its_own_model(repo, models, raw_base):
+    rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft_grpo/gen.json",
+                      "results/cells/r1/tiny/raw_grpo/mem.json", *models, quiet=())
+    assert rc == 0, out
+    tasks = "dataset/rl/rungs/r1/train.jsonl"
+    assert job_inputs(out, "grpo") == {
+        "adapters/r1/tiny/sft_grpo": ["models/tiny", tasks, "adapters/r1/tiny/sft"],
+        "adapters/r1/tiny/raw_grpo": [raw_base, tasks],
+    }
+    cells = job_inputs(out, "eval")
+    assert cells["results/cells/r1/tiny/raw_grpo/mem.json, results/cells/r1/tiny/raw_grpo/mem.samples.jsonl"] == [
+        raw_base, tasks, "adapters/r1/tiny/raw_grpo"]
+    assert cells["results/cells/r1/tiny/sft_grpo/gen.json, results/cells/r1/tiny/sft_grpo/gen.samples.jsonl"] == [
+        "models/tiny", "dataset/rl/holdout.jsonl", "adapters/r1/tiny/sft_grpo"]
 
 
 def test_one_cell_plans_only_its_dependencies(repo):
@@ -42,7 +85,7 @@ def test_selectors_narrow_the_grid(repo):
     rc, out = dry_run(repo, "--forceall", "--config", 'ladder={"conditions": ["base", "sft"], "rungs": [1]}')
     assert rc == 0, out
     jobs = job_counts(out)
-    assert "grpo" not in jobs and jobs["sft"] == 1 and jobs["eval"] == 3 and jobs["base_gen_cell"] == 1
+    assert "grpo" not in jobs and jobs["sft"] == 1 and jobs["eval"] == 3 and jobs["eval_base_gen"] == 1
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -59,4 +102,5 @@ def test_source_grid_plans_quickly(repo):
     rc, out = dry_run(repo, "results/rl_ladder.jsonl", "--forceall", "--configfile", "configs/source_grid.yaml")
     assert rc == 0, out
     jobs = job_counts(out)
-    assert jobs["eval"] + jobs.get("base_gen_cell", 0) == 6 * 2 * 4 * 2
+    # 6 rungs × 2 models × 4 conditions × 2 splits, each model's base gen cell computed once for all rungs
+    assert jobs["eval"] == 6 * 2 * (4 * 2 - 1) and jobs["eval_base_gen"] == 2

@@ -76,3 +76,18 @@ def test_pivot_matches_stored_table(cell_files, tmp_path):
     assert md == expected
     assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "ladder.csv").read_text().splitlines()[0].startswith("tag,model,split,rung,cond")
+
+
+def test_the_shared_base_gen_cell_is_filed_under_each_rung_it_serves(tmp_path):
+    shared = cell("shared", "base", "gen", {0})
+    sft1, sft3 = cell("1", "sft", "gen", {0, 1}, idiom=0.5), cell("3", "sft", "gen", {0}, idiom=0.5)
+    paths = []
+    for name, c in (("shared", shared), ("sft1", sft1), ("sft3", sft3)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(c))
+    rows = write_ladder([paths[0], paths[1], paths[0], paths[2]], tmp_path / "rl_ladder.jsonl", rungs=["1", "1", "3", "3"])
+    assert [r["tag"] for r in rows] == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r3/tiny/base/gen", "r3/tiny/sft/gen"]
+    assert [r["rung"] for r in rows] == ["1", "1", "3", "3"] and rows[0]["pass1_by_task"] == rows[2]["pass1_by_task"]
+    assert [r["idiom_delta_vs_base"] for r in rows] == [None, 0.25, None, 0.25]
+    with pytest.raises(ValueError):
+        write_ladder(paths, tmp_path / "rl_ladder.jsonl", rungs=["1"])  # one rung per cell file

@@ -117,3 +117,13 @@ def test_splits_summary_becomes_a_page_with_its_table(tmp_path):
     page = Page(text)
     assert page.tables["table0"] == [["family", "tasks"], ["fa", "2"], ["fb", "1"]]
     assert text.count("<h1>") == 1 and "&lt;i&gt;raw&lt;/i&gt;" in text
+
+
+def test_the_shared_base_gen_cell_has_a_page_under_each_rung(cells, samples, tmp_path):
+    cell_path, samples_path = tmp_path / "gen.json", tmp_path / "gen.samples.jsonl"
+    cell_path.write_text(json.dumps({**cells[0], "rung": "shared"}))
+    write_jsonl(samples_path, samples)
+    assert write_samples_html(cell_path, samples_path, tmp_path / "r3.html", rung="3") == len(samples)
+    write_samples_html(cell_path, samples_path, tmp_path / "own.html")
+    assert "<title>Completions · r3/tiny/base/gen</title>" in (tmp_path / "r3.html").read_text()
+    assert "<title>Completions · rshared/tiny/base/gen</title>" in (tmp_path / "own.html").read_text()

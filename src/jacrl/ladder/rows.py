@@ -96,7 +96,12 @@ def build_rows(cells: list[dict]) -> list[dict]:
     return [ladder_row(c, base_for(c)) for c in sorted(cells, key=order)]
 
 
-def write_ladder(cell_paths: list[str | Path], out: str | Path) -> list[dict]:
-    rows = build_rows([read_cell(p) for p in cell_paths])
+def write_ladder(cell_paths: list[str | Path], out: str | Path, rungs: list[str] | None = None) -> list[dict]:
+    """`rungs`, when given, names the rung each cell is filed under: the workflow reads the base
+    model's gen cell, which is the same for every rung, once for each rung."""
+    cells = [read_cell(p) for p in cell_paths]
+    if rungs is not None:
+        cells = [{**cell, "rung": str(rung)} for cell, rung in zip(cells, rungs, strict=True)]
+    rows = build_rows(cells)
     write_jsonl(out, rows)
     return rows

@@ -97,8 +97,10 @@ def _select_value(rec: dict, name: str) -> str:
     return str(rec.get(name) or "—")
 
 
-def write_samples_html(cell_path: str | Path, samples_path: str | Path, out: str | Path) -> int:
-    """Render one cell's page to `out`; returns the number of completions shown."""
+def write_samples_html(cell_path: str | Path, samples_path: str | Path, out: str | Path, rung: str | None = None) -> int:
+    """Render one cell's page to `out`; returns the number of completions shown. `rung`, when given,
+    is the rung the page files the cell under (the shared base gen cell has a page under every rung)."""
     records = read_jsonl(samples_path)
-    write_text(out, samples_html(read_cell(cell_path), records))
+    cell = read_cell(cell_path)
+    write_text(out, samples_html(cell if rung is None else {**cell, "rung": rung}, records))
     return len(records)
