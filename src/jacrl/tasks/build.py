@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,10 +34,6 @@ class BuildError(ValueError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__(f"{len(problems)} driver problem(s):\n" + "\n".join(f"  {p}" for p in problems))
-
-
-def dedent_body(body: Iterable[str]) -> str:
-    return textwrap.dedent("".join(line + "\n" for line in body))
 
 
 def make_prompt(driver: Driver, hole: Hole) -> str:
