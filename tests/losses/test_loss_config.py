@@ -12,7 +12,6 @@ from jacrl.losses import (
     OrchestratorConfig,
     RLLossConfig,
     TrainerConfig,
-    check_losses_agree,
     check_resume_compatible,
     dump_losses,
     parse_losses,
@@ -74,9 +73,9 @@ def test_a_section_with_different_losses_is_rejected(section):
 
 
 def test_trainer_and_orchestrator_losses_must_agree():
-    check_losses_agree(parse_losses(RL_ECHO), parse_losses(RL_ECHO))
-    with pytest.raises(ValueError, match="trainer.losses and orchestrator.losses differ"):
-        check_losses_agree(parse_losses(RL_ECHO), parse_losses([{"type": "rl"}]))
+    rejects({"trainer": {"losses": RL_ECHO}, "orchestrator": {"losses": [{"type": "rl"}]}}, "trainer.losses differs")
+    config = load({"losses": RL_ECHO, "trainer": {"losses": RL_ECHO}, "orchestrator": {"losses": RL_ECHO}})
+    assert dump_losses(config.trainer.losses) == dump_losses(config.orchestrator.losses) == dump_losses(config.losses)
 
 
 def test_root_config_can_subclass_the_framework_config():

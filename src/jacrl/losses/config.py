@@ -234,16 +234,6 @@ def check_resume_compatible(saved_terms: Any, current_terms: Any) -> None:
     )
 
 
-def check_losses_agree(trainer_losses: list[LossTermConfig], orchestrator_losses: list[LossTermConfig]) -> None:
-    """Reject a trainer and an orchestrator that disagree on the term list (e.g. in a multi-run setup)."""
-    if dump_losses(trainer_losses) != dump_losses(orchestrator_losses):
-        raise ValueError(
-            "trainer.losses and orchestrator.losses differ: "
-            f"trainer {dump_losses(trainer_losses)} vs orchestrator {dump_losses(orchestrator_losses)}; "
-            "set `losses` once at the top level"
-        )
-
-
 # --------------------------------------------------------------------------------------------
 # Per-env selection
 # --------------------------------------------------------------------------------------------
@@ -449,7 +439,6 @@ class LossFrameworkConfig(StrictModel):
         orchestrator_had_losses = self.orchestrator.losses is not None
         self.trainer.losses = [term.model_copy(deep=True) for term in self.losses]
         self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
-        check_losses_agree(self.trainer.losses, self.orchestrator.losses)
         if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
             check_env_losses(self.orchestrator, self.losses)
         return self
