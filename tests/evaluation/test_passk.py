@@ -4,8 +4,11 @@ import itertools
 
 import pytest
 
-from jacrl.evaluation.metrics import Outcome, cell_metrics, normalise_ws
+from jacrl.evaluation.metrics import Outcome, cell_metrics
 from jacrl.evaluation.passk import pass_at_k
+from jacrl.reward.config import RewardConfig
+from jacrl.reward.sandbox import RunResult
+from jacrl.reward.score import score_run
 
 
 @pytest.mark.parametrize("n", range(1, 9))
@@ -46,9 +49,15 @@ def test_cell_metrics():
         cell_metrics(tasks + [{"id": "d", "family": "f2"}], outs, k=2)
 
 
-def test_normalise_ws():
-    assert normalise_ws("a  b\n\n  c \n") == normalise_ws("a b\nc")
-    assert normalise_ws("ab") != normalise_ws("a b")
+def test_norm_pass_is_the_rewards_whitespace_normalisation():
+    """A cell's norm_pass counts the reward's norm_exact: stdout equal to the expected once every
+    whitespace run (line breaks included) is alike; other text differing is not a pass."""
+    stdouts = {"a": "a  b\n\n  c \n", "b": "a b c", "c": "ab\nc"}
+    scores = {t: score_run(RewardConfig(), body="", gold="", expected="a b\nc\n", run=RunResult(exit_code=0, stdout=s, stderr=""))
+              for t, s in stdouts.items()}
+    assert [(s.exact, s.norm_exact) for s in scores.values()] == [(False, True), (False, True), (False, False)]
+    m = cell_metrics([{"id": t, "family": "f"} for t in stdouts], [o(t, True, s.exact, norm=s.norm_exact) for t, s in scores.items()], k=1)
+    assert (m["pass1"], m["norm_pass"], m["norm_pct"]) == (0, 2, pytest.approx(200 / 3, abs=0.01))
 
 
 def test_verified_at_n_takes_the_first_sample_that_runs():

@@ -37,10 +37,6 @@ class Outcome:
     isolation: str = ""  # the sandbox level the score was obtained under
 
 
-def normalise_ws(text: str) -> str:
-    return "\n".join(" ".join(line.split()) for line in text.strip().splitlines() if line.strip())
-
-
 def _group(tasks: list[dict], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
     """{task id: {kind: outcomes in order}}; every task must have exactly one greedy outcome."""
     by_task: dict[str, dict[str, list[Outcome]]] = defaultdict(lambda: defaultdict(list))
