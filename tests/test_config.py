@@ -3,10 +3,11 @@
 import pytest
 import yaml
 
-from jacrl.config import Config, ConfigError, cell_provenance, load_config
+from jacrl.config import Config, ConfigError, _models_in, cell_provenance, load_config
 from jacrl.ladder.config import CONDITIONS, SPLITS
 from jacrl.reward.cache import config_digest as config_digest_of_reward
 from jacrl.reward.config import RewardConfig
+from jacrl.strict import StrictModel
 
 
 def test_default_config_file_validates(repo):
@@ -115,3 +116,22 @@ def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
     assert config_digest_of_reward(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
     assert config_digest_of_reward(RewardConfig(tiered={"exact": 2.0})) != base
     assert config_digest_of_reward(RewardConfig(isolation="weak")) != base
+
+
+def _sections(model, seen):
+    if model in seen:
+        return
+    seen.add(model)
+    for field in model.model_fields.values():
+        for sub in _models_in(field.annotation):
+            _sections(sub, seen)
+
+
+def test_every_section_has_one_strict_base_and_every_field_a_description():
+    seen: set = set()
+    _sections(Config, seen)
+    assert len(seen) > 20
+    for model in seen:
+        assert issubclass(model, StrictModel), model
+        undocumented = [n for n, f in model.model_fields.items() if not f.description]
+        assert not undocumented, f"{model.__name__}: {undocumented}"
