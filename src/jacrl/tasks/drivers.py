@@ -165,11 +165,23 @@ def parse_driver(path: str | Path, family: str | None = None) -> Driver:
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines()
-    family = family or path.parent.name
     source = read_source_tag(path, text)
     masked = mask_code(text)
-    masked_lines = masked.splitlines()
+    _screen_determinism(path, masked)
+    spans = _pair_markers(path, lines)
+    blocks = _blocks(masked)
+    holes: list[Hole] = []
+    seen: dict[str, int] = {}
+    for open_line, close_line, m in spans:
+        hid, instruction, body = _hole_markup(path, lines, blocks, open_line, close_line, m, seen)
+        unit, archetype, partial, osp = _hole_unit(path, masked, blocks, hid, open_line, close_line)
+        holes.append(Hole(hid, instruction, open_line, close_line, m["indent"], body, unit, archetype, partial, osp))
+    return Driver(path=path, family=family or path.parent.name, source=source, lines=tuple(lines), holes=tuple(holes))
 
+
+def _screen_determinism(path: Path, masked: str) -> None:
+    """The static determinism screen (FORBIDDEN, unseeded random) over the masked text."""
+    masked_lines = masked.splitlines()
     for lineno, mline in enumerate(masked_lines, 1):
         for pattern, why in FORBIDDEN:
             if pattern.search(mline):
@@ -178,7 +190,9 @@ def parse_driver(path: str | Path, family: str | None = None) -> Driver:
         lineno = next(k for k, ml in enumerate(masked_lines, 1) if RANDOM_IMPORT_RE.search(ml))
         raise DriverError(path, lineno, "not deterministic: imports random without seeding it")
 
-    # Pair the markers.
+
+def _pair_markers(path: Path, lines: list[str]) -> list[tuple[int, int, re.Match[str]]]:
+    """(open line, close line, open-marker match) of every hole, in file order."""
     spans: list[tuple[int, int, re.Match[str]]] = []
     open_at: tuple[int, re.Match[str]] | None = None
     for lineno, line in enumerate(lines, 1):
@@ -200,51 +214,59 @@ def parse_driver(path: str | Path, family: str | None = None) -> Driver:
         raise DriverError(path, open_at[0], "missing '# <<<HOLE' for the hole opened here")
     if not spans:
         raise DriverError(path, 1, "driver has no hole markers")
+    return spans
 
-    blocks = _blocks(masked)
-    holes: list[Hole] = []
-    seen: dict[str, int] = {}
-    for open_line, close_line, m in spans:
-        hid, instruction, indent = m["id"], m["instr"].strip(), m["indent"]
-        if not hid.isidentifier() or keyword.iskeyword(hid):
-            raise DriverError(path, open_line, f"hole id {hid!r} is not a valid identifier")
-        if hid in seen:
-            raise DriverError(path, open_line, f"duplicate hole id {hid!r} (first at line {seen[hid]})")
-        seen[hid] = open_line
-        if not instruction:
-            raise DriverError(path, open_line, f"hole {hid!r} has an empty instruction")
-        body = tuple(lines[open_line : close_line - 1])
-        if not any(b.strip() for b in body):
-            raise DriverError(path, open_line, f"hole {hid!r} has an empty gold body")
-        for blk in blocks:
-            opens_inside = open_line < blk.open_line < close_line
-            closes_inside = open_line < blk.close_line < close_line
-            if opens_inside != closes_inside:
-                raise DriverError(path, open_line, f"hole {hid!r} crosses a block boundary (block at line {blk.open_line})")
-        enclosing = sorted(
-            (b for b in blocks if b.open_line < open_line and b.close_line > close_line),
-            key=lambda b: b.open_pos,
-            reverse=True,
-        )
-        unit_blk = next((b for b in enclosing if _unit_of(b.header)), None)
-        if unit_blk is None:
-            raise DriverError(path, open_line, f"hole {hid!r} is not inside a unit body (def/can/walker/node/edge/obj)")
-        unit = _unit_of(unit_blk.header)
-        assert unit is not None
-        outer = [u for b in enclosing if b.open_pos < unit_blk.open_pos and (u := _unit_of(b.header))]
-        archetype = next((u for u in outer if u.kind in ARCHETYPE_KINDS), None)
-        if unit.kind in ARCHETYPE_KINDS and archetype is None:
-            archetype = unit
-        partial = _has_code(masked_lines, unit_blk.open_line + 1, open_line - 1) or _has_code(
-            masked_lines, close_line + 1, unit_blk.close_line - 1
-        )
-        unit_code = "\n".join(masked_lines[unit_blk.open_line - 1 : unit_blk.close_line])
-        osp = bool(
-            (archetype and archetype.kind in OSP_KINDS) or unit.kind in OSP_KINDS
-            or _impl_owner_kind(unit, masked) in OSP_KINDS or OSP_TOKEN_RE.search(unit_code)
-        )
-        holes.append(Hole(hid, instruction, open_line, close_line, indent, body, unit, archetype, partial, osp))
-    return Driver(path=path, family=family, source=source, lines=tuple(lines), holes=tuple(holes))
+
+def _hole_markup(path: Path, lines: list[str], blocks: list[_Block], open_line: int, close_line: int,
+                 m: re.Match[str], seen: dict[str, int]) -> tuple[str, str, tuple[str, ...]]:
+    """A hole's id, instruction and gold body, checked; `seen` collects the ids (first line of each)."""
+    hid, instruction = m["id"], m["instr"].strip()
+    if not hid.isidentifier() or keyword.iskeyword(hid):
+        raise DriverError(path, open_line, f"hole id {hid!r} is not a valid identifier")
+    if hid in seen:
+        raise DriverError(path, open_line, f"duplicate hole id {hid!r} (first at line {seen[hid]})")
+    seen[hid] = open_line
+    if not instruction:
+        raise DriverError(path, open_line, f"hole {hid!r} has an empty instruction")
+    body = tuple(lines[open_line : close_line - 1])
+    if not any(b.strip() for b in body):
+        raise DriverError(path, open_line, f"hole {hid!r} has an empty gold body")
+    for blk in blocks:
+        opens_inside = open_line < blk.open_line < close_line
+        closes_inside = open_line < blk.close_line < close_line
+        if opens_inside != closes_inside:
+            raise DriverError(path, open_line, f"hole {hid!r} crosses a block boundary (block at line {blk.open_line})")
+    return hid, instruction, body
+
+
+def _hole_unit(path: Path, masked: str, blocks: list[_Block], hid: str, open_line: int,
+               close_line: int) -> tuple[Unit, Unit | None, bool, bool]:
+    """The innermost unit enclosing a hole, its archetype, whether the hole is partial, and
+    whether it is object-spatial code."""
+    masked_lines = masked.splitlines()
+    enclosing = sorted(
+        (b for b in blocks if b.open_line < open_line and b.close_line > close_line),
+        key=lambda b: b.open_pos,
+        reverse=True,
+    )
+    unit_blk = next((b for b in enclosing if _unit_of(b.header)), None)
+    if unit_blk is None:
+        raise DriverError(path, open_line, f"hole {hid!r} is not inside a unit body (def/can/walker/node/edge/obj)")
+    unit = _unit_of(unit_blk.header)
+    assert unit is not None
+    outer = [u for b in enclosing if b.open_pos < unit_blk.open_pos and (u := _unit_of(b.header))]
+    archetype = next((u for u in outer if u.kind in ARCHETYPE_KINDS), None)
+    if unit.kind in ARCHETYPE_KINDS and archetype is None:
+        archetype = unit
+    partial = _has_code(masked_lines, unit_blk.open_line + 1, open_line - 1) or _has_code(
+        masked_lines, close_line + 1, unit_blk.close_line - 1
+    )
+    unit_code = "\n".join(masked_lines[unit_blk.open_line - 1 : unit_blk.close_line])
+    osp = bool(
+        (archetype and archetype.kind in OSP_KINDS) or unit.kind in OSP_KINDS
+        or _impl_owner_kind(unit, masked) in OSP_KINDS or OSP_TOKEN_RE.search(unit_code)
+    )
+    return unit, archetype, partial, osp
 
 
 def _impl_owner_kind(unit: Unit, masked: str) -> str | None:
