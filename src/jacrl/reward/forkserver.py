@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from jacrl.reward._confine import confine
@@ -37,15 +36,13 @@ from jacrl.reward.sandbox import (
     PROGRAM,
     Plan,
     RunResult,
-    confine_spec,
-    decode,
+    Supervised,
+    fresh_run,
     interpreter_env,
     make_run_dir,
     plan_for,
-    program_env,
-    remove_strays,
-    supervise,
-    sweep,
+    run_jac,
+    supervise_run,
     tmp_root,
 )
 
@@ -120,52 +117,28 @@ class _Server:
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
-    def run_one(self, program: str, argv: list[str], timeout: float):
-        cfg, plan = self.cfg, self.plan
-        run_dir = make_run_dir(self.root, program)
-        marker = uuid.uuid4().hex
-        env = program_env(run_dir, plan, marker)
-        spec = confine_spec(cfg.limits, timeout, plan, run_dir, env)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            pid = os.fork()
-            if pid == 0:
-                _child(run_dir, spec, argv, out_w, err_w, plan.jac, self.base_path)  # never returns
-            os.close(out_w)
-            os.close(err_w)
-            uid = plan.uid_base + pid if plan.mode == "uid" else None
-            sup = supervise(
-                pid, out_r, err_r, timeout, (cfg.max_stdout_bytes, cfg.max_stderr_bytes),
-                lambda: sweep(uid, marker, pid, tree=os.getpid()),
-            )
-            _reap_orphans()
-            if uid is not None:
-                remove_strays(uid, run_dir)
-            return sup
-        finally:
-            for fd in (out_r, err_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            shutil.rmtree(run_dir, ignore_errors=True)
+    def run_one(self, program: str, argv: list[str], timeout: float) -> Supervised:
+        with fresh_run(self.cfg, self.plan, self.root, program, timeout) as run:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                pid = os.fork()
+                if pid == 0:
+                    _child(run.path, run.spec, argv, out_w, err_w, self.plan.jac, self.base_path)  # never returns
+                os.close(out_w)
+                os.close(err_w)
+                sup = supervise_run(self.cfg, self.plan, run, pid, out_r, err_r, timeout, tree=os.getpid())
+                _reap_orphans()
+                return sup
+            finally:
+                for fd in (out_r, err_r):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
 
     def handle(self, req: dict) -> dict:
-        program, timeout = req["program"], float(req["timeout"])
-        run = self.run_one(program, ["run"], timeout)
-        result = RunResult(
-            exit_code=run.status, stdout=decode(run.stdout), stderr=decode(run.stderr),
-            timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
-        )
-        if result.runs:
-            result.compiles = True
-        else:
-            check = self.run_one(program, ["check", "-p"], float(req["check_timeout"]))
-            result.check_exit = check.status if not check.killed else None
-            result.compiles = check.status == 0 and not check.killed
-            result.duration += check.duration
-        return result.to_dict()
+        return run_jac(self.run_one, req["program"], float(req["timeout"]), float(req["check_timeout"])).to_dict()
 
 
 def _reap_orphans() -> None:

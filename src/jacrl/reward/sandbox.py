@@ -39,7 +39,9 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -99,8 +101,14 @@ class Plan:
 
 
 def jac_executable() -> str:
+    """The `jac` launcher of the running interpreter's environment (else the first on PATH)."""
     here = Path(sys.executable).with_name("jac")
-    return str(here) if here.exists() else (shutil.which("jac") or "jac")
+    if here.exists():
+        return str(here)
+    found = shutil.which("jac")
+    if not found:
+        raise FileNotFoundError(f"jac launcher not found beside {sys.executable} or on PATH (is jaclang installed?)")
+    return found
 
 
 def jac_cache_home() -> str:
@@ -427,13 +435,80 @@ class Supervised:
     stderr: bytes
     killed: str = ""
     duration: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def _exit_code(status: int) -> int:
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+
+
+class _Pipes:
+    """A run's stdout and stderr pipes, read without blocking into buffers that stop growing past their caps."""
+
+    def __init__(self, out_fd: int, err_fd: int, caps: tuple[int, int]):
+        self.fds = (out_fd, err_fd)
+        self.caps = dict(zip(self.fds, caps))
+        self.bufs = {fd: bytearray() for fd in self.fds}
+        self.open = set(self.fds)
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+
+    def read(self, fd: int) -> bool:
+        """Read what `fd` holds (end of file closes it here); True when its stream is past its cap."""
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            self.open.discard(fd)
+            return False
+        if len(self.bufs[fd]) <= self.caps[fd]:
+            self.bufs[fd] += chunk
+        return len(self.bufs[fd]) > self.caps[fd]
+
+    def drain(self, seconds: float) -> None:
+        """Read the rest: pipes close once every holder is dead (after the sweep, at once)."""
+        end = time.monotonic() + seconds
+        while self.open and time.monotonic() < end:
+            for fd in select.select(list(self.open), [], [], 0.05)[0]:
+                self.read(fd)
+
+    def output(self) -> tuple[bytes, bytes]:
+        return tuple(bytes(self.bufs[fd][: self.caps[fd]]) for fd in self.fds)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
+    """Read the pipes until `pid` has exited and closed them: "" then, or why the run must be
+    killed ("timeout", "output_cap"). Waits on a pidfd where there is one, else polls."""
+    pidfd = _pidfd(pid)
+    # Exit is detected without reaping (WNOWAIT): the zombie keeps the pid and process group
+    # id reserved until the sweep has run, so a killpg can never hit a recycled group.
+    exited_at = None
+    try:
+        while True:
+            if exited_at is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                exited_at = time.monotonic()
+            now = time.monotonic()
+            if exited_at is not None and (not pipes.open or now - exited_at > 0.1):
+                return ""  # done; a pipe still open is held by a leftover process (swept after)
+            if now >= deadline:
+                return "timeout"
+            watch = list(pipes.open) + ([pidfd] if pidfd is not None and exited_at is None else [])
+            wait = deadline - now if exited_at is None and pidfd is not None else min(deadline - now, 0.02)
+            ready = select.select(watch, [], [], wait)[0] if watch else time.sleep(wait) or []
+            if any([pipes.read(fd) for fd in ready if fd != pidfd]):  # a list: every ready pipe is read
+                return "output_cap"
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def supervise(pid: int, out_fd: int, err_fd: int, timeout: float, caps: tuple[int, int], kill) -> Supervised:
@@ -443,70 +518,69 @@ def supervise(pid: int, out_fd: int, err_fd: int, timeout: float, caps: tuple[in
     (the sweep) runs once the main process is done, so nothing outlives the run.
     """
     start = time.monotonic()
-    deadline = start + timeout
-    bufs = {out_fd: bytearray(), err_fd: bytearray()}
-    cap = {out_fd: caps[0], err_fd: caps[1]}
-    open_fds = {out_fd, err_fd}
-    for fd in open_fds:
-        os.set_blocking(fd, False)
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    # Exit is detected without reaping (WNOWAIT): the zombie keeps the pid and process group
-    # id reserved until the sweep has run, so a killpg can never hit a recycled group.
-    exited_at, killed = None, ""
-    try:
-        while True:
-            if exited_at is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                exited_at = time.monotonic()
-            now = time.monotonic()
-            if exited_at is not None and (not open_fds or now - exited_at > 0.1):
-                break  # done; a pipe still open is held by a leftover process (swept below)
-            if now >= deadline:
-                killed = "timeout"
-                break
-            watch = list(open_fds) + ([pidfd] if pidfd is not None and exited_at is None else [])
-            wait = deadline - now if exited_at is None and pidfd is not None else min(deadline - now, 0.02)
-            ready = select.select(watch, [], [], wait)[0] if watch else time.sleep(wait) or []
-            for fd in ready:
-                if fd == pidfd:
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    open_fds.discard(fd)
-                    continue
-                bufs[fd] += chunk
-                if len(bufs[fd]) > cap[fd]:
-                    killed = "output_cap"
-            if killed:
-                break
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
+    pipes = _Pipes(out_fd, err_fd, caps)
+    killed = _read_until_exit(pid, pipes, start + timeout)
     kill()
     status = os.waitpid(pid, 0)[1]
-    end = time.monotonic() + 0.5
-    while open_fds and time.monotonic() < end:  # pipes close once every holder is dead
-        for fd in select.select(list(open_fds), [], [], 0.05)[0]:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                open_fds.discard(fd)
-            elif len(bufs[fd]) <= cap[fd]:
-                bufs[fd] += chunk
-    out = bytes(bufs[out_fd][: caps[0]])
-    err = bytes(bufs[err_fd][: caps[1]])
-    return Supervised(_exit_code(status), out, err, killed, time.monotonic() - start)
+    pipes.drain(0.5)
+    return Supervised(_exit_code(status), *pipes.output(), killed, time.monotonic() - start)
 
 
-def decode(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
+# ---------------------------------------------------------------- one program, either runner
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A fresh run dir holding the program, and how a run in it is found and confined."""
+
+    path: str
+    marker: str  # JACRL_SANDBOX in the program's environment (how the sweep finds it, not root)
+    spec: dict  # what `_confine.confine` applies: environment, rlimits, namespaces, Landlock
+
+
+@contextmanager
+def fresh_run(cfg: RewardConfig, plan: Plan, root: Path, program: str, timeout: float) -> Iterator[RunDir]:
+    """A run dir for one program, removed with everything in it afterwards."""
+    path = make_run_dir(root, program)
+    try:
+        marker = uuid.uuid4().hex
+        yield RunDir(path, marker, confine_spec(cfg.limits, timeout, plan, path, program_env(path, plan, marker)))
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def supervise_run(
+    cfg: RewardConfig, plan: Plan, run: RunDir, pid: int, out_fd: int, err_fd: int, timeout: float, tree: int | None = None
+) -> Supervised:
+    """`supervise` a started program, sweeping every process of the run (`sweep`; `tree`: the
+    subreaper it runs under), then delete what a per-run uid left in the world-writable dirs."""
+    uid = plan.uid_base + pid if plan.mode == "uid" else None
+    caps = (cfg.max_stdout_bytes, cfg.max_stderr_bytes)
+    sup = supervise(pid, out_fd, err_fd, timeout, caps, lambda: sweep(uid, run.marker, pid, tree))
+    if uid is not None:
+        remove_strays(uid, run.path)
+    return sup
+
+
+Launch = Callable[[str, list[str], float], Supervised]  # (program, jac argv, timeout) -> what it did
+
+
+def run_jac(launch: Launch, program: str, timeout: float, check_timeout: float) -> RunResult:
+    """`jac run` the program; when that fails, `jac check -p` decides whether it compiles."""
+    run = launch(program, ["run"], timeout)
+    result = RunResult(
+        exit_code=run.status, stdout=run.stdout.decode("utf-8", errors="replace"),
+        stderr=run.stderr.decode("utf-8", errors="replace"),
+        timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
+    )
+    if result.runs:
+        result.compiles = True
+    else:
+        check = launch(program, ["check", "-p"], check_timeout)
+        result.check_exit = check.status if not check.killed else None
+        result.compiles = check.status == 0 and not check.killed
+        result.duration += check.duration
+    return result
 
 
 # ---------------------------------------------------------------- the subprocess runner
@@ -523,45 +597,22 @@ class SubprocessRunner:
         self.root = tmp_root(cfg)
 
     def _one(self, program: str, argv: list[str], timeout: float) -> Supervised:
-        cfg, plan = self.cfg, self.plan
-        run_dir = make_run_dir(self.root, program)
-        marker = uuid.uuid4().hex
-        env = program_env(run_dir, plan, marker)
-        spec = confine_spec(cfg.limits, timeout, plan, run_dir, env)
-        cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(spec), "--", plan.jac, *argv, PROGRAM]
-        try:
+        plan = self.plan
+        with fresh_run(self.cfg, plan, self.root, program, timeout) as run:
+            cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(run.spec), "--", plan.jac, *argv, PROGRAM]
             proc = subprocess.Popen(
-                cmd, cwd=run_dir, env={"PATH": env["PATH"], "LANG": "C.UTF-8", **interpreter_env()}, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                cmd, cwd=run.path, env={"PATH": run.spec["env"]["PATH"], "LANG": "C.UTF-8", **interpreter_env()},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                close_fds=True,
             )
-            uid = plan.uid_base + proc.pid if plan.mode == "uid" else None
-            sup = supervise(
-                proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), timeout,
-                (cfg.max_stdout_bytes, cfg.max_stderr_bytes), lambda: sweep(uid, marker, proc.pid),
-            )
+            sup = supervise_run(self.cfg, plan, run, proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), timeout)
             proc.returncode = sup.status
             proc.stdout.close()
             proc.stderr.close()
-            if uid is not None:
-                remove_strays(uid, run_dir)
             return sup
-        finally:
-            shutil.rmtree(run_dir, ignore_errors=True)
 
     def run(self, program: str, timeout: float) -> RunResult:
-        run = self._one(program, ["run"], timeout)
-        result = RunResult(
-            exit_code=run.status, stdout=decode(run.stdout), stderr=decode(run.stderr),
-            timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
-        )
-        if result.runs:
-            result.compiles = True
-        else:
-            check = self._one(program, ["check", "-p"], self.cfg.check_timeout)
-            result.check_exit = check.status if not check.killed else None
-            result.compiles = check.status == 0 and not check.killed
-            result.duration += check.duration
-        return result
+        return run_jac(self._one, program, timeout, self.cfg.check_timeout)
 
     def close(self) -> None:
         pass
