@@ -13,8 +13,9 @@ from pathlib import Path
 
 from jacrl.io import atomic_dir, write_jsonl
 from jacrl.progress import Progress
+from jacrl.reward.sandbox import RunResult
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
-from jacrl.tasks.gold import RunResult, Runner, gold_runner, run_program
+from jacrl.tasks.gold import Runner, gold_runner, run_program
 
 HOLE = "__HOLE__"
 TODO = "# TODO: write the body"
@@ -94,8 +95,8 @@ def check_gold(driver: Driver, timeout: float, runner: Callable[[str, float], Ru
 def _require_ok(driver: Driver, run: RunResult, timeout: float, which: str) -> None:
     if run.timed_out:
         raise DriverError(driver.path, 1, f"gold program timed out after {timeout:g}s{which}")
-    if run.returncode != 0:
-        raise DriverError(driver.path, 1, f"gold program exited {run.returncode}{which}: {error_summary(run.stderr)}")
+    if run.exit_code != 0:
+        raise DriverError(driver.path, 1, f"gold program exited {run.exit_code}{which}: {error_summary(run.stderr)}")
 
 
 def error_summary(stderr: str) -> str:

@@ -69,7 +69,7 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
     def one(case: tuple[Driver, Hole]) -> str | None:
         d, h = case
         res = runner(d.render(h, ""), timeout)
-        if res.ok and res.stdout == expected[d.path]:
+        if res.runs and res.stdout == expected[d.path]:
             return f"{d.path}:{h.open_line}: hole {h.id!r} is not load-bearing: the output is unchanged with an empty body"
         return None
 

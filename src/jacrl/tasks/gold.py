@@ -2,7 +2,8 @@
 
 Gold programs are our own code, so this runner only isolates state — a fresh temp dir as
 cwd, `JAC_DATA_PATH` and HOME inside it — and enforces a wall timeout on the whole process
-group. Untrusted model completions never come here: they go through `jacrl.reward`.
+group. Untrusted model completions never come here: they go through `jacrl.reward`, whose
+`RunResult` and `jac_executable` this runner shares.
 """
 
 from __future__ import annotations
@@ -10,32 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
-
-def jac_executable() -> str:
-    """The `jac` launcher of the running interpreter's environment."""
-    exe = Path(sys.executable).with_name("jac")
-    if not exe.exists():
-        raise FileNotFoundError(f"jac launcher not found beside {sys.executable} (is jaclang installed?)")
-    return str(exe)
-
-
-@dataclass(frozen=True)
-class RunResult:
-    returncode: int
-    stdout: str
-    stderr: str
-    timed_out: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+from jacrl.reward.sandbox import RunResult, jac_executable
 
 
 def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResult:
@@ -72,7 +54,9 @@ def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResul
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return RunResult(proc.returncode, out, err, timed_out)
+        result = RunResult(proc.returncode, out, err, timed_out, killed="timeout" if timed_out else "")
+        result.compiles = result.runs  # a gold program must run: a failed one gets no `jac check -p`
+        return result
 
 
 Runner = Callable[[str, float], RunResult]
@@ -99,8 +83,7 @@ def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
 
     def run(program: str, timeout: float) -> RunResult:
         r = pool.run(program, timeout)
-        code = r.exit_code if r.exit_code != 0 or not r.killed else -9  # an output cap is a failure
-        return RunResult(returncode=code, stdout=r.stdout, stderr=r.stderr, timed_out=r.timed_out)
+        return replace(r, exit_code=-9) if r.exit_code == 0 and r.killed else r  # an output cap is a failure
 
     try:
         yield run
