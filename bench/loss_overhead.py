@@ -34,12 +34,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from jacrl.losses import EnvLossPlans, LossFrameworkConfig, build_terms, compute_loss, token_logprobs  # noqa: E402
+from jacrl.losses import EnvLossPlans, LossFrameworkConfig, build_terms, compute_loss  # noqa: E402
 from jacrl.rl.batch import Rollout, build_batch  # noqa: E402
 
 VOCAB = 32_000
 BATCH, PROMPT, COMPLETION = 8, 128, 384
-TEMPERATURE = 1.0
 
 CONFIGS = {
     "[rl]": [{"type": "rl"}],
@@ -74,9 +73,13 @@ def tiny_model() -> tuple[torch.nn.Module, str]:
     return model, f"transformers Qwen2ForCausalLM, random init, {params / 1e6:.2f}M params, vocab {VOCAB}"
 
 
-def logits_of(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+def model_logprobs(model: torch.nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
+    """The step's forward: log p(token_t | tokens_<t) aligned with `input_ids` (position 0 has no
+    prediction and gets 0), without a full log-softmax copy of the vocab-sized logits."""
     out = model(input_ids)
-    return out if isinstance(out, torch.Tensor) else out.logits
+    shifted = (out if isinstance(out, torch.Tensor) else out.logits)[:, :-1, :].float()
+    logprobs = shifted.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(shifted, dim=-1)
+    return torch.cat([logprobs.new_zeros(logprobs.shape[0], 1), logprobs], dim=1)
 
 
 def make_rollouts(model: torch.nn.Module, seed: int = 0) -> tuple[list[Rollout], torch.Tensor, torch.Tensor]:
@@ -84,7 +87,7 @@ def make_rollouts(model: torch.nn.Module, seed: int = 0) -> tuple[list[Rollout],
     g = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, VOCAB, (BATCH, PROMPT + COMPLETION), generator=g)
     with torch.no_grad():
-        logprobs = token_logprobs(logits_of(model, input_ids), input_ids, TEMPERATURE)
+        logprobs = model_logprobs(model, input_ids)
     sampled = logprobs + 0.3 * torch.randn(logprobs.shape, generator=g)
     advantages = torch.randn(BATCH, generator=g)
     rollouts = [
@@ -131,7 +134,7 @@ def main() -> None:
     def full_step(label: str) -> None:
         batch, terms, ref = setups[label]
         model.zero_grad(set_to_none=True)
-        logprobs = token_logprobs(logits_of(model, batch.input_ids), batch.input_ids, TEMPERATURE)
+        logprobs = model_logprobs(model, batch.input_ids)
         compute_loss(terms, batch.loss_inputs(logprobs, ref)).loss.backward()
 
     leaf_source = reference.clone()
@@ -143,7 +146,7 @@ def main() -> None:
 
     def reference_forward() -> None:
         with torch.no_grad():
-            token_logprobs(logits_of(model, input_ids), input_ids, TEMPERATURE)
+            model_logprobs(model, input_ids)
 
     labels = list(CONFIGS)
     for label in labels:  # warm-up

@@ -225,3 +225,21 @@ def test_optimizer_state_resumes_exactly(tiny_model, backend, tmp_path):
         x.backward(P, C, 1.0, _nll)
         x.step()
     assert _max_diff(a.logprobs(P, C), b.logprobs(P, C)) < 1e-6
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_torch_logprobs_are_a_plain_forwards_log_softmax(tiny_model, temperature):
+    """The trainer's per-token log-probabilities score each completion token given everything before
+    it at the sampling temperature: equal to log_softmax(logits / T) of one forward over the row,
+    whatever the prompt and completion lengths of the batch."""
+    import torch
+
+    b = load_backend(tiny_model, "torch", threads=2)
+    P, C = _pairs(b)
+    P, C = [P[0], P[1][:-3]], [C[0], C[1][:2]]  # unequal lengths: rows are padded and aligned per row
+    got = b.logprobs(P, C, temperature=temperature)
+    for p, c, lp in zip(P, C, got):
+        with torch.no_grad():
+            logits = b.model(input_ids=torch.tensor([p + c])).logits[0].double() / temperature
+        ref = torch.log_softmax(logits, dim=-1)[len(p) - 1 : -1].gather(-1, torch.tensor(c)[:, None])[:, 0]
+        assert lp.shape == (len(c),) and np.allclose(lp, ref.numpy(), atol=1e-4)

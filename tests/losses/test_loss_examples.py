@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from fixtures.logprobs import token_logprobs
 
-from jacrl.losses import EnvLossPlans, LossFrameworkConfig, build_terms, compute_loss, token_logprobs
+from jacrl.losses import EnvLossPlans, LossFrameworkConfig, build_terms, compute_loss
 from jacrl.rl.batch import Rollout, build_batch
 from jacrl.rl.filters import zero_advantage_filter
 

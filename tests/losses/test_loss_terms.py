@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from fixtures.logprobs import token_logprobs
 
 from jacrl.losses import (
     TERM_BUILDERS,
@@ -15,7 +16,6 @@ from jacrl.losses import (
     ref_kl_core,
     rl_core,
     sft_core,
-    token_logprobs,
 )
 from jacrl.losses.config import LossTermConfig
 from jacrl.losses.registry import LossTerm, build_term
@@ -415,19 +415,3 @@ def test_loss_inputs_reject_mismatched_shapes_and_non_bool_masks():
 def test_custom_core_output_is_a_loss_outputs(my_pkg):
     out = my_pkg.losses.my_core(random_inputs(1), beta=0.1)
     assert isinstance(out, LossOutputs) and out.loss.dim() == 0
-
-
-# ---------------------------------------------------------------------------------------------
-# token logprobs
-# ---------------------------------------------------------------------------------------------
-
-
-def test_token_logprobs_align_with_input_ids_at_temperature():
-    torch.manual_seed(1)
-    logits = torch.randn(2, 5, 7, dtype=torch.float64)
-    ids = torch.randint(0, 7, (2, 5))
-    got = token_logprobs(logits, ids, temperature=0.7)
-    expected = torch.log_softmax(logits / 0.7, dim=-1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
-    assert torch.allclose(got[:, 1:], expected) and torch.equal(got[:, 0], torch.zeros(2, dtype=torch.float64))
-    with pytest.raises(ValueError):
-        token_logprobs(logits, ids, temperature=0)

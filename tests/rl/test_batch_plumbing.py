@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from fixtures.logprobs import token_logprobs
 
-from jacrl.losses import LossFrameworkConfig, build_terms, compute_loss, token_logprobs
+from jacrl.losses import LossFrameworkConfig, build_terms, compute_loss
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 

@@ -42,7 +42,6 @@ _LAZY = {
     "sft_core": "cores",
     "LossInputs": "inputs",
     "LossOutputs": "inputs",
-    "token_logprobs": "logprobs",
     "TERM_BUILDERS": "registry",
     "LossTerm": "registry",
     "build_terms": "registry",
@@ -84,5 +83,4 @@ __all__ = [
     "ref_kl_core",
     "rl_core",
     "sft_core",
-    "token_logprobs",
 ]
