@@ -41,6 +41,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from jacrl.reward.task import HOLE, Task  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "backends" / "fixtures"
 
@@ -99,29 +101,30 @@ def tiny_model(out: Path) -> Path:
 
 def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     """SFT, 3 GRPO steps and an eval cell of the tiny model on `device`."""
-    from jacrl.training.config import SFTConfig
-    from jacrl.backends.select import Placement, load_backend
+    from jacrl.backends.config import ModelSpec
+    from jacrl.backends.select import load_model
     from jacrl.config import load_config
     from jacrl.evaluation.cell import evaluate_cell
     from jacrl.evaluation.config import EvalConfig
-    from jacrl.io import read_jsonl
     from jacrl.reward.batch import RewardScorer
+    from jacrl.reward.task import read_tasks
     from jacrl.rl.loop import train_grpo
+    from jacrl.training.config import SFTConfig
     from jacrl.training.metrics import read_metrics
     from jacrl.training.sft import train_sft
 
     out: dict[str, Any] = {}
-    size, place = PIPELINE[device], Placement(device=device)
+    size = PIPELINE[device]
     t0 = time.perf_counter()
-    model = tiny_model(work / "tiny")
+    model = ModelSpec(name="tiny", path=str(tiny_model(work / "tiny")), backend="torch", device=device)
     out["tiny_build_s"] = round(time.perf_counter() - t0, 2)
-    train = read_jsonl(FIXTURES / "trainpool.jsonl")[:2]
-    holdout = read_jsonl(FIXTURES / "holdout.jsonl")[: size["holdout"]]
+    train = read_tasks(FIXTURES / "trainpool.jsonl")[:2]
+    holdout = read_tasks(FIXTURES / "holdout.jsonl")[: size["holdout"]]
     reward = {"cache_path": str(work / "reward.sqlite"), "isolation": isolation}
 
     t0 = time.perf_counter()
     with DeviceMemory(device) as mem:
-        sft = train_sft(model, train, work / "sft", SFTConfig(iters=size["sft_iters"], lr=2e-3), backend="torch", threads=2, placement=place)
+        sft = train_sft(model, [t.record() for t in train], work / "sft", SFTConfig(iters=size["sft_iters"], lr=2e-3), threads=2)
     report = json.loads((sft / "sft_report.json").read_text())
     out["sft"] = {"s": round(time.perf_counter() - t0, 2), "loss_first": report["loss_first"],
                   "loss_last": report["loss_last"], "peak_mb": round(mem.peak_mb, 1)}
@@ -133,15 +136,15 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
                                 "save_every": 100}, "reward": reward})
     t0 = time.perf_counter()
     with RewardScorer(cfg.reward, threads=2) as scorer, DeviceMemory(device) as mem:
-        grpo = train_grpo(model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, backend="torch",
-                          threads=2, progress=False, placement=place)
+        grpo = train_grpo(model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, threads=2,
+                          progress=False)
     rows = read_metrics(grpo / "metrics.jsonl")
     out["grpo"] = {"s": round(time.perf_counter() - t0, 2), "steps": len(rows),
                    "kl_reference_step1": rows[0].get("kl/reference"), "peak_mb": round(mem.peak_mb, 1)}
     expect_allocated(device, mem, "grpo")
 
     t0 = time.perf_counter()
-    backend = load_backend(model, "torch", adapter=grpo, threads=2, placement=place)
+    backend = load_model(model, threads=2, adapter=grpo)
     expect_on(backend, device, "eval")
     ecfg = EvalConfig(n=size["n"], k=size["n"], max_tokens=size["max_tokens"], policy_n=size["n"], policy_temperature=1.0)
     meta = {"rung": "1", "model": "tiny", "cond": "sft_grpo", "split": "gen"}
@@ -159,10 +162,10 @@ def expect_allocated(device: str, mem: DeviceMemory, stage: str) -> None:
 class SyntheticScorer:
     """Rewards from a hash of the completion, so groups have variance without running anything."""
 
-    def score_batch(self, tasks: list[dict], texts: list[str]) -> list[Any]:
+    def score_batch(self, tasks: list[Task], texts: list[str]) -> list[Any]:
         from jacrl.reward.score import Score
 
-        return [Score(score=float(hash(t) % 2), scheme="synthetic", task_id=task["id"]) for task, t in zip(tasks, texts)]
+        return [Score(score=float(hash(t) % 2), scheme="synthetic", task_id=task.id) for task, t in zip(tasks, texts)]
 
 
 def shaped_model(shape: dict[str, Any], tokenizer_dir: Path, out: Path) -> Path:
@@ -192,25 +195,28 @@ def long_prompt(tokenizer_dir: Path, tokens: int) -> str:
 
 def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     """Seconds per GRPO step and peak memory at the check's shapes (3 steps; the first warms up)."""
-    from jacrl.backends.select import Placement
+    from jacrl.backends.config import ModelSpec
     from jacrl.config import load_config
     from jacrl.rl.loop import train_grpo
     from jacrl.training.metrics import read_metrics
 
     shape = SHAPES[device]
-    model = shaped_model(shape, work / "tiny", work / "shaped")
-    task = {"id": "shaped", "family": "bench", "prompt": long_prompt(work / "tiny", shape["prompt"])}
+    folder = shaped_model(shape, work / "tiny", work / "shaped")
+    model = ModelSpec(name="shaped", path=str(folder), backend="torch", device=device, dtype=shape["dtype"])
+    # Scored by SyntheticScorer only: the fields the Jac reward needs are placeholders.
+    task = Task(id="shaped", family="bench", prompt=long_prompt(work / "tiny", shape["prompt"]), expected_stdout="",
+                unit={"kind": "def", "name": "f"}, template=HOLE + "\n", gold_body="")
     cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
                        "grpo": {"iters": 3, "lr": 1e-5, "group_size": shape["group"], "max_completion": shape["completion"],
                                 "max_seq": shape["prompt"] + shape["completion"] + 64, "temperature": 1.0,
                                 "lora_layers": -1, "lora_rank": 8, "filter_zero_advantage": False, "save_every": 100}})
     with DeviceMemory(device) as mem:
-        out = train_grpo(model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), backend="torch",
-                         threads=2, progress=False, placement=Placement(device=device, dtype=shape["dtype"]))
+        out = train_grpo(model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), threads=2,
+                         progress=False)
     rows = read_metrics(out / "metrics.jsonl")
     timed = rows[1:]
     return {
-        "parameters": _params(model), "dtype": shape["dtype"], "group": shape["group"], "completion": shape["completion"],
+        "parameters": _params(folder), "dtype": shape["dtype"], "group": shape["group"], "completion": shape["completion"],
         "prompt_tokens": shape["prompt"], "layers": shape["model"]["num_hidden_layers"],
         "completion_tokens_mean": round(sum(r["samples/completion_tokens"] for r in timed) / len(timed), 1),
         "sample_s": round(sum(r["time/sample_s"] for r in timed) / len(timed), 3),

@@ -34,10 +34,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 
 import yaml  # noqa: E402
 
+from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import Config, load_config  # noqa: E402
-from jacrl.io import read_jsonl, write_text  # noqa: E402
+from jacrl.io import write_text  # noqa: E402
 from jacrl.ladder.stats import mcnemar_exact  # noqa: E402
-from jacrl.reward.batch import RewardScorer  # noqa: E402
+from jacrl.reward.batch import RewardScorer, score_groups  # noqa: E402
+from jacrl.reward.task import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
@@ -75,7 +77,7 @@ def loss_terms(beta: float) -> list[dict]:
     return [{"type": "rl"}] + ([{"type": "ref_kl", "name": "ref_kl", "beta": beta}] if beta > 0 else [])
 
 
-def sampled_passes(model: str, adapter: str | Path | None, tasks: list[dict], cfg: Config, n: int,
+def sampled_passes(model: str, adapter: str | Path | None, tasks: list[Task], cfg: Config, n: int,
                    threads: int, seed: int = EVAL_SEED) -> dict[str, Any]:
     """n samples per task at the GRPO temperature and length cap; pass = exact stdout.
     Returns {"pass": {"<task>#<i>": bool}, "rate", "truncated"} (its own scorer, closed at the end,
@@ -86,14 +88,14 @@ def sampled_passes(model: str, adapter: str | Path | None, tasks: list[dict], cf
     b = load_backend(model, "torch", adapter=adapter, threads=threads)
     g = cfg.grpo
     params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_completion, seed=seed)
-    groups = b.generate([t["prompt"] for t in tasks], n=n, params=params, progress=False)
-    flat = [(t, i, c) for t, grp in zip(tasks, groups, strict=True) for i, c in enumerate(grp)]
+    groups = b.generate([t.prompt for t in tasks], n=n, params=params, progress=False)
     with RewardScorer(cfg.reward, threads=threads) as scorer:
-        scores = scorer.score_batch([t for t, _, _ in flat], [c.text for *_, c in flat])
-    passes = {f"{t['id']}#{i}": bool(s.exact) for (t, i, _), s in zip(flat, scores, strict=True)}
-    per_task = {t["id"]: sum(passes[f"{t['id']}#{i}"] for i in range(n)) / n for t in tasks}
+        scored = score_groups(scorer.score_batch, tasks, groups)
+    passes = {f"{t.id}#{i}": bool(s.exact) for t, scores in zip(tasks, scored) for i, s in enumerate(scores)}
+    per_task = {t.id: sum(passes[f"{t.id}#{i}"] for i in range(n)) / n for t in tasks}
+    completions = [c for grp in groups for c in grp]
     return {"pass": passes, "rate": sum(passes.values()) / len(passes), "per_task": per_task,
-            "truncated": sum(c.truncated for *_, c in flat) / len(flat)}
+            "truncated": sum(c.truncated for c in completions) / len(completions)}
 
 
 def paired_test(before: dict[str, bool], after: dict[str, bool]) -> dict[str, Any]:
@@ -102,7 +104,7 @@ def paired_test(before: dict[str, bool], after: dict[str, bool]) -> dict[str, An
             "only_after": m.only_a, "only_before": m.only_b, "p_value": m.p_value}
 
 
-def run_grpo(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threads: int,
+def run_grpo(model: str, sft: Path, tasks: list[Task], cfg: Config, out: Path, threads: int,
              eval_every: int | None, on_checkpoint: Callable[[int, Path], None]) -> Path:
     """Our GRPO loop from the SFT adapter; with eval_every it stops at every k-th step, lets
     on_checkpoint(step, adapter) look at the checkpoint, then resumes."""
@@ -111,8 +113,8 @@ def run_grpo(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, t
     grpo = cfg.grpo.model_copy(update={"save_every": eval_every or cfg.grpo.iters})
     while True:
         with RewardScorer(cfg.reward, threads=threads) as scorer:
-            got = train_grpo(model, tasks, out, grpo, cfg, scorer, init_adapter=sft, backend="torch",
-                             threads=threads, ckpt_dir=ckpt, progress=False, stop_after=eval_every)
+            got = train_grpo(ModelSpec(name="bench", path=model, backend="torch"), tasks, out, grpo, cfg, scorer,
+                             init_adapter=sft, threads=threads, ckpt_dir=ckpt, progress=False, stop_after=eval_every)
         if got == out:
             return out
         step = json.loads((ckpt / "state.json").read_text())["step"]
@@ -189,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     g = grpo_settings(a)
     cfg = bench_config(g, loss_terms(a.beta), a.config)
-    tasks = read_jsonl(a.tasks or f"dataset/rl/rungs/r{a.rung}/train.jsonl")
+    tasks = read_tasks(a.tasks or f"dataset/rl/rungs/r{a.rung}/train.jsonl")
     sft = Path(a.adapter or f"adapters/r{a.rung}/tiny/sft")
     name = a.name or "r{}-T{}-lr{}-G{}-P{}-n{}-b{}-{}{}".format(
         a.rung, a.temperature, a.lr, a.group, a.prompts, a.iters, a.beta, g.get("reference", "cfg"),

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from jacrl import cli
+from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
-from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
+from jacrl.reward.task import Task, read_tasks
 from jacrl.rl.interop import command, write_data
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
@@ -30,16 +31,17 @@ KNOBS = {"group_size": 4, "prompts_per_step": 2, "max_completion": 128, "max_seq
          "lora_layers": -1, "save_every": 1000, "temperature": 1.0}
 
 
-def ours(backend: str, model: str, tasks: list[dict], steps: int, tmp: Path) -> float:
+def ours(backend: str, model: str, tasks: list[Task], steps: int, tmp: Path) -> float:
     cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
                        "grpo": {**KNOBS, "iters": steps + 1}})
     with RewardScorer(cfg.reward, threads=2) as scorer:
-        out = train_grpo(model, tasks, tmp / f"ours-{backend}", cfg.grpo, cfg, scorer, backend=backend, progress=False)
+        out = train_grpo(ModelSpec(name="bench", path=model, backend=backend), tasks, tmp / f"ours-{backend}",
+                         cfg.grpo, cfg, scorer, progress=False)
     rows = read_metrics(out / "metrics.jsonl")[1:]  # the first step pays one-off warm-up
     return sum(r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in rows) / len(rows)
 
 
-def mlx_lm_lora(model: str, tasks: list[dict], steps: int, tmp: Path, all_tasks: str) -> float:
+def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks: str) -> float:
     cfg = load_config({"grpo": KNOBS, "losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
     data = write_data(tasks, model, tmp / "mlx-data")
     env = {**os.environ, "JACRL_TASKS": all_tasks}
@@ -65,7 +67,7 @@ def main() -> int:
     except cli.MissingExtra as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    tasks = read_jsonl(args.tasks)
+    tasks = read_tasks(args.tasks)
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-bench-") as d:
         tmp = Path(d)
         times = {}

@@ -29,18 +29,20 @@ from typing import Any
 
 from grpo_learning import bench_config, clock, cpu_seconds, loss_terms, paired_test, sampled_passes  # noqa: E402
 
+from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import Config  # noqa: E402
-from jacrl.io import read_jsonl, write_text  # noqa: E402
+from jacrl.io import write_text  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.reward.interop import JacReward  # noqa: E402
+from jacrl.reward.task import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
 def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threads: int) -> dict:
     spent: dict[str, dict] = {}
     with clock(spent, "run"), RewardScorer(cfg.reward, threads=threads) as scorer:
-        train_grpo(model, tasks, out, cfg.grpo, cfg, scorer, init_adapter=sft, backend="torch", threads=threads,
-                   progress=False)
+        train_grpo(ModelSpec(name="bench", path=model, backend="torch"), tasks, out, cfg.grpo, cfg, scorer,
+                   init_adapter=sft, threads=threads, progress=False)
     rows = read_metrics(out / "metrics.jsonl")
     walls = [r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in rows]
     return {"adapter": out, "reward": [r["reward/mean"] for r in rows], "pass_rate": [r["reward/pass_rate"] for r in rows],
@@ -84,8 +86,8 @@ def trl(model: str, sft: Path, tasks_file: str, cfg: Config, out: Path, beta: fl
     torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(model)
     policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), sft, is_trainable=True)
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "task_id": t["id"]}
-                              for t in read_jsonl(tasks_file)])
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t.prompt}], "task_id": t.id}
+                              for t in read_tasks(tasks_file)])
     marks: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
@@ -114,7 +116,7 @@ def trl(model: str, sft: Path, tasks_file: str, cfg: Config, out: Path, beta: fl
             "run": spent["run"]}
 
 
-def same_prompt_ids(model: str, tasks: list[dict]) -> None:
+def same_prompt_ids(model: str, tasks: list[Task]) -> None:
     """TRL renders a conversational prompt with the tokenizer's chat template; ours must match."""
     from transformers import AutoTokenizer
 
@@ -122,10 +124,10 @@ def same_prompt_ids(model: str, tasks: list[dict]) -> None:
 
     tok, b = AutoTokenizer.from_pretrained(model), load_backend(model, "torch", threads=1)
     for t in tasks:
-        theirs = tok.apply_chat_template([{"role": "user", "content": t["prompt"]}], add_generation_prompt=True, tokenize=True)
+        theirs = tok.apply_chat_template([{"role": "user", "content": t.prompt}], add_generation_prompt=True, tokenize=True)
         theirs = list(theirs["input_ids"] if isinstance(theirs, dict) or hasattr(theirs, "keys") else theirs)
-        if theirs != b.prompt_ids(t["prompt"]):
-            raise SystemExit(f"task {t['id']}: TRL's prompt tokens differ from ours")
+        if theirs != b.prompt_ids(t.prompt):
+            raise SystemExit(f"task {t.id}: TRL's prompt tokens differ from ours")
 
 
 def plot(res: dict, path: Path, title: str) -> None:
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
          "max_completion": a.max_completion, "mask_truncated": a.mask_truncated, "reference": "start", "save_every": 10_000}
     cfg = bench_config(g, loss_terms(a.beta), a.config)
     tasks_file = f"dataset/rl/rungs/r{a.rung}/train.jsonl"
-    tasks = read_jsonl(tasks_file)
+    tasks = read_tasks(tasks_file)
     sft = Path(f"adapters/r{a.rung}/tiny/sft")
     name = f"r{a.rung}-T{a.temperature}-lr{a.lr}-G{a.group}-P{a.prompts}-n{a.steps}-b{a.beta}{'-mask' if a.mask_truncated else ''}"
     out = Path("bench/out") / f"trl-{name}"

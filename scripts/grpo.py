@@ -1,16 +1,15 @@
 # Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo).
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import Placement
 from jacrl.config import load_config
-from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
+from jacrl.reward.task import read_tasks
 from jacrl.rl.loop import train_grpo
 from jacrl.workflow import logged
 
 with logged(snakemake):
     cfg = load_config(snakemake.params.config)
-    spec = ModelSpec(**snakemake.params.spec)
+    # the rule names the folder: raw_grpo of a model with an RFT warm start begins from models/{name}-rft
+    model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
     with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
-        train_grpo(snakemake.params.model_dir, read_jsonl(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
-                   init_adapter=snakemake.input.init or None, backend=spec.backend, threads=snakemake.threads,
-                   model_name=spec.name, placement=Placement.of(spec))
+        train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
+                   init_adapter=snakemake.input.init or None, threads=snakemake.threads)

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from jacrl.backends import LoraSpec, ModelPathError, SamplingParams, load_backend, resolve_backend
-from jacrl.backends.base import SFTExample, TokenLogprobs
+from jacrl.backends.base import TokenLogprobs
 from jacrl.training.config import SFTConfig
+from jacrl.training.sft import SFTExample, run_sft
 
 BACKENDS = ["torch", "mlx"]
 PROMPTS = ["Write a walker that visits every City.", "def add(a: int, b: int) -> int"]
@@ -27,7 +28,7 @@ def _trained(tiny_model, backend: str):
     b = load_backend(tiny_model, backend, threads=2)
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     ex = [SFTExample(b.prompt_ids(p), b.completion_ids("```jac\nreturn a + b;\n```")) for p in PROMPTS]
-    b.train_sft(ex, SFTConfig(iters=3, lr=2e-2, batch=2, warmup=0, lr_schedule="constant"))
+    run_sft(b, ex, SFTConfig(iters=3, lr=2e-2, batch=2, warmup=0, lr_schedule="constant"))
     return b
 
 

@@ -6,7 +6,6 @@ skip, saying why, when the package client cannot fetch the package."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import numpy as np
 import pytest
@@ -14,8 +13,10 @@ import pytest
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
+from jacrl.reward.task import read_tasks
 from jacrl.models import smollm2
-from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, verify_model_dir
+from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, sha256_file
+from fixtures.models import model_spec
 
 PARAMETERS = 134_515_008
 pytestmark = pytest.mark.timeout(1800)  # the first slow test pays for the build: minutes on busy cores
@@ -51,16 +52,16 @@ def smollm2_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def holdout(tiny_fixtures):
-    return read_jsonl(tiny_fixtures / "holdout.jsonl")[:3]
+    return read_tasks(tiny_fixtures / "holdout.jsonl")[:3]
 
 
 @pytest.fixture(scope="session")
 def rung1(tiny_fixtures):
-    return read_jsonl(tiny_fixtures / "trainpool.jsonl")[:1]
+    return read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
 
 
 @pytest.mark.slow
-def test_the_build_is_a_plain_hf_folder_matching_its_manifest(smollm2_dir, tmp_path):
+def test_the_build_is_a_plain_hf_folder_matching_its_manifest(smollm2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     m = read_manifest(smollm2_dir)
@@ -69,17 +70,12 @@ def test_the_build_is_a_plain_hf_folder_matching_its_manifest(smollm2_dir, tmp_p
     assert m["architecture"] == "LlamaForCausalLM" and m["parameters"] == PARAMETERS
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
             "LICENSE"} <= set(m["files"])
-    assert verify_model_dir(smollm2_dir) == []
+    assert {name: sha256_file(smollm2_dir / name) for name in m["files"]} == m["files"]  # the manifest is the folder
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir)
     assert "quantization_config" not in model.config.to_dict()
     assert sum(p.numel() for p in model.parameters()) == PARAMETERS
     assert AutoTokenizer.from_pretrained(smollm2_dir).chat_template
     assert json.loads((smollm2_dir / "config.json").read_text())["rope_theta"] == 100000.0  # mlx-lm reads it there
-
-    copy = tmp_path / "copy"  # a changed file no longer matches the manifest
-    shutil.copytree(smollm2_dir, copy, ignore=shutil.ignore_patterns("*.safetensors"))
-    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
-    assert verify_model_dir(copy) == ["config.json", "model.safetensors"]
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +85,7 @@ def torch_smollm2(smollm2_dir):
 
 @pytest.mark.slow
 def test_the_chat_template_wraps_a_task_prompt(torch_smollm2, holdout):
-    prompt = holdout[0]["prompt"]
+    prompt = holdout[0].prompt
     text = torch_smollm2.render_chat([{"role": "user", "content": prompt}])
     assert text.startswith("<|im_start|>system\n")  # the template's default system turn
     assert text.endswith(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
@@ -122,7 +118,7 @@ def sft_adapter(smollm2_dir, rung1, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("smollm2-sft") / "sft"
     cfg = SFTConfig(iters=4, lr=1e-3, warmup=0, lr_schedule="constant", rank=8, scale=2.0, max_seq=2048)
-    return train_sft(smollm2_dir, rung1, out, cfg, backend="torch", threads=2)
+    return train_sft(model_spec(smollm2_dir, "torch", name="smollm2"), [t.record() for t in rung1], out, cfg, threads=2)
 
 
 @pytest.mark.slow
@@ -144,8 +140,8 @@ def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sf
                      reference="start", mask_truncated=False, filter_zero_advantage=False, seed=0)
     losses = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
     with RewardScorer({"cache_path": str(tmp_path / "cache.sqlite")}, threads=2) as scorer:
-        out = train_grpo(smollm2_dir, rung1, tmp_path / "grpo", cfg, losses, scorer, init_adapter=sft_adapter,
-                         backend="torch", threads=2, progress=False)
+        out = train_grpo(model_spec(smollm2_dir, "torch", name="smollm2"), rung1, tmp_path / "grpo", cfg, losses,
+                         scorer, init_adapter=sft_adapter, threads=2, progress=False)
     (row,) = read_metrics(out / "metrics.jsonl")
     assert row["step"] == 1 and np.isfinite(row["loss/total"])
     assert abs(row["kl/reference"]) < 1e-5  # the reference is the SFT adapter GRPO starts from
@@ -161,7 +157,7 @@ def test_the_adapter_loads_with_plain_peft(smollm2_dir, sft_adapter, torch_smoll
     base = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, sft_adapter).eval()
     ours = load_backend(smollm2_dir, "torch", adapter=sft_adapter, threads=2)
-    ids = ours.prompt_ids(rung1[0]["prompt"])[-64:] + ours.completion_ids("```jac\nreturn 1;\n```")
+    ids = ours.prompt_ids(rung1[0].prompt)[-64:] + ours.completion_ids("```jac\nreturn 1;\n```")
     with torch.no_grad():
         logits = peft_model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
     expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()

@@ -21,6 +21,7 @@ from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
+from fixtures.models import model_spec
 from fixtures.tiny import FIXTURES, TEST_TINY
 from text_reward import TASKS, TextScore
 
@@ -58,14 +59,14 @@ def fresh_reward(model, adapter) -> float:
     """Mean reward of EVAL_SAMPLES fresh completions per task, at fixed seeds."""
     b = load_backend(model, "torch", adapter=adapter, threads=2)
     params = SamplingParams(temperature=CFG.temperature, max_tokens=CFG.max_completion, seed=EVAL_SEED)
-    groups = b.generate_ids([b.prompt_ids(t["prompt"]) for t in TASKS], n=EVAL_SAMPLES, params=params, progress=False)
+    groups = b.generate_ids([b.prompt_ids(t.prompt) for t in TASKS], n=EVAL_SAMPLES, params=params, progress=False)
     return fmean(early_alphabet_share(c.text) for g in groups for c in g)
 
 
 def test_grpo_raises_the_reward_of_fresh_samples(learnable_model, tmp_path):
     before = fresh_reward(learnable_model, None)  # a fresh LoRA starts at the base (B = 0)
-    out = train_grpo(learnable_model, TASKS, tmp_path / "grpo", CFG, load_config({"losses": [{"type": "rl"}]}),
-                     EarlyAlphabetScorer(), backend="torch", threads=2, progress=False)
+    out = train_grpo(model_spec(learnable_model, "torch"), TASKS, tmp_path / "grpo", CFG,
+                     load_config({"losses": [{"type": "rl"}]}), EarlyAlphabetScorer(), threads=2, progress=False)
     after = fresh_reward(learnable_model, out)
     curve = [r["reward/mean"] for r in read_metrics(out / "metrics.jsonl")]
     print(f"fresh-sample reward {before:.3f} → {after:.3f}; per-step reward {[round(r, 3) for r in curve]}")

@@ -10,18 +10,19 @@ import pytest
 
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.io import read_jsonl
+from jacrl.reward.task import read_tasks
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
+from fixtures.models import model_spec
 
 BACKENDS = ["torch", "mlx"]
 
 
 @pytest.fixture(scope="module")
 def tasks(tiny_fixtures):
-    return read_jsonl(tiny_fixtures / "trainpool.jsonl")[:3]
+    return read_tasks(tiny_fixtures / "trainpool.jsonl")[:3]
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta"
 
 def adapter_moved(model, adapter, backend, task) -> float:
     b = load_backend(model, backend, adapter=adapter)
-    p, c = b.prompt_ids(task["prompt"]), b.completion_ids("```jac\nreturn 1;\n```")
+    p, c = b.prompt_ids(task.prompt), b.completion_ids("```jac\nreturn 1;\n```")
     on = b.logprobs([p], [c])[0]
     with b.adapter_disabled():
         off = b.logprobs([p], [c])[0]
@@ -52,7 +53,8 @@ def adapter_moved(model, adapter, backend, task) -> float:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, scorer, tmp_path, backend):
-    out = train_grpo(tiny_model, tasks, tmp_path / "grpo", grpo_cfg(), load_config(LOSSES), scorer, backend=backend, progress=False)
+    out = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", grpo_cfg(), load_config(LOSSES),
+                     scorer, progress=False)
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     trained = [r for r in rows if "loss/total" in r]
@@ -68,9 +70,10 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
 def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scorer, tmp_path, backend):
     cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES)
-    ckpt = train_grpo(tiny_model, tasks, tmp_path / "grpo", cfg, losses, scorer, backend=backend, progress=False, stop_after=3)
+    ckpt = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer,
+                      progress=False, stop_after=3)
     assert json.loads((ckpt / "state.json").read_text())["step"] == 2 and not (tmp_path / "grpo").exists()
-    out = train_grpo(tiny_model, tasks, tmp_path / "grpo", cfg, losses, scorer, backend=backend, progress=False)
+    out = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer, progress=False)
     report = json.loads((out / "grpo_report.json").read_text())
     assert report["resumed_at"] == 2 and report["steps"] == 4
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -78,9 +81,11 @@ def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scor
 
 def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer, tmp_path):
     cfg = grpo_cfg(iters=4, save_every=1)
-    train_grpo(tiny_model, tasks, tmp_path / "grpo", cfg, load_config(LOSSES), scorer, backend="torch", progress=False, stop_after=1)
+    train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config(LOSSES), scorer,
+               progress=False, stop_after=1)
     with pytest.raises(ValueError, match="cannot resume.*ref_kl"):
-        train_grpo(tiny_model, tasks, tmp_path / "grpo", cfg, load_config({}), scorer, backend="torch", progress=False)
+        train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config({}), scorer,
+                   progress=False)
 
 
 def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path):
@@ -89,8 +94,8 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
         "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
                                            {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}},
     })
-    out = train_grpo(tiny_model, tasks, tmp_path / "grpo", grpo_cfg(iters=2, prompts_per_step=2), losses, scorer,
-                     backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo",
+                     grpo_cfg(iters=2, prompts_per_step=2), losses, scorer, progress=False)
     rows = read_metrics(out / "metrics.jsonl")
     assert any(r.get("batch/echo_only_samples", 0) > 0 for r in rows)
     assert any(r.get("batch/echo_tokens", 0) > 0 for r in rows)
@@ -99,7 +104,8 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
 def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
     losses = load_config({"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core",
                                       "kwargs": {"scale": 0.5}}]})
-    out = train_grpo(tiny_model, tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer, backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer,
+                     progress=False)
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/pg/loss"]) for r in rows)
 

@@ -11,6 +11,7 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.training.metrics import read_metrics
+from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 
@@ -57,8 +58,8 @@ def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
         "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
         "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
                                            {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}}})
-    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg(iters=2), config, WhitespaceScorer(),
-                     backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg(iters=2), config,
+                     WhitespaceScorer(), progress=False)
     echo_rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("batch/echo_only_samples", 0) > 0]
     assert echo_rows and echo_rows[0]["loss/echo/tokens"] > 0
 
@@ -82,8 +83,8 @@ USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user":
 
 def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, tmp_path):
     config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}})
-    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg(iters=1, mask_truncated=False), config,
-                     WhitespaceScorer(), backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg(iters=1, mask_truncated=False),
+                     config, WhitespaceScorer(), progress=False)
     row = read_metrics(out / "metrics.jsonl")[0]
     assert row["echo/echo/user_tokens"] > 0 and row["loss/echo/tokens"] > 0
 

@@ -12,6 +12,7 @@ from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
+from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
@@ -42,8 +43,8 @@ def kl_curve(out):
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
 def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_adapter, tmp_path, backend):
-    run = lambda ref: train_grpo(tiny_model, TASKS, tmp_path / ref, cfg(reference=ref), load_config(LOSSES),  # noqa: E731
-                                 WhitespaceScorer(), init_adapter=start_adapter, backend=backend, progress=False)
+    run = lambda ref: train_grpo(model_spec(tiny_model, backend), TASKS, tmp_path / ref, cfg(reference=ref),  # noqa: E731
+                                 load_config(LOSSES), WhitespaceScorer(), init_adapter=start_adapter, progress=False)
     start, base = kl_curve(run("start")), kl_curve(run("base"))
     assert start[0] == pytest.approx(0.0, abs=1e-5)  # the policy before its first update is the reference
     assert base[0] > 1e-3  # the starting adapter is far from the base
@@ -52,20 +53,20 @@ def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_a
 
 def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_path):
     for ref in ("start", "base"):
-        out = train_grpo(tiny_model, TASKS, tmp_path / ref, cfg(reference=ref, iters=1), load_config(LOSSES),
-                         WhitespaceScorer(), backend="torch", progress=False)
+        out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / ref, cfg(reference=ref, iters=1),
+                         load_config(LOSSES), WhitespaceScorer(), progress=False)
         assert kl_curve(out)[0] == pytest.approx(0.0, abs=1e-5)
 
 
 def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapter, tmp_path):
     c, losses = cfg(iters=3), load_config(LOSSES)
-    whole = kl_curve(train_grpo(tiny_model, TASKS, tmp_path / "whole", c, losses, WhitespaceScorer(),
-                                init_adapter=start_adapter, backend="torch", progress=False))
-    ckpt = train_grpo(tiny_model, TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(), init_adapter=start_adapter,
-                      backend="torch", progress=False, stop_after=2)
+    whole = kl_curve(train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "whole", c, losses,
+                                WhitespaceScorer(), init_adapter=start_adapter, progress=False))
+    ckpt = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
+                      init_adapter=start_adapter, progress=False, stop_after=2)
     assert (ckpt / "reference" / "adapter_config.json").is_file()
-    resumed = train_grpo(tiny_model, TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
-                         init_adapter=start_adapter, backend="torch", progress=False)
+    resumed = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
+                         init_adapter=start_adapter, progress=False)
     assert json.loads((resumed / "grpo_report.json").read_text())["resumed_at"] == 2
     assert kl_curve(resumed) == pytest.approx(whole, rel=1e-3, abs=1e-6)
 

@@ -17,6 +17,7 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.trainer import Trainer, first_supervised
 from jacrl.training.metrics import read_metrics
+from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 CONFIG = {
@@ -68,7 +69,8 @@ def test_grpo_steps_on_cuda(tiny_model, tmp_path):
     cfg = GRPOConfig(iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
                      mask_truncated=False)
     losses = load_config({"losses": CONFIG["losses"]})
-    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg, losses, WhitespaceScorer(), backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, losses, WhitespaceScorer(),
+                     progress=False)
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/total"]) and "kl/reference" in r for r in rows)
 
@@ -83,8 +85,8 @@ def test_reference_forward_only_when_needed():
 def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):
     cfg = GRPOConfig(iters=1, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
                      mask_truncated=False, max_grad_norm=1e-8, log_reference_kl=False)
-    out = train_grpo(tiny_model, TASKS, tmp_path / "grpo", cfg, load_config({}), WhitespaceScorer(),
-                     backend="torch", progress=False)
+    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, load_config({}),
+                     WhitespaceScorer(), progress=False)
     row = read_metrics(out / "metrics.jsonl")[0]
     assert row["grad/norm"] > 1e-6  # a clipped norm would be 1e-8
     assert "kl/reference" not in row  # no ref_kl term and not asked for: no reference forward

@@ -8,13 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from jacrl.backends import ModelPathError, load_backend
-from jacrl.backends.base import batch_order, sft_lr
-from jacrl.training.config import RFTConfig, SFTConfig
+from jacrl.backends import LoraSpec, ModelPathError, load_backend
 from jacrl.io import read_jsonl
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.rft import select_kept, train_rft
-from jacrl.training.sft import gold_completion, train_sft
+from jacrl.training.schedule import lr_at
+from jacrl.training.sft import SFTExample, batch_order, gold_completion, run_sft, sft_lr, train_sft
+from fixtures.models import model_spec
+from fixtures.tasks import task as make_task
 
 # Short prompts keep mlx[cpu] (reference BLAS) fast; the real prompt format is tested on torch.
 SHORT_TASKS = [
@@ -22,6 +24,7 @@ SHORT_TASKS = [
     {"id": "t_neg", "prompt": "Write the body of neg.", "gold_body": "    return -x;\n"},
     {"id": "t_sum", "prompt": "Write the body of total.", "gold_body": "    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"},
 ]
+RFT_TASKS = [make_task(t["id"], prompt=t["prompt"], gold_body=t["gold_body"]) for t in SHORT_TASKS]  # RFT reads Task records
 TINY_SFT = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
 
 
@@ -41,17 +44,18 @@ def _check_outputs(out, n_steps):
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
 def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tmp_path, backend):
-    out = train_sft(tiny_model, SHORT_TASKS, tmp_path / "sft", TINY_SFT, backend=backend, threads=2)
+    out = train_sft(model_spec(tiny_model, backend), SHORT_TASKS, tmp_path / "sft", TINY_SFT, threads=2)
     _check_outputs(out, TINY_SFT.iters)
     report = json.loads((out / "sft_report.json").read_text())
     assert report["tasks"] == ["t_add", "t_neg", "t_sum"] and report["backend"] == backend
     b = load_backend(tiny_model, "torch", adapter=out)  # either backend's adapter loads in torch
-    assert b.has_adapter and b.lora.rank == TINY_SFT.rank
+    assert b.lora is not None and b.lora.rank == TINY_SFT.rank
 
 
 def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):
     tasks = read_jsonl(tiny_fixtures / "trainpool.jsonl")[:2]
-    out = train_sft(tiny_model, tiny_fixtures / "trainpool.jsonl", tmp_path / "sft", SFTConfig(iters=2, batch=1), backend="torch", threads=2)
+    out = train_sft(model_spec(tiny_model, "torch"), tiny_fixtures / "trainpool.jsonl", tmp_path / "sft",
+                    SFTConfig(iters=2, batch=1), threads=2)
     report = json.loads((out / "sft_report.json").read_text())
     assert report["examples"] == 8 and report["tokens"]["prompt_max"] > 500
     assert tasks[0]["id"] in report["tasks"]
@@ -59,7 +63,7 @@ def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):
 
 def test_missing_model_fails_with_name_and_path(tmp_path):
     with pytest.raises(ModelPathError, match="qwen3coder.*does not exist"):
-        train_sft(tmp_path / "absent", SHORT_TASKS, tmp_path / "out", TINY_SFT, backend="torch", model_name="qwen3coder")
+        train_sft(model_spec(tmp_path / "absent", "torch", name="qwen3coder"), SHORT_TASKS, tmp_path / "out", TINY_SFT)
     assert not (tmp_path / "out").exists()
 
 
@@ -87,7 +91,7 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
         return [1.0 if i % 2 == 0 else 0.0 for i in range(len(completions))]
 
     cfg = RFTConfig(samples=2, max_tokens=8, iters=2)
-    out = train_rft(tiny_model, SHORT_TASKS[:2], tmp_path / "tiny-rft", cfg, backend=backend, threads=2,
+    out = train_rft(model_spec(tiny_model, backend), RFT_TASKS[:2], tmp_path / "tiny-rft", cfg, threads=2,
                     sft_cfg=TINY_SFT, score_fn=fake_reward)
     assert calls["n"] == 4
     report = json.loads((out / "rft_report.json").read_text())
@@ -104,8 +108,8 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
 
 
 def test_train_rft_without_any_pass_keeps_the_base(tiny_model, tmp_path):
-    out = train_rft(tiny_model, SHORT_TASKS[:1], tmp_path / "rft", RFTConfig(samples=2, max_tokens=4, iters=2),
-                    backend="torch", sft_cfg=TINY_SFT, score_fn=lambda t, c: [0.0] * len(c))
+    out = train_rft(model_spec(tiny_model, "torch"), RFT_TASKS[:1], tmp_path / "rft",
+                    RFTConfig(samples=2, max_tokens=4, iters=2), sft_cfg=TINY_SFT, score_fn=lambda t, c: [0.0] * len(c))
     report = json.loads((out / "rft_report.json").read_text())
     assert report["threshold_used"] is None and "unchanged" in report["note"]
     assert (out / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()
@@ -120,13 +124,39 @@ def test_batch_order_sees_every_example_equally():
 
 
 @pytest.mark.parametrize("schedule", ["cosine", "constant"])
-def test_mlx_schedule_equals_sft_lr(schedule):
-    import mlx.core as mx
-
-    from jacrl.backends.mlx_backend import _mx_schedule
-
+def test_sft_lr_warms_up_then_decays_or_holds(schedule):
     cfg = SFTConfig(iters=20, lr=1e-3, warmup=4, lr_schedule=schedule)
-    sched = _mx_schedule(cfg)
     for step in range(20):
-        assert abs(float(sched(mx.array(step))) - sft_lr(step, cfg)) < 1e-9
+        t = (step - 4) / 16
+        after = 1e-3 * 0.5 * (1 + math.cos(math.pi * t)) if schedule == "cosine" else 1e-3
+        assert abs(sft_lr(step, cfg) - (1e-3 * (step + 1) / 4 if step < 4 else after)) < 1e-12
     assert sft_lr(0, cfg) == pytest.approx(2.5e-4) and sft_lr(3, cfg) == pytest.approx(1e-3)
+
+
+def test_one_schedule_serves_sft_grpo_and_pretraining():
+    # SFT cuts its warm-up to end before the last step: 2 steps, warm-up 5 → full lr from step 1
+    assert [sft_lr(s, SFTConfig(iters=2, lr=1e-3, warmup=5, lr_schedule="constant")) for s in (0, 1)] == [1e-3, 1e-3]
+    # GRPO: warm-up, then flat, with no cut (a warm-up longer than the run never reaches the peak)
+    assert [lr_at(s, 3e-3, 3, 2) for s in range(2)] == pytest.approx([1e-3, 2e-3])
+    assert [lr_at(s, 3e-3, 3, 10) for s in (3, 9, 50)] == [3e-3] * 3
+    # tiny pre-training: cosine down to a floor of 10 % of the peak, held after the end
+    assert lr_at(10, 5e-3, 0, 10, "cosine", floor=0.1) == pytest.approx(5e-4)
+    assert lr_at(99, 5e-3, 0, 10, "cosine", floor=0.1) == pytest.approx(5e-4)
+    assert lr_at(5, 5e-3, 0, 10, "cosine", floor=0.1) == pytest.approx(5e-3 * 0.55)
+
+
+def test_one_sft_loop_trains_both_backends_alike(tiny_model, tmp_path):
+    """The same starting adapter, batches and learning rates give the same losses on either
+    backend: the loop is the backends' shared code, only the model operations differ."""
+    start = load_backend(tiny_model, "torch", threads=2)
+    start.attach_lora(LoraSpec(rank=4, scale=4.0), seed=3)
+    start.save_adapter(tmp_path / "start")
+    cfg = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
+    losses = {}
+    for backend in ("torch", "mlx"):
+        b = load_backend(tiny_model, backend, threads=2)
+        b.load_adapter(tmp_path / "start", trainable=True)
+        examples = [SFTExample(b.prompt_ids(t["prompt"]), b.completion_ids(gold_completion(t))) for t in SHORT_TASKS]
+        losses[backend] = run_sft(b, examples, cfg)
+    assert len(losses["torch"]) == 3 and losses["torch"][0] > losses["torch"][-1]
+    assert losses["mlx"] == pytest.approx(losses["torch"], rel=1e-3)

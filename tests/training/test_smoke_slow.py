@@ -17,6 +17,7 @@ from jacrl.training.config import SFTConfig
 from jacrl.io import read_jsonl
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.training.sft import train_sft
+from fixtures.models import model_spec
 
 REPO = Path(__file__).resolve().parents[2]
 RL = REPO / "dataset" / "rl"
@@ -50,7 +51,7 @@ def test_gold_sft_memorises_rung_1_and_reports_rung_3(tmp_path):
     for rung in (1, 3):
         tasks = trainpool[:rung]
         t0 = time.perf_counter()
-        adapter = train_sft(model, tasks, tmp_path / f"sft-r{rung}", SFTConfig(), backend="torch", threads=2)
+        adapter = train_sft(model_spec(model, "torch"), tasks, tmp_path / f"sft-r{rung}", SFTConfig(), threads=2)
         took = time.perf_counter() - t0
         passed, scores = mem_pass(model, adapter, tasks)
         results[rung] = passed

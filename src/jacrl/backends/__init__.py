@@ -1,16 +1,16 @@
 """Model backends behind one interface (`base.Backend`): torch (transformers + peft) and MLX
-(mlx-lm). `select.load_backend` picks one; `config` holds the model and training configs."""
+(mlx-lm). `select.load_model` / `load_backend` pick one; `config` holds `ModelSpec`."""
 
-from jacrl.backends.base import Backend, Completion, LoraSpec, ModelPathError, SamplingParams, SFTExample
-from jacrl.backends.select import load_backend, resolve_backend
+from jacrl.backends.base import Backend, Completion, LoraSpec, ModelPathError, SamplingParams
+from jacrl.backends.select import load_backend, load_model, resolve_backend
 
 __all__ = [
     "Backend",
     "Completion",
     "LoraSpec",
     "ModelPathError",
-    "SFTExample",
     "SamplingParams",
     "load_backend",
+    "load_model",
     "resolve_backend",
 ]

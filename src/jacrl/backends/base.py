@@ -15,8 +15,11 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
   norm before clipping (`configure_optimizer`,
   `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code
   (docs/design.md#backends): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
-- LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`;
-- `train_sft(examples, cfg)`: LoRA SFT with prompt tokens masked.
+- LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`: the checks,
+  the folders and `jacrl_adapter.json` are written here once; each backend fills in its format.
+
+Training loops are not backends' business: gold-SFT and RFT run `training.sft.run_sft`, GRPO
+`rl.trainer.Trainer`, both through `backward` and `step`.
 
 Conventions shared by both implementations:
 - a completion's `token_ids` end with the EOS token when the model stopped by itself; `text`
@@ -28,25 +31,20 @@ Conventions shared by both implementations:
 
 from __future__ import annotations
 
-import math
-import random
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from jacrl.backends.lora_format import LoraSpec, write_meta
+
 if TYPE_CHECKING:
     import torch
-
-    from jacrl.training.config import SFTConfig
-
-ADAPTER_META = "jacrl_adapter.json"
-"""Written beside every adapter: which backend saved it, the LoRA spec, the base model path."""
 
 NON_WEIGHT_FILES = (
     "config.json",
@@ -125,56 +123,6 @@ class Completion:
     truncated: bool
 
 
-@dataclass(frozen=True)
-class LoraSpec:
-    """A LoRA adapter's shape. `scale` multiplies the low-rank update (peft alpha = scale·rank)."""
-
-    rank: int = 8
-    scale: float = 2.0
-    dropout: float = 0.0
-    layers: int = -1
-    keys: tuple[str, ...] | None = None
-    """Module paths inside each block (e.g. `self_attn.q_proj`); None = every linear layer of the
-    block (mlx-lm's default; peft's `all-linear`), which also covers MoE expert projections."""
-
-    @classmethod
-    def from_sft(cls, cfg: SFTConfig) -> LoraSpec:
-        return cls(rank=cfg.rank, scale=cfg.scale, dropout=cfg.dropout, layers=cfg.layers)
-
-    def layer_ids(self, n_layers: int) -> list[int]:
-        if self.layers < 0 or self.layers >= n_layers:
-            return list(range(n_layers))
-        return list(range(n_layers - self.layers, n_layers))
-
-
-@dataclass
-class SFTExample:
-    """One supervised sequence: loss on `completion_ids` only (the prompt is masked)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-
-    def truncated(self, max_seq: int) -> SFTExample:
-        """Drop tokens from the prompt's start so the whole fits in `max_seq` (completion kept)."""
-        over = len(self.prompt_ids) + len(self.completion_ids) - max_seq
-        if over <= 0:
-            return self
-        keep = max(1, len(self.prompt_ids) - over)
-        return SFTExample(self.prompt_ids[-keep:], self.completion_ids[: max_seq - keep])
-
-
-@dataclass
-class StepInfo:
-    """What a training step reports to `on_step` (and so to the metrics jsonl)."""
-
-    step: int
-    loss: float
-    lr: float
-    tokens_per_s: float
-    tokens: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
 @dataclass
 class TokenLogprobs:
     """What a loss function sees: padded [B, T] torch tensors over completion tokens."""
@@ -188,35 +136,8 @@ class TokenLogprobs:
 
 
 LossFn = Callable[[TokenLogprobs], "tuple[torch.Tensor, dict[str, float]]"]
-
-
-def batch_order(n_examples: int, batch: int, iters: int, seed: int) -> Iterator[list[int]]:
-    """`iters` batches of example indices: seeded reshuffles of all examples, consumed in order,
-    so every example is seen equally often (mlx-lm's own batcher drops the remainder)."""
-    if n_examples < 1:
-        raise ValueError("no training examples")
-    batch = min(batch, n_examples)
-    rng = random.Random(seed)
-    pool: list[int] = []
-    for _ in range(iters):
-        if len(pool) < batch:
-            perm = list(range(n_examples))
-            rng.shuffle(perm)
-            pool.extend(perm)
-        yield pool[:batch]
-        del pool[:batch]
-
-
-def sft_lr(step: int, cfg: SFTConfig, iters: int | None = None) -> float:
-    """Learning rate for 0-based update `step`: linear warm-up, then cosine to 0 (or constant)."""
-    iters = cfg.iters if iters is None else iters
-    warm = min(cfg.warmup, max(0, iters - 1))
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    if cfg.lr_schedule == "constant":
-        return cfg.lr
-    t = min(1.0, (step - warm) / max(1, iters - warm))
-    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * t))
+TokenRows = Sequence[Sequence[int]]
+"""Token ids of several sequences (prompts or completions), one list per sequence."""
 
 
 def copy_model_files(src: str | Path, dst: str | Path) -> None:
@@ -243,6 +164,10 @@ class Backend(ABC):
     model_path: Path
     adapter_path: Path | None
     lora: LoraSpec | None
+    _opt: Any = None
+    """The optimiser, once `configure_optimizer` made one."""
+    _reference: Any = None
+    """The reference adapter's weights, once `keep_reference` kept them."""
 
     # ---- text ------------------------------------------------------------------------------
     @property
@@ -329,68 +254,109 @@ class Backend(ABC):
 
     # ---- scoring and training ----------------------------------------------------------------
     @abstractmethod
-    def logprobs(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        adapter: bool = True,
-    ) -> list[np.ndarray]:
+    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
+                 adapter: bool = True) -> list[np.ndarray]:
         """Per-token logprobs of each completion given its prompt (no gradient)."""
 
     @abstractmethod
-    def backward(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float,
-        loss_fn: LossFn,
-        reference: bool = False,
-    ) -> dict[str, float]:
+    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
+                 reference: bool = False) -> dict[str, float]:
         """Run `loss_fn` on differentiable logprobs; accumulate its gradient into the adapter."""
 
     @abstractmethod
     def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:
         """Create the optimiser over the adapter's parameters."""
 
-    @abstractmethod
     def step(self, lr: float | None = None) -> float | None:
         """Apply the accumulated gradient (optionally at a new learning rate) and clear it; return
         its global L2 norm before clipping (None when there was no gradient)."""
+        if self._opt is None:
+            raise RuntimeError("call configure_optimizer() before step()")
+        return self._step(lr)
 
-    @abstractmethod
     def save_optimizer(self, path: str | Path) -> Path:
         """Write the optimiser state into folder `path` (to resume training)."""
+        if self._opt is None:
+            raise RuntimeError("no optimiser to save")
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self._save_optimizer(path)
+        return path
 
-    @abstractmethod
     def load_optimizer(self, path: str | Path) -> None:
         """Restore what save_optimizer wrote (after configure_optimizer, same adapter)."""
+        if self._opt is None:
+            raise RuntimeError("call configure_optimizer() before load_optimizer()")
+        self._load_optimizer(Path(path))
 
     @abstractmethod
-    def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
-        start: int = 0, optimizer_state: str | Path | None = None,
-    ) -> list[float]:
-        """LoRA SFT (attach the adapter first). Returns the loss per step. A resumed run gives the
-        0-based `start` step and the optimiser saved then, with that step's adapter loaded."""
+    def _step(self, lr: float | None) -> float | None:
+        """`step` once an optimiser exists."""
+
+    @abstractmethod
+    def _save_optimizer(self, path: Path) -> None:
+        """Write the optimiser's state (and its clipping bound) into the existing folder `path`."""
+
+    @abstractmethod
+    def _load_optimizer(self, path: Path) -> None:
+        """Read what `_save_optimizer` wrote into the configured optimiser."""
 
     # ---- LoRA ------------------------------------------------------------------------------
-    @abstractmethod
     def attach_lora(self, spec: LoraSpec, seed: int = 0) -> None:
         """Add a fresh trainable LoRA adapter (its update starts at zero)."""
+        if self.lora is not None:
+            raise RuntimeError("this backend already has a LoRA adapter")
+        self._attach_lora(spec, seed)
+        self.lora = spec
 
-    @abstractmethod
     def save_adapter(self, path: str | Path) -> Path:
-        """Write the adapter into folder `path` (in this backend's native format)."""
+        """Write the adapter into folder `path` in this backend's native format, with
+        `jacrl_adapter.json` (backend, spec, base model) beside it."""
+        path = self._out_folder(path, "no adapter to save")
+        self._save_adapter(path)
+        write_meta(path, self.name, self.lora, self.model_path)
+        return path
 
-    @abstractmethod
     def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
         """Load an adapter folder saved by either backend."""
+        if self.lora is not None:
+            raise RuntimeError("this backend already has a LoRA adapter")
+        path = Path(path)
+        self.lora = self._load_adapter(path, trainable)
+        self.adapter_path = path
 
-    @abstractmethod
     def fuse(self, out_dir: str | Path) -> Path:
         """Write base + adapter merged, as a model folder both backends load. The backend
         itself keeps its adapter."""
+        out_dir = self._out_folder(out_dir, "no adapter to fuse")
+        self._fuse(out_dir)
+        # The base's config and tokenizer files are the truth (a backend's writer may rewrite
+        # keys that the other reads, e.g. transformers and rope_theta); only the weights change.
+        copy_model_files(self.model_path, out_dir)
+        return out_dir
+
+    def _out_folder(self, path: str | Path, without_adapter: str) -> Path:
+        if self.lora is None:
+            raise RuntimeError(without_adapter)
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @abstractmethod
+    def _attach_lora(self, spec: LoraSpec, seed: int) -> None:
+        """Put fresh LoRA layers of `spec` into the model, initialised from `seed`."""
+
+    @abstractmethod
+    def _save_adapter(self, path: Path) -> None:
+        """Write the adapter's weights and config, in this backend's format, into folder `path`."""
+
+    @abstractmethod
+    def _load_adapter(self, path: Path, trainable: bool) -> LoraSpec:
+        """Load the adapter folder `path` (either format) into the model; return its spec."""
+
+    @abstractmethod
+    def _fuse(self, out_dir: Path) -> None:
+        """Write the merged weights into folder `out_dir`, leaving the model's adapter in place."""
 
     @abstractmethod
     @contextmanager
@@ -402,11 +368,17 @@ class Backend(ABC):
         """Keep the adapter at `path` (same modules and shapes as the loaded one) as the frozen
         reference policy; its weights are held apart from the trained ones."""
 
-    @abstractmethod
     @contextmanager
     def reference_policy(self) -> Iterator[None]:
         """Inside the block the model is the reference: the kept adapter, else the frozen base."""
+        if self._reference is None:
+            with self.adapter_disabled():
+                yield
+            return
+        with self._kept_reference():
+            yield
 
-    @property
-    def has_adapter(self) -> bool:
-        return self.lora is not None
+    @abstractmethod
+    @contextmanager
+    def _kept_reference(self) -> Iterator[None]:
+        """Inside the block the adapter holds the weights `keep_reference` kept."""

@@ -19,11 +19,29 @@ from pathlib import Path
 
 import numpy as np
 
-from jacrl.backends.base import ADAPTER_META, LoraSpec
-
 PEFT_WEIGHTS = "adapter_model.safetensors"
 MLX_WEIGHTS = "adapters.safetensors"
 PEFT_PREFIX = "base_model.model."
+ADAPTER_META = "jacrl_adapter.json"
+"""Written beside every adapter: which backend saved it, the LoRA spec, the base model path."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """A LoRA adapter's shape. `scale` multiplies the low-rank update (peft alpha = scale·rank)."""
+
+    rank: int = 8
+    scale: float = 2.0
+    dropout: float = 0.0
+    layers: int = -1
+    keys: tuple[str, ...] | None = None
+    """Module paths inside each block (e.g. `self_attn.q_proj`); None = every linear layer of the
+    block (mlx-lm's default; peft's `all-linear`), which also covers MoE expert projections."""
+
+    def layer_ids(self, n_layers: int) -> list[int]:
+        if self.layers < 0 or self.layers >= n_layers:
+            return list(range(n_layers))
+        return list(range(n_layers - self.layers, n_layers))
 
 
 class AdapterFormatError(ValueError):
@@ -35,7 +53,6 @@ class NeutralAdapter:
     spec: LoraSpec
     weights: dict[str, tuple[np.ndarray, np.ndarray]]
     """module path → (A [r, in], B [out, r]), float32."""
-    source_format: str
 
 
 def adapter_format(path: str | Path) -> str:
@@ -120,7 +137,7 @@ def read_adapter(path: str | Path) -> NeutralAdapter:
         spec = _spec_from(meta, int(lp["rank"]), float(lp["scale"]), float(lp.get("dropout", 0.0)), keys)
     if not weights:
         raise AdapterFormatError(f"{p}: the adapter holds no LoRA matrices")
-    return NeutralAdapter(spec, weights, fmt)
+    return NeutralAdapter(spec, weights)
 
 
 def _keys_of(weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[str, ...]:

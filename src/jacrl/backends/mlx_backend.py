@@ -1,20 +1,17 @@
-"""The MLX backend: mlx-lm models, LoRA layers, training loop and fuse (Metal on Apple Silicon,
+"""The MLX backend: mlx-lm models, LoRA layers, gradients and fuse (Metal on Apple Silicon,
 `mlx[cpu]` elsewhere).
 
-SFT goes through mlx-lm's own trainer (`mlx_lm.tuner.trainer.train`) with our batch order and
-learning-rate schedule; `mlx_lm_lora`'s SFT mode is not used (it crashes on CPU, docs/design.md#measured-facts).
-Losses are torch code: `backward` evaluates the per-token logprobs in MLX, lets torch compute
-the loss and its gradient g w.r.t. those logprobs, and pulls g back through MLX with the
-surrogate Σ ℓ·g (two MLX forwards per step; dropout masks are made identical by reseeding).
+Losses are torch code, SFT's as GRPO's (`training.sft.run_sft` drives both backends; neither
+mlx-lm's trainer nor `mlx_lm_lora`'s SFT mode is used, the latter crashes on CPU, docs/design.md#measured-facts):
+`backward` evaluates the per-token logprobs in MLX, lets torch compute the loss and its gradient
+g w.r.t. those logprobs, and pulls g back through MLX with the surrogate Σ ℓ·g (two MLX forwards
+per step; dropout masks are made identical by reseeding).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import tempfile
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,16 +25,12 @@ from jacrl.backends.base import (
     LoraSpec,
     LossFn,
     SamplingParams,
-    SFTExample,
-    StepInfo,
     TokenLogprobs,
-    batch_order,
+    TokenRows,
     check_draws,
-    copy_model_files,
     require_model_dir,
 )
-from jacrl.training.config import SFTConfig
-from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter, write_meta
+from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter
 from jacrl.progress import Progress
 
 
@@ -157,13 +150,8 @@ class MLXBackend(Backend):
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         return mx.take_along_axis(logp, mx.array(list(completion))[:, None], axis=-1)[:, 0]
 
-    def logprobs(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        adapter: bool = True,
-    ) -> list[np.ndarray]:
+    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
+                 adapter: bool = True) -> list[np.ndarray]:
         import mlx.core as mx
 
         if len(prompt_ids) != len(completion_ids):
@@ -186,14 +174,8 @@ class MLXBackend(Backend):
         self._max_grad_norm = max_grad_norm
         self._grads = None
 
-    def backward(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float,
-        loss_fn: LossFn,
-        reference: bool = False,
-    ) -> dict[str, float]:
+    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
+                 reference: bool = False) -> dict[str, float]:
         import mlx.core as mx
         import mlx.nn as nn
         import torch
@@ -238,12 +220,10 @@ class MLXBackend(Backend):
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics}
 
-    def step(self, lr: float | None = None) -> float | None:
+    def _step(self, lr: float | None) -> float | None:
         import mlx.core as mx
         import mlx.optimizers as optim
 
-        if self._opt is None:
-            raise RuntimeError("call configure_optimizer() before step()")
         if self._grads is None:
             return None
         if lr is not None:
@@ -255,100 +235,19 @@ class MLXBackend(Backend):
         self._grads = None
         return float(norm)
 
-    def save_optimizer(self, path: str | Path) -> Path:
+    def _save_optimizer(self, path: Path) -> None:
         import mlx.core as mx
         from mlx.utils import tree_flatten
 
-        if self._opt is None:
-            raise RuntimeError("no optimiser to save")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         mx.save_safetensors(str(path / "optimizer.safetensors"), dict(tree_flatten(self._opt.state)))
         (path / "optimizer.json").write_text(json.dumps({"max_grad_norm": self._max_grad_norm}) + "\n")
-        return path
 
-    def load_optimizer(self, path: str | Path) -> None:
+    def _load_optimizer(self, path: Path) -> None:
         import mlx.core as mx
         from mlx.utils import tree_unflatten
 
-        if self._opt is None:
-            raise RuntimeError("call configure_optimizer() before load_optimizer()")
-        path = Path(path)
         self._opt.state = tree_unflatten(list(mx.load(str(path / "optimizer.safetensors")).items()))
         self._max_grad_norm = json.loads((path / "optimizer.json").read_text())["max_grad_norm"]
-
-    def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
-        start: int = 0, optimizer_state: str | Path | None = None,
-    ) -> list[float]:
-        """LoRA SFT through mlx-lm's trainer (prompt tokens masked by its default loss)."""
-        if start or optimizer_state is not None:
-            raise NotImplementedError("the mlx backend's SFT (mlx-lm's trainer) always starts at step 0")
-        import mlx.core as mx
-        import mlx.optimizers as optim
-        from mlx_lm.tuner.callbacks import TrainingCallback
-        from mlx_lm.tuner.trainer import TrainingArgs, train
-
-        if self.lora is None:
-            raise RuntimeError("attach_lora() before train_sft()")
-        examples = [e.truncated(cfg.max_seq) for e in examples]
-        order = list(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed))
-        batch_size = len(order[0])
-        data = [(e.prompt_ids + e.completion_ids, len(e.prompt_ids)) for e in examples]
-
-        def iterate_batches(dataset: Any, batch_size: int, max_seq_length: int, loop: bool = False, seed: Any = None, comm_group: Any = None) -> Iterator[tuple[Any, Any]]:
-            for idx in order:
-                rows = [data[i] for i in idx]
-                width = max(len(t) for t, _ in rows)
-                arr = np.zeros((len(rows), width), dtype=np.int32)
-                for j, (t, _) in enumerate(rows):
-                    arr[j, : len(t)] = t
-                yield mx.array(arr), mx.array([[off, len(t)] for t, off in rows])
-
-        losses: list[float] = []
-        bar = Progress(total=cfg.iters, desc=f"sft ({self.name})", unit="step")
-
-        class Report(TrainingCallback):
-            def on_train_loss_report(self, info: dict) -> None:
-                loss = float(info["train_loss"])
-                losses.append(loss)
-                now = time.perf_counter()
-                dt, clock[0] = now - clock[0], now
-                # mlx-lm's own tokens_per_second counts only the unmasked (trained) tokens;
-                # report whole sequences per second, as the torch backend does.
-                it, lr = int(info["iteration"]), float(info["learning_rate"])
-                tokens = sum(len(data[i][0]) for i in order[it - 1])
-                bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / max(dt, 1e-9):.0f}")
-                bar.update(1)
-                if on_step is not None:
-                    on_step(StepInfo(it, loss, lr, tokens / max(dt, 1e-9), tokens))
-
-        opt = optim.Adam(learning_rate=_mx_schedule(cfg), bias_correction=True)  # as torch
-        clock = [time.perf_counter()]
-        with tempfile.TemporaryDirectory(prefix="jacrl-mlx-sft-") as tmp:
-            args = TrainingArgs(
-                batch_size=batch_size,
-                iters=cfg.iters,
-                val_batches=0,
-                steps_per_report=1,
-                steps_per_eval=cfg.iters + 1,
-                steps_per_save=cfg.iters + 1,
-                max_seq_length=cfg.max_seq,
-                adapter_file=str(Path(tmp) / MLX_WEIGHTS),
-            )
-            mx.random.seed(cfg.seed)
-            train(
-                model=self.model,
-                optimizer=opt,
-                train_dataset=data,
-                val_dataset=None,
-                args=args,
-                iterate_batches=iterate_batches,
-                training_callback=Report(),
-            )
-        bar.close()
-        self.model.eval()
-        return losses
 
     # ---- LoRA --------------------------------------------------------------------------------
     def _lora_modules(self) -> list[tuple[str, Any]]:
@@ -356,19 +255,16 @@ class MLXBackend(Backend):
 
         return [(n, m) for n, m in self.model.named_modules() if isinstance(m, LoRALinear)]
 
-    def attach_lora(self, spec: LoraSpec, seed: int = 0) -> None:
+    def _attach_lora(self, spec: LoraSpec, seed: int) -> None:
         import mlx.core as mx
         from mlx_lm.tuner.utils import linear_to_lora_layers
 
-        if self.lora is not None:
-            raise RuntimeError("this backend already has a LoRA adapter")
         mx.random.seed(seed)
         self.model.freeze()
         n = len(self.model.layers)
         num_layers = n if spec.layers < 0 else min(spec.layers, n)
         linear_to_lora_layers(self.model, num_layers, self._lora_parameters(spec))
         self.model.eval()
-        self.lora = spec
 
     def _adapter_config(self) -> dict:
         spec = self.lora
@@ -387,29 +283,20 @@ class MLXBackend(Backend):
             params["keys"] = list(spec.keys)
         return params
 
-    def save_adapter(self, path: str | Path) -> Path:
+    def _save_adapter(self, path: Path) -> None:
         import mlx.core as mx
         from mlx.utils import tree_flatten
 
-        if self.lora is None:
-            raise RuntimeError("no adapter to save")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         weights = {k: v for k, v in tree_flatten(self.model.parameters()) if k.endswith((".lora_a", ".lora_b"))}
         mx.save_safetensors(str(path / MLX_WEIGHTS), weights)
         (path / "adapter_config.json").write_text(json.dumps(self._adapter_config(), indent=2) + "\n")
-        write_meta(path, self.name, self.lora, self.model_path)
-        return path
 
-    def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
+    def _load_adapter(self, path: Path, trainable: bool) -> LoraSpec:
         import mlx.core as mx
         from mlx.utils import tree_unflatten
         from mlx_lm.tuner.lora import LoRALinear
         from mlx_lm.tuner.utils import load_adapters
 
-        if self.lora is not None:
-            raise RuntimeError("this backend already has a LoRA adapter")
-        path = Path(path)
         neutral = read_adapter(path)
         if adapter_format(path) == "mlx":
             load_adapters(self.model, str(path))
@@ -431,25 +318,18 @@ class MLXBackend(Backend):
                 m.unfreeze(keys=["lora_a", "lora_b"], recurse=False)
         mx.eval(self.model.parameters())
         self.model.eval()
-        self.lora = neutral.spec
-        self.adapter_path = path
+        return neutral.spec
 
-    def fuse(self, out_dir: str | Path) -> Path:
+    def _fuse(self, out_dir: Path) -> None:
         from mlx.utils import tree_unflatten
         from mlx_lm.utils import save_model
 
-        if self.lora is None:
-            raise RuntimeError("no adapter to fuse")
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         loras = self._lora_modules()
         self.model.update_modules(tree_unflatten([(n, m.fuse()) for n, m in loras]))
         try:
             save_model(out_dir, self.model, donate_model=False)
         finally:
             self.model.update_modules(tree_unflatten(loras))
-        copy_model_files(self.model_path, out_dir)
-        return out_dir
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
@@ -478,12 +358,8 @@ class MLXBackend(Backend):
         self._reference = kept
 
     @contextmanager
-    def reference_policy(self) -> Iterator[None]:
+    def _kept_reference(self) -> Iterator[None]:
         """The kept matrices replace the trained ones for the block (MLX arrays are swapped, not copied)."""
-        if self._reference is None:
-            with self.adapter_disabled():
-                yield
-            return
         loras = dict(self._lora_modules())
         trained = {name: (m.lora_a, m.lora_b) for name, m in loras.items()}
         for name, (a, b) in self._reference.items():
@@ -505,25 +381,6 @@ def _pad(rows: Sequence[np.ndarray], T: int) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def _mx_schedule(cfg: SFTConfig) -> Callable[[Any], Any]:
-    """`base.sft_lr` as MLX ops, for mlx-lm's compiled optimiser step (tested equal)."""
-    import mlx.core as mx
-
-    iters = cfg.iters
-    warm = min(cfg.warmup, max(0, iters - 1))
-    lr = cfg.lr
-
-    def schedule(step: Any) -> Any:
-        s = step.astype(mx.float32)
-        t = mx.clip((s - warm) / max(1, iters - warm), 0.0, 1.0)
-        main = lr * 0.5 * (1.0 + mx.cos(math.pi * t)) if cfg.lr_schedule == "cosine" else mx.array(lr)
-        if warm == 0:
-            return main
-        return mx.where(s < warm, lr * (s + 1) / warm, main)
-
-    return schedule
 
 
 def _choose(logits: Any, params: SamplingParams, key: Any) -> tuple[Any, Any]:

@@ -1,7 +1,7 @@
 """Pick and load a backend: `auto` = MLX on Apple Silicon, torch elsewhere.
 
-    backend = load_backend("models/tiny", "auto", adapter="adapters/r1/tiny/sft", threads=2,
-                           placement=Placement.of(spec))   # device, dtype, checkpointing
+    backend = load_model(spec, threads=2, adapter="adapters/r1/tiny/sft")  # a configured model
+    backend = load_backend("models/tiny", "auto", threads=2)                 # any model folder
 """
 
 from __future__ import annotations
@@ -59,6 +59,11 @@ def load_backend(
     from jacrl.backends.mlx_backend import MLXBackend
 
     return MLXBackend(model_path, adapter, threads=threads, model_name=model_name)
+
+
+def load_model(spec: ModelSpec, threads: int | None = None, adapter: str | Path | None = None) -> Backend:
+    """Load the model a spec names: its folder with its backend, device, precision and checkpointing."""
+    return load_backend(spec.model_dir(), spec.backend, adapter, threads, spec.name, Placement.of(spec))
 
 
 def missing_models(specs: list[ModelSpec], root: str | Path = ".") -> list[str]:

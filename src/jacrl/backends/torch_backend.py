@@ -7,8 +7,7 @@ import inspect
 import itertools
 import json
 import re
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,19 +22,14 @@ from jacrl.backends.base import (
     LoraSpec,
     LossFn,
     SamplingParams,
-    SFTExample,
-    StepInfo,
     TokenLogprobs,
-    batch_order,
+    TokenRows,
     check_draws,
-    copy_model_files,
     pad_right,
     require_model_dir,
     set_threads,
-    sft_lr,
 )
-from jacrl.training.config import SFTConfig
-from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter, write_meta
+from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter
 from jacrl.progress import Progress
 
 
@@ -290,13 +284,8 @@ class TorchBackend(Backend):
         lp = torch.stack(rows) * mask
         return lp, mask
 
-    def logprobs(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        adapter: bool = True,
-    ) -> list[np.ndarray]:
+    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
+                 adapter: bool = True) -> list[np.ndarray]:
         import torch
 
         ctx = nullcontext() if adapter else self.adapter_disabled()
@@ -318,14 +307,8 @@ class TorchBackend(Backend):
         self._opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         self._max_grad_norm = max_grad_norm
 
-    def backward(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        completion_ids: Sequence[Sequence[int]],
-        temperature: float,
-        loss_fn: LossFn,
-        reference: bool = False,
-    ) -> dict[str, float]:
+    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
+                 reference: bool = False) -> dict[str, float]:
         import torch
 
         ref = None
@@ -339,11 +322,9 @@ class TorchBackend(Backend):
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics}
 
-    def step(self, lr: float | None = None) -> float | None:
+    def _step(self, lr: float | None) -> float | None:
         import torch
 
-        if self._opt is None:
-            raise RuntimeError("call configure_optimizer() before step()")
         if lr is not None:
             for group in self._opt.param_groups:
                 group["lr"] = lr
@@ -355,61 +336,17 @@ class TorchBackend(Backend):
         self._opt.zero_grad(set_to_none=True)
         return norm
 
-    def save_optimizer(self, path: str | Path) -> Path:
+    def _save_optimizer(self, path: Path) -> None:
         import torch
 
-        if self._opt is None:
-            raise RuntimeError("no optimiser to save")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         torch.save({"state": self._opt.state_dict(), "max_grad_norm": self._max_grad_norm}, path / "optimizer.pt")
-        return path
 
-    def load_optimizer(self, path: str | Path) -> None:
+    def _load_optimizer(self, path: Path) -> None:
         import torch
 
-        if self._opt is None:
-            raise RuntimeError("call configure_optimizer() before load_optimizer()")
-        saved = torch.load(Path(path) / "optimizer.pt", map_location=self.device)
+        saved = torch.load(path / "optimizer.pt", map_location=self.device)
         self._opt.load_state_dict(saved["state"])
         self._max_grad_norm = saved["max_grad_norm"]
-
-    def train_sft(
-        self, examples: Sequence[SFTExample], cfg: SFTConfig, on_step: Callable[[StepInfo], None] | None = None,
-        start: int = 0, optimizer_state: str | Path | None = None,
-    ) -> list[float]:
-        if self.lora is None:
-            raise RuntimeError("attach_lora() before train_sft()")
-        examples = [e.truncated(cfg.max_seq) for e in examples]
-        self.configure_optimizer(cfg.lr)
-        if optimizer_state is not None:
-            self.load_optimizer(optimizer_state)
-        losses: list[float] = []
-
-        def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
-            return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
-
-        # a resumed run skips the batches it trained on: the order and the lr are those of step k
-        bar = Progress(
-            itertools.islice(enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)), start, None),
-            total=cfg.iters,
-            initial=start,
-            desc=f"sft ({self.name})",
-            unit="step",
-        )
-        for step, idx in bar:
-            tic = time.perf_counter()
-            batch = [examples[i] for i in idx]
-            lr = sft_lr(step, cfg)
-            out = self.backward([e.prompt_ids for e in batch], [e.completion_ids for e in batch], 1.0, nll)
-            self.step(lr)
-            tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
-            losses.append(out["loss"])
-            dt = time.perf_counter() - tic
-            bar.set_postfix(loss=f"{out['loss']:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / dt:.0f}")
-            if on_step is not None:
-                on_step(StepInfo(step + 1, out["loss"], lr, tokens / dt, tokens))
-        return losses
 
     # ---- LoRA --------------------------------------------------------------------------------
     def _peft_config(self, spec: LoraSpec, target_modules: list[str] | None = None) -> Any:
@@ -448,37 +385,25 @@ class TorchBackend(Backend):
                 out.append(name)
         return out
 
-    def attach_lora(self, spec: LoraSpec, seed: int = 0) -> None:
+    def _attach_lora(self, spec: LoraSpec, seed: int) -> None:
         import torch
         from peft import get_peft_model
 
-        if self.lora is not None:
-            raise RuntimeError("this backend already has a LoRA adapter")
         torch.manual_seed(seed)
         self.model = get_peft_model(self.model, self._peft_config(spec))
         self.model.eval()
-        self.lora = spec
 
-    def save_adapter(self, path: str | Path) -> Path:
-        if self.lora is None:
-            raise RuntimeError("no adapter to save")
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
+    def _save_adapter(self, path: Path) -> None:
         self.model.save_pretrained(path)
         finish_peft_config(path, self.model_path)
-        write_meta(path, self.name, self.lora, self.model_path)
-        return path
 
-    def load_adapter(self, path: str | Path, trainable: bool = False) -> None:
+    def _load_adapter(self, path: Path, trainable: bool) -> LoraSpec:
         import torch
         from peft import PeftModel, get_peft_model
 
-        if self.lora is not None:
-            raise RuntimeError("this backend already has a LoRA adapter")
-        path = Path(path)
         if adapter_format(path) == "peft":
             self.model = PeftModel.from_pretrained(self.model, path, is_trainable=trainable)
-            self.lora = read_adapter(path).spec
+            spec = read_adapter(path).spec
         else:  # an MLX adapter: same matrices, transposed, under peft's names
             neutral = read_adapter(path)
             modules = sorted(neutral.weights)
@@ -493,22 +418,13 @@ class TorchBackend(Backend):
             self.model.load_state_dict(state, strict=False)
             for name, p in self.model.named_parameters():
                 p.requires_grad_(trainable and "lora_" in name)
-            self.lora = neutral.spec
+            spec = neutral.spec
         self.model.to(self.device).eval()
-        self.adapter_path = path
+        return spec
 
-    def fuse(self, out_dir: str | Path) -> Path:
-        if self.lora is None:
-            raise RuntimeError("no adapter to fuse")
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        merged = copy.deepcopy(self.model).merge_and_unload()
-        merged.save_pretrained(out_dir)
-        # The base's config and tokenizer files are the truth (transformers may rewrite keys
-        # that mlx-lm reads, e.g. rope_theta); only the weights change.
-        copy_model_files(self.model_path, out_dir)
+    def _fuse(self, out_dir: Path) -> None:
+        copy.deepcopy(self.model).merge_and_unload().save_pretrained(out_dir)
         _drop_stale_weights(out_dir)
-        return out_dir
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
@@ -535,15 +451,11 @@ class TorchBackend(Backend):
         self._reference = kept
 
     @contextmanager
-    def reference_policy(self) -> Iterator[None]:
+    def _kept_reference(self) -> Iterator[None]:
         """The kept weights are copied into the adapter for the block (LoRA matrices are small) and
         the trained ones copied back after, so one adapter serves both policies."""
         import torch
 
-        if self._reference is None:
-            with self.adapter_disabled():
-                yield
-            return
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             trained = {name: params[name].detach().clone() for name in self._reference}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import time
 from collections.abc import Iterable, Sequence
@@ -22,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jacrl.models.config import TinyModelConfig
-from jacrl.io import atomic_dir, read_jsonl
+from jacrl.io import atomic_dir
 from jacrl.models.config import CHAT_TEMPLATE, END_OF_TEXT, EOS_TOKEN, IM_START, MANIFEST, SPECIAL_TOKENS
 from jacrl.progress import Progress, summary
+from jacrl.reward.task import read_tasks
 from jacrl.training.metrics import MetricsWriter
+from jacrl.training.schedule import lr_at
 
 
 class CorpusError(ValueError):
@@ -54,8 +55,8 @@ def jaclang_jac_files() -> list[Path]:
 def driver_paths_from_tasks(tasks_jsonl: str | Path, root: str | Path = ".") -> list[Path]:
     """The distinct `driver` files of a task list (e.g. trainpool.jsonl), in first-seen order."""
     seen: dict[str, None] = {}
-    for rec in read_jsonl(tasks_jsonl):
-        seen.setdefault(rec["driver"], None)
+    for task in read_tasks(tasks_jsonl):
+        seen.setdefault(task.driver, None)
     return [Path(root) / d for d in seen]
 
 
@@ -156,11 +157,7 @@ def qwen2_config(cfg: TinyModelConfig, tokenizer):
 
 def _lr_at(step: int, cfg: TinyModelConfig) -> float:
     """Linear warm-up, then cosine decay to 10% of the peak."""
-    if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.pretrain_steps - cfg.warmup_steps)
-    t = min(1.0, (step - cfg.warmup_steps) / span)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+    return lr_at(step, cfg.lr, cfg.warmup_steps, cfg.pretrain_steps, "cosine", floor=0.1)
 
 
 def _token_streams(docs: list[CorpusFile], tokenizer) -> dict[str, list[int]]:

@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from jacrl.losses.config import EchoLossConfig
 from jacrl.losses.inputs import LossInputs
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.echo import EchoTokens, echo_selection, sequence_roles
@@ -89,67 +90,69 @@ def build_batch(
     if not rollouts:
         raise ValueError("build_batch needs at least one rollout")
     resolved = [plans[rollout.env] for rollout in rollouts]
-    lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rollouts]
-    batch, seq = len(rollouts), max(lengths)
-    input_ids = torch.full((batch, seq), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros(batch, seq, dtype=torch.bool)
-    loss_mask = torch.zeros(batch, seq, dtype=torch.bool)
-    inference_logprobs = torch.zeros(batch, seq, dtype=torch.float32)
-    advantages = torch.zeros(batch, seq, dtype=torch.float32)
-    echo_mask = torch.zeros(batch, seq, dtype=torch.bool)
-    echo_weights = torch.zeros(batch, seq, dtype=torch.float32)
+    seq = max(len(r.prompt_ids) + len(r.completion_ids) for r in rollouts)
+    t = _padding(len(rollouts), seq, pad_token_id)
     echo_counts: Counter[str] = Counter()
-
-    for row, (rollout, plan, length) in enumerate(zip(rollouts, resolved, lengths)):
-        start = len(rollout.prompt_ids)
-        input_ids[row, :length] = torch.tensor(rollout.prompt_ids + rollout.completion_ids, dtype=torch.long)
-        attention_mask[row, :length] = True
-        advantages[row, :length] = rollout.advantage
-        inference_logprobs[row, start:length] = torch.tensor(rollout.completion_logprobs, dtype=torch.float32)
-        if plan.primary_enabled:
-            completion = rollout.completion_mask or [True] * len(rollout.completion_ids)
-            loss_mask[row, start:length] = torch.tensor(completion, dtype=torch.bool)
-        echo = plan.echo
-        if echo is not None:
-            roles, tool_names = sequence_roles(
-                start, len(rollout.completion_ids), rollout.prompt_roles, rollout.prompt_tool_names
-            )
-            tokens = EchoTokens(
-                token_ids=tuple(rollout.prompt_ids + rollout.completion_ids),
-                roles=roles,
-                tool_names=tool_names,
-                completion_start=start,
-                env=rollout.env,
-            )
-            mask, weights = echo_selection(echo, tokens)
-            mask[0] = False  # the first token has no prediction to supervise
-            echo_mask[row, :length] = mask
-            echo_weights[row, :length] = torch.where(mask, weights, torch.zeros_like(weights))
-            for role, selected in zip(roles, mask.tolist()):
-                if selected:
-                    echo_counts[f"echo/{echo.name}/{role}_tokens"] += 1
+    for row, (rollout, plan) in enumerate(zip(rollouts, resolved)):
+        _write_row(t, row, rollout, plan.primary_enabled)
+        if plan.echo is not None:
+            _write_echo(t, row, rollout, plan.echo, echo_counts)
 
     term_rows = {
         term.name: torch.tensor([plan.enables(term.name) for plan in resolved], dtype=torch.bool)
         for term in plans.losses
     }
     metrics: dict[str, float] = {
-        "batch/samples": float(batch),
-        "batch/rl_tokens": float(loss_mask.sum()),
-        "batch/echo_tokens": float(echo_mask.sum()),
+        "batch/samples": float(len(rollouts)),
+        "batch/rl_tokens": float(t["loss_mask"].sum()),
+        "batch/echo_tokens": float(t["echo_mask"].sum()),
         "batch/echo_only_samples": float(sum(not plan.primary_enabled for plan in resolved)),
         **{key: float(value) for key, value in sorted(echo_counts.items())},
     }
-    return TrainBatch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        loss_mask=loss_mask,
-        inference_logprobs=inference_logprobs,
-        advantages=advantages,
-        echo_mask=echo_mask,
-        echo_weights=echo_weights,
-        term_rows=term_rows,
-        envs=[rollout.env for rollout in rollouts],
-        metrics=metrics,
-    )
+    return TrainBatch(**t, term_rows=term_rows, envs=[rollout.env for rollout in rollouts], metrics=metrics)
 
+
+def _padding(batch: int, seq: int, pad_token_id: int) -> dict[str, Tensor]:
+    """The batch's per-token tensors before any row is written: padding, nothing supervised."""
+    return {
+        "input_ids": torch.full((batch, seq), pad_token_id, dtype=torch.long),
+        "attention_mask": torch.zeros(batch, seq, dtype=torch.bool),
+        "loss_mask": torch.zeros(batch, seq, dtype=torch.bool),
+        "inference_logprobs": torch.zeros(batch, seq, dtype=torch.float32),
+        "advantages": torch.zeros(batch, seq, dtype=torch.float32),
+        "echo_mask": torch.zeros(batch, seq, dtype=torch.bool),
+        "echo_weights": torch.zeros(batch, seq, dtype=torch.float32),
+    }
+
+
+def _write_row(t: dict[str, Tensor], row: int, rollout: Rollout, primary: bool) -> None:
+    """Row `row`'s tokens, advantage and sampling logprobs; its completion mask when the primary
+    term applies to its env."""
+    start, length = len(rollout.prompt_ids), len(rollout.prompt_ids) + len(rollout.completion_ids)
+    t["input_ids"][row, :length] = torch.tensor(rollout.prompt_ids + rollout.completion_ids, dtype=torch.long)
+    t["attention_mask"][row, :length] = True
+    t["advantages"][row, :length] = rollout.advantage
+    t["inference_logprobs"][row, start:length] = torch.tensor(rollout.completion_logprobs, dtype=torch.float32)
+    if primary:
+        completion = rollout.completion_mask or [True] * len(rollout.completion_ids)
+        t["loss_mask"][row, start:length] = torch.tensor(completion, dtype=torch.bool)
+
+
+def _write_echo(t: dict[str, Tensor], row: int, rollout: Rollout, echo: EchoLossConfig, counts: Counter[str]) -> None:
+    """Row `row`'s echo mask and weights under its env's echo term; selected tokens counted per role."""
+    start, length = len(rollout.prompt_ids), len(rollout.prompt_ids) + len(rollout.completion_ids)
+    roles, tool_names = sequence_roles(start, len(rollout.completion_ids), rollout.prompt_roles, rollout.prompt_tool_names)
+    tokens = EchoTokens(
+        token_ids=tuple(rollout.prompt_ids + rollout.completion_ids),
+        roles=roles,
+        tool_names=tool_names,
+        completion_start=start,
+        env=rollout.env,
+    )
+    mask, weights = echo_selection(echo, tokens)
+    mask[0] = False  # the first token has no prediction to supervise
+    t["echo_mask"][row, :length] = mask
+    t["echo_weights"][row, :length] = torch.where(mask, weights, torch.zeros_like(weights))
+    for role, selected in zip(roles, mask.tolist()):
+        if selected:
+            counts[f"echo/{echo.name}/{role}_tokens"] += 1

@@ -17,21 +17,26 @@ import logging
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from jacrl.backends.base import Backend, LoraSpec
-from jacrl.backends.select import Placement
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress, summary
+from jacrl.reward.batch import Scorer
+from jacrl.reward.task import Task
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.schedule import lr_at
 
 STATE = "state.json"
 REFERENCE = "reference"
@@ -41,8 +46,9 @@ RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}
 """GRPO knobs that may change between a killed run and its restart without invalidating it."""
 
 
-def lr_at(step: int, cfg: GRPOConfig) -> float:
-    return cfg.lr * min(1.0, (step + 1) / cfg.warmup) if cfg.warmup else cfg.lr
+def grpo_lr(step: int, cfg: GRPOConfig) -> float:
+    """GRPO's learning rate: linear warm-up over `warmup` steps, then constant."""
+    return lr_at(step, cfg.lr, cfg.warmup, cfg.iters)
 
 
 def _resumable_cfg(cfg: GRPOConfig) -> dict:
@@ -79,19 +85,23 @@ def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, l
         (tmp / STATE).write_text(json.dumps(state, indent=2) + "\n")
 
 
-def prepare_backend(model_path: str | Path, init_adapter: str | Path | None, cfg: GRPOConfig, backend: str,
-                    threads: int | None, model_name: str | None, resume_adapter: Path | None,
-                    reference: Path | None = None, placement: Placement | None = None) -> Backend:
-    from jacrl.backends.select import load_backend
-
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
-    adapter = resume_adapter or init_adapter
+def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init_adapter: str | Path | None,
+                    resume: Path | None, reference: Path | None) -> Backend:
+    """The model with its trainable adapter (the checkpoint's when resuming from folder `resume`,
+    else `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with
+    torch's RNG, when resuming)."""
+    b = load_model(model, threads)
+    adapter = resume / "adapter" if resume else init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
     else:
         b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
     if reference is not None:
         b.keep_reference(reference)
+    b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
+    if resume:
+        b.load_optimizer(resume / "optimizer")
+        torch.set_rng_state(torch.load(resume / "rng.pt")["torch_rng"])
     return b
 
 
@@ -104,90 +114,101 @@ def reference_adapter(cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Pa
 
 
 def train_grpo(
-    model_path: str | Path,
-    tasks: list[dict],
+    model: ModelSpec,
+    tasks: list[Task],
     out_adapter_dir: str | Path,
     cfg: GRPOConfig,
     loss_cfg: LossFrameworkConfig,
-    scorer: Any,
+    scorer: Scorer,
     init_adapter: str | Path | None = None,
-    backend: str = "auto",
     threads: int | None = None,
-    model_name: str | None = None,
     ckpt_dir: str | Path | None = None,
     progress: bool = True,
     stop_after: int | None = None,
-    placement: Placement | None = None,
 ) -> Path:
-    """GRPO on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
+    """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
 
     `stop_after` ends the run (without writing the output) after that many steps of this call —
     what a kill does; used to test resume.
     """
     out = Path(out_adapter_dir)
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
-    start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model_path}"
+    start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model.model_dir()}"
     state = _read_checkpoint(ckpt, cfg, loss_cfg, start_from)
     start = state["step"] if state else 0
     rows: list[dict] = read_metrics(ckpt / "metrics.jsonl")[:start] if state else []
 
     reference = reference_adapter(cfg, init_adapter, ckpt, resuming=state is not None)
-    b = prepare_backend(model_path, init_adapter, cfg, backend, threads, model_name, ckpt / "adapter" if state else None,
-                        reference, placement)
-    b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
+    b = prepare_backend(model, cfg, threads, init_adapter, ckpt if state else None, reference)
     if state:
-        b.load_optimizer(ckpt / "optimizer")
-        torch.set_rng_state(torch.load(ckpt / "rng.pt")["torch_rng"])
         log.info("resuming GRPO from %s at step %d/%d", ckpt, start, cfg.iters)
-
-    plans = EnvLossPlans.from_config(loss_cfg)
-    orch = Orchestrator(tasks, b, scorer, cfg, plans, renderer=loss_cfg.orchestrator.renderer)
+    orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer)
     trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
                       log_reference_kl=cfg.log_reference_kl)
 
-    bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({b.name})", unit="step", disable=not progress)
-    done_here = 0
-    for step in range(start, cfg.iters):
-        data = orch.step(step)
-        t0 = time.perf_counter()
-        row: dict[str, Any] = {"step": step + 1, "lr": lr_at(step, cfg), **data.metrics}
-        if data.batch is not None:
-            row.update(trainer.train_step(data.batch, lr_at(step, cfg)))
-            tokens = float(data.batch.attention_mask.sum())
-        else:
-            row["skipped"] = "every group had zero advantage"
-            tokens = 0.0
-        row["time/train_s"] = time.perf_counter() - t0
-        row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
+    def save(step: int) -> None:
+        _save_checkpoint(ckpt, b, step, cfg, loss_cfg, start_from, rows, reference)
+
+    if not _run_steps(orch, trainer, cfg, start, rows, save, progress, stop_after):
+        return ckpt
+    report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
+              "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
+              "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
+    _write_output(out, b, rows, report)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return out
+
+
+def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int, rows: list[dict],
+               save: Callable[[int], None], progress: bool, stop_after: int | None) -> bool:
+    """Steps `start`…iters-1, each one's metrics appended to `rows`, `save(step)` every
+    `save_every` steps; False when `stop_after` steps of this call ended the run first."""
+    bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress)
+    for done_here, step in enumerate(range(start, cfg.iters), start=1):
+        row = _train_step(orch, trainer, cfg, step)
         rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
         bar.set_postfix(r=f"{row['reward/mean']:.3f}", pass_=f"{row['reward/pass_rate']:.2f}",
                         loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
                         σ0=f"{row['groups/zero_variance_frac']:.2f}", trunc=f"{row['samples/truncated_frac']:.2f}",
                         tok_s=f"{row['tokens_per_s']:.0f}")
         bar.update(1)
-        done_here += 1
         if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
-            _save_checkpoint(ckpt, b, step + 1, cfg, loss_cfg, start_from, rows, reference)
+            save(step + 1)
         if stop_after is not None and done_here >= stop_after and step + 1 < cfg.iters:
             bar.close()
-            return ckpt
+            return False
     bar.close()
+    return True
 
+
+def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int) -> dict[str, Any]:
+    """One GRPO step (sample → reward → batch → train) and its metrics row."""
+    data = orch.step(step)
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"step": step + 1, "lr": grpo_lr(step, cfg), **data.metrics}
+    if data.batch is not None:
+        row.update(trainer.train_step(data.batch, grpo_lr(step, cfg)))
+        tokens = float(data.batch.attention_mask.sum())
+    else:
+        row["skipped"] = "every group had zero advantage"
+        tokens = 0.0
+    row["time/train_s"] = time.perf_counter() - t0
+    row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
+    return row
+
+
+def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
+    """The adapter, its metrics and its report, written atomically; the run's one-line summary."""
     with atomic_dir(out) as tmp:
         b.save_adapter(tmp)
         with MetricsWriter(tmp / "metrics.jsonl") as mw:
             for r in rows:
                 mw.log(**r)
-        report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
-                  "tasks": [t["id"] for t in tasks], "grpo": cfg.model_dump(mode="json"),
-                  "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
         write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
-    shutil.rmtree(ckpt, ignore_errors=True)
     if rows:
         s = report["summary"]
         summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, pass rate "
                 f"{s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} (first → last fifth of the steps)")
-    return out
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -23,21 +23,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from jacrl.backends.base import SamplingParams
-from jacrl.backends.config import BackendName
-from jacrl.training.config import RFTConfig, SFTConfig
-from jacrl.backends.select import Placement, load_backend
+from jacrl.backends.base import Backend, Completion, SamplingParams
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, dumps_line
+from jacrl.reward.batch import score_groups
+from jacrl.reward.task import Task, tasks_arg
+from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import MetricsWriter
-from jacrl.training.sft import fit_lora, load_tasks_arg, sft_examples
+from jacrl.training.sft import fit_lora, sft_examples
 
-ScoreFn = Callable[[list[dict[str, Any]], list[str]], list[float]]
+ScoreFn = Callable[[list[Task], list[str]], list[float]]
 
 
 def reward_score_fn(reward_cfg: Any = None, threads: int | None = None) -> ScoreFn:
     """Score completions with jacrl.reward (`score_batch(tasks, completions) -> list[Score]`)."""
 
-    def score(tasks: list[dict[str, Any]], completions: list[str]) -> list[float]:
+    def score(tasks: list[Task], completions: list[str]) -> list[float]:
         from jacrl.reward.batch import RewardScorer
 
         with RewardScorer(reward_cfg, threads=threads) as scorer:
@@ -70,80 +72,79 @@ def select_kept(scores: Sequence[float], cfg: RFTConfig) -> tuple[float | None, 
 
 
 def train_rft(
-    model_path: str | Path,
-    tasks: str | Path | Sequence[dict[str, Any]],
+    model: ModelSpec,
+    tasks: str | Path | Sequence[Task],
     out_model_dir: str | Path,
     cfg: RFTConfig | None = None,
     reward_cfg: Any = None,
-    backend: BackendName | str = "auto",
     threads: int | None = None,
     sft_cfg: SFTConfig | None = None,
-    model_name: str | None = None,
     score_fn: ScoreFn | None = None,
-    placement: Placement | None = None,
 ) -> Path:
-    """Warm-start `model_path` by rejection-sampling fine-tuning on `tasks` (the train pool).
+    """Warm-start `model` by rejection-sampling fine-tuning on `tasks` (the train pool).
 
     LoRA knobs come from `sft_cfg` (default SFTConfig) with `cfg.iters` steps; `score_fn`
     defaults to the real reward with `reward_cfg`.
     """
     cfg = cfg or RFTConfig()
     sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters})
-    score_fn = score_fn or reward_score_fn(reward_cfg, threads)
-    records = load_tasks_arg(tasks)
+    records = tasks_arg(tasks)
     if not records:
         raise ValueError("RFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
+    b = load_model(model, threads)
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.seed)
-    groups = b.generate([t["prompt"] for t in records], n=cfg.samples, params=params)
+    groups = b.generate([t.prompt for t in records], n=cfg.samples, params=params)
     t_sample = time.perf_counter() - t0
 
-    flat = [(t, c) for t, group in zip(records, groups) for c in group]
-    scores = score_fn([t for t, _ in flat], [c.text for _, c in flat])
-    threshold, counts = select_kept(scores, cfg)
-    kept_pairs: dict[tuple[str, str], None] = {}
-    rows = []
-    for (t, c), s in zip(flat, scores):
-        keep = threshold is not None and s >= threshold
-        if keep:
-            kept_pairs.setdefault((t["id"], c.text), None)
-        rows.append({"id": t["id"], "score": s, "kept": keep, "truncated": c.truncated, "completion": c.text})
-    by_id = {t["id"]: t for t in records}
-    kept = [(by_id[i], text) for i, text in kept_pairs]
-
+    group_scores = score_groups(score_fn or reward_score_fn(reward_cfg, threads), records, groups)
+    threshold, counts = select_kept([s for g in group_scores for s in g], cfg)
+    kept, rows = keep_samples(records, groups, group_scores, threshold)
+    report = {"model": str(model.model_dir()), "backend": b.name, "tasks": len(records), "samples_per_task": cfg.samples,
+              "kept_at": counts, "threshold_used": threshold, "kept_unique": len(kept),
+              "tasks_with_kept": len({t.id for t, _ in kept}),
+              "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
+              "config": cfg.model_dump(by_alias=True), "sft": sft_cfg.model_dump()}
     out = Path(out_model_dir)
     with atomic_dir(out) as tmp:
-        losses: list[float] = []
-        with MetricsWriter(tmp / "metrics.jsonl") as metrics:
-            if kept:
-                examples = sft_examples(b, [t["prompt"] for t, _ in kept], [text for _, text in kept])
-                losses = fit_lora(b, examples, sft_cfg, metrics)
-        if kept:
-            b.fuse(tmp)
-        else:
-            _copy_model(Path(model_path), tmp)
-        report = {
-            "model": str(model_path),
-            "backend": b.name,
-            "tasks": len(records),
-            "samples_per_task": cfg.samples,
-            "kept_at": counts,
-            "threshold_used": threshold,
-            "kept_unique": len(kept),
-            "tasks_with_kept": len({t["id"] for t, _ in kept}),
-            "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
-            "config": cfg.model_dump(by_alias=True),
-            "sft": sft_cfg.model_dump(),
-            "loss_first": losses[0] if losses else None,
-            "loss_last": losses[-1] if losses else None,
-            "seconds": {"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)},
-        }
+        losses = _warm_start(b, kept, sft_cfg, model.model_dir(), tmp)
+        report.update(loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None,
+                      seconds={"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)})
         (tmp / "rft_report.json").write_text(json.dumps(report, indent=2) + "\n")
         with open(tmp / "rft_samples.jsonl", "w", encoding="utf-8") as fh:
-            for r in rows:
-                fh.write(dumps_line(r) + "\n")
+            fh.writelines(dumps_line(r) + "\n" for r in rows)
     return out
+
+
+def keep_samples(records: Sequence[Task], groups: Sequence[Sequence[Completion]], group_scores: Sequence[Sequence[float]],
+                 threshold: float | None) -> tuple[list[tuple[Task, str]], list[dict[str, Any]]]:
+    """The distinct (task, completion text) pairs scoring at least `threshold`, in sampling order,
+    and one `rft_samples.jsonl` row per sample (score, kept, truncated, text)."""
+    kept_pairs: dict[tuple[str, str], None] = {}
+    rows = []
+    for t, group, scored in zip(records, groups, group_scores):
+        for c, s in zip(group, scored):
+            keep = threshold is not None and s >= threshold
+            if keep:
+                kept_pairs.setdefault((t.id, c.text), None)
+            rows.append({"id": t.id, "score": s, "kept": keep, "truncated": c.truncated, "completion": c.text})
+    by_id = {t.id: t for t in records}
+    return [(by_id[i], text) for i, text in kept_pairs], rows
+
+
+def _warm_start(b: Backend, kept: list[tuple[Task, str]], sft_cfg: SFTConfig, base_dir: Path, tmp: Path) -> list[float]:
+    """LoRA-SFT on the kept completions and the fused model into `tmp` (the base's weights when
+    nothing was kept), with the loss curve; returns the losses."""
+    losses: list[float] = []
+    with MetricsWriter(tmp / "metrics.jsonl") as metrics:
+        if kept:
+            examples = sft_examples(b, [t.prompt for t, _ in kept], [text for _, text in kept])
+            losses = fit_lora(b, examples, sft_cfg, metrics)
+    if kept:
+        b.fuse(tmp)
+    else:
+        _copy_model(base_dir, tmp)
+    return losses
 
 
 def _copy_model(src: Path, dst: Path) -> None:

@@ -8,37 +8,135 @@ assistant tokens only. Output folder (written atomically):
       adapter_config.json + adapter weights   (peft or mlx-lm format; both backends load both)
       jacrl_adapter.json   metrics.jsonl (step, loss, lr, tokens_per_s)   sft_report.json
 
-As GRPO does, a run on the torch backend writes a checkpoint (adapter, optimiser, RNG, step,
-metrics so far) to `<out>.ckpt/` every `sft.save_every` steps, outside Snakemake's declared
-output: a job killed by pre-emption or its walltime and run again continues from the last one
-and ends with the adapter an uninterrupted run writes. It is removed with the final adapter.
+As GRPO does, a run writes a checkpoint (adapter, optimiser, RNG, step, metrics so far) to
+`<out>.ckpt/` every `sft.save_every` steps, outside Snakemake's declared output: a job killed by
+pre-emption or its walltime and run again continues from the last one and ends with the adapter
+an uninterrupted run writes. It is removed with the final adapter. (MLX reseeds LoRA dropout per
+backward call, counting from the start of the process: with `dropout > 0` a resumed MLX run draws
+other dropout masks than an uninterrupted one.)
+
+The SFT loop itself (`run_sft`) is the one RFT uses too; it drives any backend through its model
+operations: `backward` of the completion tokens' mean negative log-likelihood, then `step`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import random
 import shutil
 import textwrap
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jacrl.backends.base import Backend, LoraSpec, SFTExample, StepInfo
-from jacrl.backends.config import BackendName
-from jacrl.training.config import SFTConfig
-from jacrl.backends.select import Placement, load_backend
+from jacrl.backends.base import Backend, LoraSpec, TokenLogprobs
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, read_jsonl
-from jacrl.progress import summary
+from jacrl.progress import Progress, summary
+from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.schedule import lr_at
 
 log = logging.getLogger(__name__)
 
 STATE = "state.json"
-RESUMABLE_BACKENDS = {"torch"}
-"""Backends whose SFT can start mid-run (mlx-lm's trainer always starts at step 0)."""
+
+
+@dataclass
+class SFTExample:
+    """One supervised sequence: loss on `completion_ids` only (the prompt is masked)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+
+    def truncated(self, max_seq: int) -> SFTExample:
+        """Drop tokens from the prompt's start so the whole fits in `max_seq` (completion kept)."""
+        over = len(self.prompt_ids) + len(self.completion_ids) - max_seq
+        if over <= 0:
+            return self
+        keep = max(1, len(self.prompt_ids) - over)
+        return SFTExample(self.prompt_ids[-keep:], self.completion_ids[: max_seq - keep])
+
+
+@dataclass
+class StepInfo:
+    """What an SFT step reports to `on_step` (and so to the metrics jsonl)."""
+
+    step: int
+    loss: float
+    lr: float
+    tokens_per_s: float
+    tokens: int
+
+
+def batch_order(n_examples: int, batch: int, iters: int, seed: int) -> Iterator[list[int]]:
+    """`iters` batches of example indices: seeded reshuffles of all examples, consumed in order,
+    so every example is seen equally often (mlx-lm's own batcher drops the remainder)."""
+    if n_examples < 1:
+        raise ValueError("no training examples")
+    batch = min(batch, n_examples)
+    rng = random.Random(seed)
+    pool: list[int] = []
+    for _ in range(iters):
+        if len(pool) < batch:
+            perm = list(range(n_examples))
+            rng.shuffle(perm)
+            pool.extend(perm)
+        yield pool[:batch]
+        del pool[:batch]
+
+
+def sft_lr(step: int, cfg: SFTConfig) -> float:
+    """Learning rate of 0-based update `step`; the warm-up is cut short to end before the last step."""
+    return lr_at(step, cfg.lr, min(cfg.warmup, max(0, cfg.iters - 1)), cfg.iters, cfg.lr_schedule)
+
+
+def lora_spec(cfg: SFTConfig) -> LoraSpec:
+    """The LoRA adapter an SFT config asks for."""
+    return LoraSpec(rank=cfg.rank, scale=cfg.scale, dropout=cfg.dropout, layers=cfg.layers)
+
+
+def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
+    """The SFT loss: mean negative log-likelihood over the batch's completion tokens."""
+    return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
+
+
+def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
+            on_step: Callable[[StepInfo], None] | None = None, start: int = 0,
+            optimizer_state: str | Path | None = None) -> list[float]:
+    """LoRA SFT of the backend's adapter (attached, or loaded trainable) on `examples`: each step
+    one batch of `batch_order`, `backward` of `nll`, `step` at `sft_lr`. A resumed run gives the
+    0-based `start` step and the optimiser saved then, with that step's adapter loaded, and trains
+    on the batches and at the learning rates of an uninterrupted run's steps start…iters-1.
+    Returns the loss of each step run."""
+    if backend.lora is None:
+        raise RuntimeError("attach_lora() (or load_adapter(trainable=True)) before SFT")
+    examples = [e.truncated(cfg.max_seq) for e in examples]
+    backend.configure_optimizer(cfg.lr)
+    if optimizer_state is not None:
+        backend.load_optimizer(optimizer_state)
+    order = itertools.islice(enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)), start, None)
+    bar = Progress(order, total=cfg.iters, initial=start, desc=f"sft ({backend.name})", unit="step")
+    losses: list[float] = []
+    for step, idx in bar:
+        tic = time.perf_counter()
+        batch = [examples[i] for i in idx]
+        lr = sft_lr(step, cfg)
+        loss = backend.backward([e.prompt_ids for e in batch], [e.completion_ids for e in batch], 1.0, nll)["loss"]
+        backend.step(lr)
+        tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
+        losses.append(loss)
+        dt = time.perf_counter() - tic
+        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / dt:.0f}")
+        if on_step is not None:
+            on_step(StepInfo(step + 1, loss, lr, tokens / dt, tokens))
+    return losses
 
 
 def gold_completion(task: dict[str, Any]) -> str:
@@ -65,8 +163,8 @@ def fit_lora(
     backend: Backend, examples: list[SFTExample], cfg: SFTConfig, metrics: MetricsWriter | None = None
 ) -> list[float]:
     """Attach a fresh LoRA adapter to `backend` and train it on `examples`."""
-    backend.attach_lora(LoraSpec.from_sft(cfg), seed=cfg.seed)
-    return backend.train_sft(examples, cfg, step_logger(metrics))
+    backend.attach_lora(lora_spec(cfg), seed=cfg.seed)
+    return run_sft(backend, examples, cfg, step_logger(metrics))
 
 
 def step_logger(metrics: MetricsWriter | None) -> Callable[[StepInfo], None]:
@@ -125,7 +223,7 @@ def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metric
             metrics.log(**row)
         log.info("resuming SFT from %s at step %d/%d", ckpt, start, cfg.iters)
     else:
-        b.attach_lora(LoraSpec.from_sft(cfg), seed=cfg.seed)
+        b.attach_lora(lora_spec(cfg), seed=cfg.seed)
     log_step = step_logger(metrics)
 
     def on_step(info: StepInfo) -> None:
@@ -136,23 +234,21 @@ def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metric
         if stop_after is not None and info.step - start >= stop_after and info.step < cfg.iters:
             raise _Stopped
 
-    b.train_sft(examples, cfg, on_step, start=start, optimizer_state=ckpt / "optimizer" if state else None)
+    run_sft(b, examples, cfg, on_step, start=start, optimizer_state=ckpt / "optimizer" if state else None)
     return losses
 
 
 def train_sft(
-    model_path: str | Path,
+    model: ModelSpec,
     tasks: str | Path | Sequence[dict[str, Any]],
     out_adapter_dir: str | Path,
     cfg: SFTConfig | None = None,
-    backend: BackendName | str = "auto",
     threads: int | None = None,
-    model_name: str | None = None,
-    placement: Placement | None = None,
     ckpt_dir: str | Path | None = None,
     stop_after: int | None = None,
 ) -> Path:
-    """Gold-SFT a LoRA adapter on `tasks` (records or a JSONL path) and save it to `out_adapter_dir`.
+    """Gold-SFT a LoRA adapter of `model` on `tasks` (records or a JSONL path) and save it to
+    `out_adapter_dir`.
 
     Checkpoints go to `ckpt_dir` (default `<out>.ckpt`). `stop_after` ends the run after that many
     steps of this call, without writing the output (what a kill does; used to test resume).
@@ -162,14 +258,14 @@ def train_sft(
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_backend(model_path, backend, threads=threads, model_name=model_name, placement=placement)
+    b = load_model(model, threads)
     examples = sft_examples(b, [t["prompt"] for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
-    identity = {"model": str(model_path), "backend": b.name, "tasks": [t["id"] for t in records],
+    identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t["id"] for t in records],
                 "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
     try:
-        _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, str(model_path))
+        _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0)
     except _Stopped:  # the half-written output folder is gone, the checkpoint stays
         return ckpt
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -177,18 +273,15 @@ def train_sft(
 
 
 def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[dict], cfg: SFTConfig, ckpt: Path,
-                   identity: dict, stop_after: int | None, t0: float, model_path: str) -> None:
+                   identity: dict, stop_after: int | None, t0: float) -> None:
     with atomic_dir(out) as tmp:
         with MetricsWriter(tmp / "metrics.jsonl") as metrics:
-            if b.name in RESUMABLE_BACKENDS:
-                losses = fit_resumable(b, examples, cfg, metrics, ckpt, identity, stop_after)
-            else:
-                losses = fit_lora(b, examples, cfg, metrics)
+            losses = fit_resumable(b, examples, cfg, metrics, ckpt, identity, stop_after)
         b.save_adapter(tmp)
         report = {
-            "model": model_path,
+            "model": identity["model"],
             "backend": b.name,
-            "tasks": [t["id"] for t in records],
+            "tasks": identity["tasks"],
             "examples": len(examples),
             "tokens": {
                 "prompt_max": max(len(e.prompt_ids) for e in examples),
