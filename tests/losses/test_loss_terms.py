@@ -98,7 +98,7 @@ def test_build_terms_binds_each_core_with_its_knobs():
         {"beta": 0.02},
         True,
     )
-    assert [t.is_primary for t in (rl, echo, ref_kl)] == [True, False, False]
+    assert [t.core for t in build_terms(losses, "sft")] == [sft_core, echo_core, ref_kl_core]  # sft replaces the primary
 
 
 def test_custom_term_imports_its_core(my_pkg):

@@ -8,7 +8,7 @@ import json
 import pytest
 from reward_helpers import CORPUS
 
-from jacrl.reward.audit import FLAGS, MODULES, audit_flags, flagged_pass_share, pass_flag_counts
+from jacrl.reward.audit import FLAGS, MODULES, audit_flags, flagged_pass_share
 from jacrl.reward.score import Score
 from jacrl.reward.task import load_tasks
 
@@ -105,7 +105,7 @@ def test_flagged_pass_share_from_scores_and_dicts():
     mk = lambda exact, flags=(): Score(score=float(exact), scheme="tiered", exact=exact, flags=flags)  # noqa: E731
     scores = [mk(True), mk(True, ("file", "module:os")), mk(False, ("network",)), mk(True, ("file",)), mk(False)]
     assert flagged_pass_share(scores) == pytest.approx(2 / 3)
-    assert pass_flag_counts(scores) == (3, {"file": 2, "module:os": 1})
+    assert flagged_pass_share([mk(True, ("file", "network")), mk(True)]) == 0.5  # a pass counts once, whatever its flags
     rows = [json.loads(json.dumps(s.to_dict())) for s in scores]  # as samples.jsonl holds them
     assert flagged_pass_share(rows) == pytest.approx(2 / 3)
     assert Score.from_dict(rows[1]) == scores[1]

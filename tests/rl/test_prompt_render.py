@@ -68,10 +68,10 @@ def test_token_ids_are_the_tokenization_of_the_rendered_text(chat_tokenizer):
 
 def test_no_renderer_is_a_plain_string_without_attribution(chat_tokenizer):
     rendered = render_prompt(chat_tokenizer, "Write the body of walker visit.", None)
-    assert not rendered.attributed and rendered.roles is None
+    assert rendered.roles is None and rendered.tool_names is None
     assert rendered.token_ids == chat_tokenizer("Write the body of walker visit.", add_special_tokens=False)["input_ids"]
     from_messages = render_prompt(chat_tokenizer, MESSAGES[:2], None)
-    assert not from_messages.attributed and from_messages.text.startswith("<|im_start|>system")
+    assert from_messages.roles is None and from_messages.text.startswith("<|im_start|>system")
 
 
 def test_chat_template_renderer_wraps_a_plain_prompt_as_a_user_message(chat_tokenizer):

@@ -30,10 +30,6 @@ class LossTerm:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     needs_reference: bool = False
 
-    @property
-    def is_primary(self) -> bool:
-        return self.type in (*PRIMARY_TYPES, "sft")
-
     def __call__(self, inputs: LossInputs) -> LossOutputs:
         outputs = self.core(inputs.for_term(self.name), **self.kwargs)
         if not isinstance(outputs, LossOutputs):

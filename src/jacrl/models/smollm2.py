@@ -162,10 +162,3 @@ def build_smollm2_model(out_dir: str | Path, threads: int | None = None) -> Path
 def read_manifest(model_dir: str | Path) -> dict:
     """The `jacrl_smollm2.json` a build wrote."""
     return json.loads((Path(model_dir) / MANIFEST).read_text())
-
-
-def verify_model_dir(model_dir: str | Path) -> list[str]:
-    """The files of a built folder whose sha256 differs from its manifest (or that are missing)."""
-    folder = Path(model_dir)
-    recorded = read_manifest(folder)["files"]
-    return [name for name, digest in recorded.items() if not (folder / name).is_file() or sha256_file(folder / name) != digest]

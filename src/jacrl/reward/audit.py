@@ -15,7 +15,6 @@ is flagged as dynamic access, not as file access); containment is the sandbox's 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 from jacrl.reward.extract import mask
@@ -167,16 +166,6 @@ def audit_flags(body: str) -> tuple[str, ...]:
 
 def _get(score: object, key: str):
     return score.get(key) if isinstance(score, Mapping) else getattr(score, key)
-
-
-def pass_flag_counts(scores: Iterable[object]) -> tuple[int, Counter]:
-    """(number of passes, how many passes carry each flag) of scores (`Score`s or their dicts)."""
-    passes, counts = 0, Counter()
-    for s in scores:
-        if _get(s, "exact"):
-            passes += 1
-            counts.update(_get(s, "flags") or ())
-    return passes, counts
 
 
 def flagged_pass_share(scores: Iterable[object]) -> float:

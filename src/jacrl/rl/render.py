@@ -24,10 +24,6 @@ class RenderedPrompt:
     roles: list[str | None] | None = None
     tool_names: list[str | None] | None = None
 
-    @property
-    def attributed(self) -> bool:
-        return self.roles is not None
-
 
 def render_prompt(
     tokenizer: Any,
