@@ -16,4 +16,4 @@ with logged(snakemake):
         ROOT / cfg.drivers, snakemake.output.tasks, snakemake.output.templates, snakemake.output.refbodies,
         timeout=cfg.timeout, build_timeout=cfg.build_timeout, jobs=snakemake.threads, root=ROOT, runner=cfg.gold_runner,
     )
-    summary(f"{len(records)} tasks from {len({r['driver'] for r in records})} drivers")
+    summary(f"{len(records)} tasks from {len({t.driver for t in records})} drivers")

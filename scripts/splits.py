@@ -1,17 +1,18 @@
 # Rule splits: tasks.jsonl → holdout / trainpool / valid (+ a summary table).
 from jacrl.tasks.config import SplitsConfig
-from jacrl.io import read_jsonl, write_jsonl, write_text
+from jacrl.io import write_text
+from jacrl.reward.task import read_tasks, write_tasks
 from jacrl.tasks.report import splits_summary
 from jacrl.tasks.splits import make_splits
 from jacrl.workflow import logged
 
 with logged(snakemake):
     cfg = SplitsConfig(**snakemake.params.cfg)
-    tasks = read_jsonl(snakemake.input[0])
+    tasks = read_tasks(snakemake.input[0])
     s = make_splits(tasks, cfg.holdout_size, cfg.valid_size, cfg.decontam_threshold)
-    write_jsonl(snakemake.output.holdout, s.holdout)
-    write_jsonl(snakemake.output.trainpool, s.trainpool)
-    write_jsonl(snakemake.output.valid, s.valid)
+    write_tasks(snakemake.output.holdout, s.holdout)
+    write_tasks(snakemake.output.trainpool, s.trainpool)
+    write_tasks(snakemake.output.valid, s.valid)
     summary = splits_summary(tasks, s)
     write_text(snakemake.output.summary, summary)
     print(summary)

@@ -7,7 +7,7 @@ from pathlib import Path
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.io import read_jsonl
+from jacrl.reward.task import read_tasks
 from jacrl.training.metrics import read_metrics
 
 # bench/ is scripts, not a package: the module is loaded from its file.
@@ -34,7 +34,7 @@ def test_bench_config_replaces_grpo_keys_and_losses(tmp_path):
 
 
 def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_fixtures, tmp_path):
-    tasks = read_jsonl(tiny_fixtures / "trainpool.jsonl")[:1]
+    tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     grpo = {"iters": 3, "lr": 1e-3, "group_size": 2, "max_completion": 8, "max_seq": 4096}
     cfg = load_config({"reward": {"cache_path": str(tmp_path / "cache.sqlite")}, "losses": bench.loss_terms(0.0), "grpo": grpo})
     b = load_backend(tiny_model, "torch", threads=1)

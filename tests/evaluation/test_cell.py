@@ -11,6 +11,7 @@ from jacrl.evaluation.cell import evaluate_cell
 from jacrl.evaluation.config import EvalConfig
 from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
+from jacrl.reward.task import read_tasks
 
 BROKEN = "```jac\nthis is not jac {\n```"
 CHEAT = '```jac\nx = open("dataset/rl/tasks.jsonl").read();\n```'
@@ -38,7 +39,7 @@ def scorer():
 
 @pytest.fixture(scope="module")
 def tasks(tiny_fixtures):
-    return read_jsonl(tiny_fixtures / "holdout.jsonl")[:2]
+    return read_tasks(tiny_fixtures / "holdout.jsonl")[:2]
 
 
 def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path):
@@ -54,7 +55,7 @@ def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path)
 
 
 def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
-    gold = [f"```jac\n{t['gold_body']}```" for t in tasks]
+    gold = [f"```jac\n{t.gold_body}```" for t in tasks]
     script = {
         # task 0: greedy broken; samples broken then gold → verified. task 1: the first sample tries to
         # read the answer key (the sandbox refuses; it must score as an honest failure, flagged).
@@ -65,7 +66,7 @@ def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
     cfg = EvalConfig(n=2, k=2, policy_n=2, policy_temperature=0.5)
     cell = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "mem"}, str(tmp_path / "s.jsonl"))
     per = cell["per_task"]
-    t0, t1 = (t["id"] for t in tasks)
+    t0, t1 = (t.id for t in tasks)
     assert (per[t0]["pass1"], per[t0]["verified"], per[t0]["c"]) == (0, 1, 1)
     assert (per[t1]["pass1"], per[t1]["policy_c"]) == (1, 1)
     assert cell["policy_pass_pct"] == 75.0

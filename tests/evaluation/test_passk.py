@@ -3,6 +3,7 @@
 import itertools
 
 import pytest
+from fixtures.tasks import task
 
 from jacrl.evaluation.metrics import Outcome, cell_metrics
 from jacrl.evaluation.passk import pass_at_k
@@ -34,7 +35,7 @@ def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=Non
 
 
 def test_cell_metrics():
-    tasks = [{"id": "a", "family": "f1"}, {"id": "b", "family": "f1"}, {"id": "c", "family": "f2"}]
+    tasks = [task("a", family="f1"), task("b", family="f1"), task("c", family="f2")]
     outs = [
         o("a", True, True), o("a", False, True), o("a", False, False),
         o("b", True, False, ratio=0.95, norm=True), o("b", False, False), o("b", False, True),
@@ -46,7 +47,7 @@ def test_cell_metrics():
     assert m["by_family"] == {"f1": [1, 2], "f2": [0, 1]}
     assert m["trunc_rate"] == pytest.approx(1 / 9, abs=1e-4)
     with pytest.raises(ValueError, match="no greedy outcome"):
-        cell_metrics(tasks + [{"id": "d", "family": "f2"}], outs, k=2)
+        cell_metrics(tasks + [task("d", family="f2")], outs, k=2)
 
 
 def test_norm_pass_is_the_rewards_whitespace_normalisation():
@@ -56,12 +57,12 @@ def test_norm_pass_is_the_rewards_whitespace_normalisation():
     scores = {t: score_run(RewardConfig(), body="", gold="", expected="a b\nc\n", run=RunResult(exit_code=0, stdout=s, stderr=""))
               for t, s in stdouts.items()}
     assert [(s.exact, s.norm_exact) for s in scores.values()] == [(False, True), (False, True), (False, False)]
-    m = cell_metrics([{"id": t, "family": "f"} for t in stdouts], [o(t, True, s.exact, norm=s.norm_exact) for t, s in scores.items()], k=1)
+    m = cell_metrics([task(t, family="f") for t in stdouts], [o(t, True, s.exact, norm=s.norm_exact) for t, s in scores.items()], k=1)
     assert (m["pass1"], m["norm_pass"], m["norm_pct"]) == (0, 2, pytest.approx(200 / 3, abs=0.01))
 
 
 def test_verified_at_n_takes_the_first_sample_that_runs():
-    tasks = [{"id": t, "family": "f"} for t in "abcd"]
+    tasks = [task(t, family="f") for t in "abcd"]
     outs = [
         # a: first sample fails to run, the second runs and passes → verified
         o("a", True, False), o("a", False, False, runs=False), o("a", False, True),
@@ -78,7 +79,7 @@ def test_verified_at_n_takes_the_first_sample_that_runs():
 
 
 def test_policy_samples_flags_and_isolation():
-    tasks = [{"id": "a", "family": "f"}, {"id": "b", "family": "f"}]
+    tasks = [task("a", family="f"), task("b", family="f")]
     outs = [
         o("a", True, True, flagged=True), o("a", False, True, kind="policy"), o("a", False, False, kind="policy"),
         o("b", True, False), o("b", False, True, kind="policy"), o("b", False, True, kind="policy", flagged=True),

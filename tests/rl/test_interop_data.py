@@ -5,6 +5,7 @@ import pytest
 
 from jacrl.backends import load_backend
 from jacrl.io import read_jsonl
+from jacrl.reward.task import read_tasks
 from jacrl.rl.interop import PROMPT_TEXT, use_our_prompts, write_data
 
 
@@ -13,10 +14,10 @@ def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypat
                                    reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'")
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-    tasks = read_jsonl(tiny_fixtures / "trainpool.jsonl")[:3]
+    tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:3]
     rows = read_jsonl(write_data(tasks, tiny_model, tmp_path) / "train.jsonl")
     assert all("system" not in r and "<|im_start|>system" not in r[PROMPT_TEXT] for r in rows)
-    assert [r["answer"] for r in rows] == [t["id"] for t in tasks]
+    assert [r["answer"] for r in rows] == [t.id for t in tasks]
 
     monkeypatch.setattr(datasets, "GRPODataset", datasets.GRPODataset)  # restored after the test
     use_our_prompts()
@@ -24,4 +25,4 @@ def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypat
     data = datasets.GRPODataset(data=rows, tokenizer=TokenizerWrapper(ours.hf_tokenizer))
     for i, t in enumerate(tasks):
         prompt_tokens, _, prompt_str, answer, _ = data[i]
-        assert list(prompt_tokens) == ours.prompt_ids(t["prompt"]) and prompt_str == t["prompt"] and answer == t["id"]
+        assert list(prompt_tokens) == ours.prompt_ids(t.prompt) and prompt_str == t.prompt and answer == t.id

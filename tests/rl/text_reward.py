@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TASKS = [{"id": f"short-{i}", "prompt": p} for i, p in
+from fixtures.tasks import task
+
+from jacrl.reward.task import Task
+
+TASKS = [task(f"short-{i}", prompt=p) for i, p in
          enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])]
 
 
@@ -28,5 +32,5 @@ def whitespace_share(text: str) -> float:
 class WhitespaceScorer:
     """`score_batch` as RewardScorer offers it: one score per (task, completion text)."""
 
-    def score_batch(self, tasks: list[dict], texts: list[str]) -> list[TextScore]:
+    def score_batch(self, tasks: list[Task], texts: list[str]) -> list[TextScore]:
         return [TextScore(s, s > 0.5, True) for s in map(whitespace_share, texts)]

@@ -9,12 +9,13 @@ sampled pass rate). Every completion and its full reward breakdown goes to the c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from jacrl.backends.base import Backend, Completion, Draw, SamplingParams
 from jacrl.evaluation.config import EvalConfig
 from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
 from jacrl.io import write_jsonl
+from jacrl.reward.batch import Scorer, score_groups
+from jacrl.reward.task import Task
 
 Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → completions in sample order
 
@@ -33,36 +34,34 @@ def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig,
     return dict(zip([kind for kind, *_ in plan], backend.generate_draws(prompts, draws), strict=True))
 
 
-def score_cell(tasks: list[dict], generated: Generated, scorer: Any, k: int) -> tuple[dict, list[dict]]:
-    """Score every completion with the reward's batch API; returns (metrics, audit records)."""
-    flat: list[tuple[dict, Kind, int, Completion]] = [
-        (t, kind, i, c)
-        for kind, per_prompt in generated.items()
-        for t, completions in zip(tasks, per_prompt, strict=True)
-        for i, c in enumerate(completions)
-    ]
-    scores = scorer.score_batch([t for t, *_ in flat], [c.text for *_, c in flat])
+def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) -> tuple[dict, list[dict]]:
+    """Score every completion with the reward's batch API (one batch for the whole cell);
+    returns (metrics, audit records)."""
+    groups = [(kind, t, completions) for kind, per_prompt in generated.items()
+              for t, completions in zip(tasks, per_prompt, strict=True)]
+    scored = score_groups(scorer.score_batch, [t for _, t, _ in groups], [cs for *_, cs in groups])
     outcomes, records = [], []
-    for (t, kind, i, c), s in zip(flat, scores, strict=True):
-        outcomes.append(Outcome(task_id=t["id"], kind=kind, runs=s.runs, exact=s.exact, norm_exact=s.norm_exact,
-                                output_ratio=s.output_ratio, idiom=s.idiom, truncated=c.truncated,
-                                flagged=bool(s.flags), isolation=s.isolation))
-        records.append({"task_id": t["id"], "family": t["family"], "kind": kind, "index": i, "truncated": c.truncated,
-                        "tokens": len(c.token_ids), "completion": c.text, "score": s.to_dict()})
+    for (kind, t, completions), scores in zip(groups, scored):
+        for i, (c, s) in enumerate(zip(completions, scores)):
+            outcomes.append(Outcome(task_id=t.id, kind=kind, runs=s.runs, exact=s.exact, norm_exact=s.norm_exact,
+                                    output_ratio=s.output_ratio, idiom=s.idiom, truncated=c.truncated,
+                                    flagged=bool(s.flags), isolation=s.isolation))
+            records.append({"task_id": t.id, "family": t.family, "kind": kind, "index": i, "truncated": c.truncated,
+                            "tokens": len(c.token_ids), "completion": c.text, "score": s.to_dict()})
     return cell_metrics(tasks, outcomes, k), records
 
 
-def cell_tasks(tasks: list[dict], split: str, cfg: EvalConfig) -> list[dict]:
+def cell_tasks(tasks: list[Task], split: str, cfg: EvalConfig) -> list[Task]:
     """The tasks a cell evaluates: the whole holdout, or the rung's train tasks up to `mem_max_tasks`."""
     if split == "mem" and cfg.mem_max_tasks is not None:
         return tasks[: cfg.mem_max_tasks]
     return tasks
 
 
-def evaluate_cell(tasks: list[dict], backend: Backend, scorer: Any, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
+def evaluate_cell(tasks: list[Task], backend: Backend, scorer: Scorer, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
     tasks = cell_tasks(tasks, meta["split"], cfg)
-    generated = generate_for_cell(backend, [t["prompt"] for t in tasks], cfg, meta["split"])
+    generated = generate_for_cell(backend, [t.prompt for t in tasks], cfg, meta["split"])
     metrics, records = score_cell(tasks, generated, scorer, cfg.k)
     write_jsonl(samples_out, records)
     policy_t = cfg.policy_temperature if metrics["policy_samples"] else None

@@ -16,6 +16,7 @@ from statistics import fmean
 from typing import Literal
 
 from jacrl.evaluation.passk import pass_at_k
+from jacrl.reward.task import Task
 
 NEAR_PASS = 0.9
 Kind = Literal["greedy", "sample", "policy"]
@@ -37,7 +38,7 @@ class Outcome:
     isolation: str = ""  # the sandbox level the score was obtained under
 
 
-def _group(tasks: list[dict], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
+def _group(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
     """{task id: {kind: outcomes in order}}; every task must have exactly one greedy outcome."""
     by_task: dict[str, dict[str, list[Outcome]]] = defaultdict(lambda: defaultdict(list))
     for o in outcomes:
@@ -45,7 +46,7 @@ def _group(tasks: list[dict], outcomes: list[Outcome]) -> dict[str, dict[str, li
     twice = [t for t, kinds in by_task.items() if len(kinds["greedy"]) > 1]
     if twice:
         raise ValueError(f"two greedy outcomes for task {twice[0]}")
-    missing = [t["id"] for t in tasks if not by_task[t["id"]]["greedy"]]
+    missing = [t.id for t in tasks if not by_task[t.id]["greedy"]]
     if missing:
         raise ValueError(f"no greedy outcome for tasks {missing[:5]}")
     return by_task
@@ -60,11 +61,11 @@ def verified(greedy: Outcome, samples: list[Outcome]) -> bool:
     return bool(first and first.exact)
 
 
-def task_record(task: dict, kinds: dict[str, list[Outcome]], k: int) -> dict:
+def task_record(task: Task, kinds: dict[str, list[Outcome]], k: int) -> dict:
     g, s, p = kinds["greedy"][0], kinds["sample"], kinds["policy"]
     n, c = len(s), sum(o.exact for o in s)
     passk = pass_at_k(n, c, min(k, n)) if n else float(g.exact)
-    return {"family": task["family"], "pass1": int(g.exact), "n": n, "c": c, "passk": round(passk, 6),
+    return {"family": task.family, "pass1": int(g.exact), "n": n, "c": c, "passk": round(passk, 6),
             "verified": int(verified(g, s)), "policy_n": len(p), "policy_c": sum(o.exact for o in p),
             "idiom": round(g.idiom, 6)}
 
@@ -75,15 +76,15 @@ def isolation_of(outcomes: list[Outcome]) -> str:
     return levels[0] if len(levels) == 1 else "mixed:" + ",".join(levels)
 
 
-def cell_metrics(tasks: list[dict], outcomes: list[Outcome], k: int) -> dict:
+def cell_metrics(tasks: list[Task], outcomes: list[Outcome], k: int) -> dict:
     by_task = _group(tasks, outcomes)
-    per_task = {t["id"]: task_record(t, by_task[t["id"]], k) for t in tasks}
+    per_task = {t.id: task_record(t, by_task[t.id], k) for t in tasks}
     by_family: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for rec in per_task.values():
         by_family[rec["family"]][0] += rec["pass1"]
         by_family[rec["family"]][1] += 1
 
-    gs = [by_task[t["id"]]["greedy"][0] for t in tasks]
+    gs = [by_task[t.id]["greedy"][0] for t in tasks]
     n_tasks = len(gs)
     pct = lambda x: round(100.0 * x / n_tasks, 2) if n_tasks else 0.0  # noqa: E731
     runs, pass1 = sum(o.runs for o in gs), sum(o.exact for o in gs)

@@ -22,21 +22,22 @@ from pathlib import Path
 
 from jacrl import cli
 from jacrl.config import Config, load_config_file
-from jacrl.io import read_jsonl, write_jsonl
+from jacrl.io import write_jsonl
+from jacrl.reward.task import Task, read_tasks
 
 REWARD_FILE = Path(__file__).resolve().parents[1] / "reward" / "interop.py"
 PROMPT_TEXT = "prompt_text"
 LAUNCH = "from jacrl.rl.interop import launch; launch()"
 
 
-def write_data(tasks: list[dict], model: str | Path, out_dir: str | Path) -> Path:
+def write_data(tasks: list[Task], model: str | Path, out_dir: str | Path) -> Path:
     """train.jsonl / valid.jsonl in mlx-lm-lora's GRPO format; `answer` carries the task id."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model))
     out = Path(out_dir)
-    rows = [{"prompt": t["prompt"], "answer": t["id"],
-             PROMPT_TEXT: tok.apply_chat_template([{"role": "user", "content": t["prompt"]}], tokenize=False,
+    rows = [{"prompt": t.prompt, "answer": t.id,
+             PROMPT_TEXT: tok.apply_chat_template([{"role": "user", "content": t.prompt}], tokenize=False,
                                                   add_generation_prompt=True)}
             for t in tasks]
     write_jsonl(out / "train.jsonl", rows)
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = load_config_file(args.config)
-    tasks = read_jsonl(args.tasks)
+    tasks = read_tasks(args.tasks)
     if not args.dry_run:
         cli.require("mlx_lm_lora", "interop", "python -m jacrl.rl.interop")
     if not Path(args.model).is_dir():

@@ -12,14 +12,15 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
-from typing import Any
 
 import numpy as np
 
-from jacrl.backends.base import Backend, SamplingParams
+from jacrl.backends.base import Backend, Completion, SamplingParams
 from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import DEFAULT_ENV, EnvLossPlans
 from jacrl.reward.audit import flagged_pass_share
+from jacrl.reward.batch import Scorer, score_groups
+from jacrl.reward.task import Task
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.filters import zero_advantage_filter
@@ -58,13 +59,13 @@ class StepData:
 
 
 class Orchestrator:
-    def __init__(self, tasks: list[dict], backend: Backend, scorer: Any, cfg: GRPOConfig, plans: EnvLossPlans,
+    def __init__(self, tasks: list[Task], backend: Backend, scorer: Scorer, cfg: GRPOConfig, plans: EnvLossPlans,
                  renderer: str | None = None):
         if not tasks:
             raise ValueError("GRPO needs at least one train task")
         self.tasks, self.backend, self.scorer, self.cfg, self.plans = tasks, backend, scorer, cfg, plans
         self.envs = list(plans) or [DEFAULT_ENV]
-        self._prompts = {t["id"]: self._render(t["prompt"], renderer) for t in tasks}
+        self._prompts = {t.id: self._render(t.prompt, renderer) for t in tasks}
         self._warned: set[str] = set()
 
     def _render(self, prompt: str, renderer: str | None) -> RenderedPrompt:
@@ -95,17 +96,16 @@ class Orchestrator:
         t0 = time.perf_counter()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_completion,
                                 seed=cfg.seed * 1_000_003 + step * 1009)
-        prompts = [self._prompts[t["id"]].token_ids for t in tasks]
+        prompts = [self._prompts[t.id].token_ids for t in tasks]
         groups = self.backend.generate_ids(prompts, n=cfg.group_size, params=params, progress=False)
         t1 = time.perf_counter()
-        flat = [(t, c) for t, g in zip(tasks, groups) for c in g]
-        scores = self.scorer.score_batch([t for t, _ in flat], [c.text for _, c in flat])
+        group_scores = score_groups(self.scorer.score_batch, tasks, groups)
         t2 = time.perf_counter()
 
         rollouts: list[Rollout] = []
         rewards_all, zero_var = [], 0
-        for slot, (t, group) in enumerate(zip(tasks, groups)):
-            rewards = [s.score for s in scores[slot * cfg.group_size : (slot + 1) * cfg.group_size]]
+        for slot, (t, group, scored) in enumerate(zip(tasks, groups, group_scores)):
+            rewards = [s.score for s in scored]
             rewards_all.extend(rewards)
             zero_var += int(max(rewards) - min(rewards) == 0)
             env = self.env_of(step * cfg.prompts_per_step + slot)
@@ -115,7 +115,8 @@ class Orchestrator:
         batch = build_batch(kept, self.plans, self.backend.pad_token_id) if kept else None
         if batch is not None:
             self._warn_unselected_prompt_roles(kept, batch)
-        completions = [c for _, c in flat]
+        completions = [c for g in groups for c in g]
+        scores = [s for g in group_scores for s in g]
         masked = sum(int(c.truncated) for c in completions) if cfg.mask_truncated else 0
         metrics = {
             "reward/mean": fmean(rewards_all),
@@ -135,8 +136,8 @@ class Orchestrator:
         }
         return StepData(batch, metrics)
 
-    def _rollout(self, task: dict, completion: Any, advantage: float, env: str) -> Rollout:
-        prompt = self._prompts[task["id"]]
+    def _rollout(self, task: Task, completion: Completion, advantage: float, env: str) -> Rollout:
+        prompt = self._prompts[task.id]
         ids = list(completion.token_ids)
         mask = [False] * len(ids) if completion.truncated and self.cfg.mask_truncated else None
         return Rollout(env=env, prompt_ids=list(prompt.token_ids), completion_ids=ids,

@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl.io import atomic_dir, write_jsonl
+from jacrl.io import atomic_dir
 from jacrl.progress import Progress
 from jacrl.reward.sandbox import RunResult
+from jacrl.reward.task import HOLE, Task, UnitRef, write_tasks
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
 from jacrl.tasks.gold import Runner, gold_runner, run_program
 
-HOLE = "__HOLE__"
 TODO = "# TODO: write the body"
 
 PROMPT_TEMPLATE = """{instruction}
@@ -45,30 +45,30 @@ def make_prompt(driver: Driver, hole: Hole) -> str:
     )
 
 
-def task_record(driver: Driver, hole: Hole, expected_stdout: str, timeout: float, root: Path) -> dict:
-    """The task record (field order is part of the byte-identical output)."""
+def task_record(driver: Driver, hole: Hole, expected_stdout: str, timeout: float, root: Path) -> Task:
+    """The task record of one hole."""
     try:
         rel = driver.path.resolve().relative_to(root.resolve())
     except ValueError:
         rel = driver.path
-    return {
-        "id": hole.id,
-        "family": driver.family,
-        "source": driver.source,
-        "driver": rel.as_posix(),
-        "line": hole.open_line,
-        "instruction": hole.instruction,
-        "prompt": make_prompt(driver, hole),
-        "expected_stdout": expected_stdout,
-        "unit": {"kind": hole.unit.kind, "name": hole.unit.name},
-        "archetype": {"kind": hole.archetype.kind, "name": hole.archetype.name} if hole.archetype else None,
-        "partial": hole.partial,
-        "osp": hole.osp,
-        "indent": hole.indent,
-        "timeout": timeout,
-        "template": driver.render(hole, HOLE),
-        "gold_body": "".join(line + "\n" for line in hole.body),
-    }
+    return Task(
+        id=hole.id,
+        family=driver.family,
+        source=driver.source,
+        driver=rel.as_posix(),
+        line=hole.open_line,
+        instruction=hole.instruction,
+        prompt=make_prompt(driver, hole),
+        expected_stdout=expected_stdout,
+        unit=UnitRef(kind=hole.unit.kind, name=hole.unit.name),
+        archetype=UnitRef(kind=hole.archetype.kind, name=hole.archetype.name) if hole.archetype else None,
+        partial=hole.partial,
+        osp=hole.osp,
+        indent=hole.indent,
+        timeout=timeout,
+        template=driver.render(hole, HOLE),
+        gold_body="".join(line + "\n" for line in hole.body),
+    )
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def run_gold_checks(
 
 def build_records(
     drivers_dir: str | Path, timeout: float, build_timeout: float, jobs: int, root: str | Path, runner: str
-) -> list[dict]:
+) -> list[Task]:
     """Parse and run every driver under `drivers_dir`; returns task records or raises BuildError."""
     drivers, problems = parse_all(discover_drivers(drivers_dir))
     if problems:
@@ -182,12 +182,12 @@ def build_tasks(
     runner: str,
     jobs: int = 1,
     root: str | Path = ".",
-) -> list[dict]:
+) -> list[Task]:
     """Build the task set; all three outputs are replaced atomically, or none is touched."""
     records = build_records(drivers_dir, timeout, build_timeout, jobs, root, runner)
     with atomic_dir(templates_out) as tdir, atomic_dir(refbodies_out) as rdir:
-        for rec in records:
-            (tdir / f"{rec['id']}.jac").write_text(rec["template"], encoding="utf-8")
-            (rdir / f"{rec['id']}.txt").write_text(rec["gold_body"], encoding="utf-8")
-        write_jsonl(tasks_out, records)
+        for task in records:
+            (tdir / f"{task.id}.jac").write_text(task.template, encoding="utf-8")
+            (rdir / f"{task.id}.txt").write_text(task.gold_body, encoding="utf-8")
+        write_tasks(tasks_out, records)
     return records

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from jacrl.reward.task import Task
 from jacrl.tasks.splits import Splits
 
 
-def splits_summary(tasks: list[dict], s: Splits) -> str:
+def splits_summary(tasks: list[Task], s: Splits) -> str:
     """Markdown: per-family tasks / sources / share, and how each split covers the families."""
-    df = pd.DataFrame(tasks)
-    split_of = {t["id"]: name for name, part in (("holdout", s.holdout), ("trainpool", s.trainpool), ("valid", s.valid)) for t in part}
+    df = pd.DataFrame([{"id": t.id, "family": t.family, "source": t.source, "osp": t.osp} for t in tasks])
+    split_of = {t.id: name for name, part in (("holdout", s.holdout), ("trainpool", s.trainpool), ("valid", s.valid)) for t in part}
     df["split"] = df["id"].map(split_of).fillna("dropped")
     table = df.groupby("family").agg(tasks=("id", "count"), sources=("source", "nunique"), osp=("osp", "sum"))
     table["share"] = (table["tasks"] / len(df)).map(lambda x: f"{x:.1%}")

@@ -13,6 +13,8 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from jacrl.reward.task import Task
+
 
 def _stable_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
@@ -20,9 +22,9 @@ def _stable_key(text: str) -> str:
 
 @dataclass
 class Splits:
-    holdout: list[dict]
-    trainpool: list[dict]
-    valid: list[dict]
+    holdout: list[Task]
+    trainpool: list[Task]
+    valid: list[Task]
     dropped: list[tuple[str, str, float]] = field(default_factory=list)  # (holdout id, train id, similarity)
 
 
@@ -30,13 +32,13 @@ class SplitError(ValueError):
     pass
 
 
-def choose_holdout_sources(tasks: list[dict], holdout_size: int) -> set[str]:
+def choose_holdout_sources(tasks: list[Task], holdout_size: int) -> set[str]:
     """Whole sources, smallest first within each family, round-robin over families, until the
     held-out sources hold at least `holdout_size` tasks. Every family gets one source first;
     a family's last source is never taken (it must keep training data)."""
     by_family: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for t in tasks:
-        by_family[t["family"]][t["source"]] += 1
+        by_family[t.family][t.source] += 1
     queues = {
         fam: sorted(srcs, key=lambda s: (srcs[s], _stable_key(s)))
         for fam, srcs in sorted(by_family.items())
@@ -60,13 +62,13 @@ def choose_holdout_sources(tasks: list[dict], holdout_size: int) -> set[str]:
             return chosen
 
 
-def interleave(tasks: list[dict]) -> list[dict]:
+def interleave(tasks: list[Task]) -> list[Task]:
     """Round-robin over families (sorted by name), each family keeping its own order."""
-    groups: dict[str, list[dict]] = defaultdict(list)
+    groups: dict[str, list[Task]] = defaultdict(list)
     for t in tasks:
-        groups[t["family"]].append(t)
+        groups[t.family].append(t)
     order = sorted(groups)
-    out: list[dict] = []
+    out: list[Task] = []
     i = 0
     while len(out) < len(tasks):
         for fam in order:
@@ -76,7 +78,7 @@ def interleave(tasks: list[dict]) -> list[dict]:
     return out
 
 
-def decontaminate(holdout: list[dict], train: list[dict], threshold: float) -> tuple[list[dict], list[tuple[str, str, float]]]:
+def decontaminate(holdout: list[Task], train: list[Task], threshold: float) -> tuple[list[Task], list[tuple[str, str, float]]]:
     """Drop each holdout task whose gold body is at least `threshold`-similar to a training body;
     a dropped task is reported with its most similar training task."""
     # One matcher per training body (its analysis is cached as seq2); the cheap upper bounds
@@ -84,13 +86,13 @@ def decontaminate(holdout: list[dict], train: list[dict], threshold: float) -> t
     matchers = []
     for t in train:
         sm = difflib.SequenceMatcher(None, autojunk=False)
-        sm.set_seq2(t["gold_body"])
-        matchers.append((t["id"], sm))
+        sm.set_seq2(t.gold_body)
+        matchers.append((t.id, sm))
     kept, dropped = [], []
     for t in holdout:
         worst: tuple[str, float] | None = None
         for tid, sm in matchers:
-            sm.set_seq1(t["gold_body"])
+            sm.set_seq1(t.gold_body)
             if sm.real_quick_ratio() < threshold or sm.quick_ratio() < threshold:
                 continue
             r = sm.ratio()
@@ -99,18 +101,18 @@ def decontaminate(holdout: list[dict], train: list[dict], threshold: float) -> t
         if worst is None:
             kept.append(t)
         else:
-            dropped.append((t["id"], worst[0], round(worst[1], 4)))
+            dropped.append((t.id, worst[0], round(worst[1], 4)))
     return kept, dropped
 
 
-def make_splits(tasks: list[dict], holdout_size: int, valid_size: int, decontam_threshold: float) -> Splits:
+def make_splits(tasks: list[Task], holdout_size: int, valid_size: int, decontam_threshold: float) -> Splits:
     if not tasks:
         raise SplitError("no tasks to split")
     target = holdout_size
     while True:  # hold out more sources until the decontaminated holdout reaches holdout_size
         held = choose_holdout_sources(tasks, target)
-        rest = interleave([t for t in tasks if t["source"] not in held])
-        kept, dropped = decontaminate([t for t in tasks if t["source"] in held], rest, decontam_threshold)
+        rest = interleave([t for t in tasks if t.source not in held])
+        kept, dropped = decontaminate([t for t in tasks if t.source in held], rest, decontam_threshold)
         if len(kept) >= holdout_size:
             break
         bigger = target + holdout_size - len(kept)
@@ -120,13 +122,13 @@ def make_splits(tasks: list[dict], holdout_size: int, valid_size: int, decontam_
     if valid_size >= len(rest):
         raise SplitError(f"valid_size={valid_size} leaves no training tasks (only {len(rest)} outside the holdout)")
     trainpool, valid = (rest[: len(rest) - valid_size], rest[len(rest) - valid_size :]) if valid_size else (rest, [])
-    missing = sorted({t["family"] for t in tasks} - {t["family"] for t in kept})
+    missing = sorted({t.family for t in tasks} - {t.family for t in kept})
     if missing:
         raise SplitError(f"after decontamination the holdout covers no task of families {missing}")
     return Splits(holdout=kept, trainpool=trainpool, valid=valid, dropped=dropped)
 
 
-def rung_tasks(trainpool: list[dict], rung: str | int) -> list[dict]:
+def rung_tasks(trainpool: list[Task], rung: str | int) -> list[Task]:
     """The first N tasks of the train pool ('all' = the whole pool)."""
     if str(rung) == "all":
         return list(trainpool)
