@@ -81,7 +81,7 @@ def test_mlx_lm_lora_reward_function(tasks, monkeypatch):
 
 
 def test_trl_reward_callable(tasks):
-    reward = interop.trl_reward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1})
+    reward = interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1})
     t = tasks["fx_visit_city"]
     conversational = [[{"role": "assistant", "content": fence(t.gold_body)}], [{"role": "assistant", "content": "visit [-->];"}]]
     try:

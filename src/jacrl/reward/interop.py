@@ -117,11 +117,6 @@ def jac_behavioral(prompts=None, completions=None, answer=None, types=None) -> l
 jac_behavioral.last_scores = []
 
 
-def trl_reward(tasks: str | Path | None = None, config: RewardConfig | dict | str | Path | None = None, threads: int | None = None) -> JacReward:
-    """A TRL-style reward callable (`GRPOTrainer(reward_funcs=[trl_reward(...)])`)."""
-    return JacReward(tasks=tasks, config=config, threads=threads)
-
-
 def register_mlx() -> bool:
     """Register `jac_behavioral` in mlx-lm-lora's reward registry; False when it is not installed."""
     try:
