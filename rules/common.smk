@@ -155,4 +155,5 @@ def all_targets():
 # The config sections each job depends on (its params): changing another section does not rerun it.
 CELL_KEYS = {"threads", "reward", "eval"}
 EVAL_THREADS = CFG.eval.threads or CFG.threads
+TRAIN_THREADS = CFG.train_threads or CFG.threads
 GRPO_KEYS = {"threads", "reward", *GRPO_SECTIONS}

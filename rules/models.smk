@@ -51,7 +51,7 @@ rule rft:
         "logs/rft/{model}.log",
     benchmark:
         "benchmarks/rft/{model}.tsv"
-    threads: CFG.threads
+    threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("rft"),
         runtime=job_runtime("rft"),

@@ -15,7 +15,7 @@ rule sft:
         "logs/sft/r{rung}/{model}.log",
     benchmark:
         "benchmarks/sft/r{rung}/{model}.tsv"
-    threads: CFG.threads
+    threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("sft"),
         runtime=job_runtime("sft"),
@@ -41,7 +41,7 @@ rule grpo:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
         "benchmarks/grpo/r{rung}/{model}/{cond}.tsv"
-    threads: CFG.threads
+    threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("grpo"),
         runtime=job_runtime("grpo"),

@@ -39,6 +39,11 @@ class Config(LossFrameworkConfig):
 
     threads: int = Field(2, ge=1, json_schema_extra=RESULT_FREE,
                          description="Threads per job (torch intra-op threads, reward workers, gold runs).")
+    train_threads: int | None = Field(
+        None, ge=1, json_schema_extra=RESULT_FREE,
+        description="Threads of one SFT, RFT or GRPO job; None = `threads`. On a small model a second thread buys "
+        "little (tiny-model SFT: 1.27× faster on 2 threads at 1.5× the CPU), so 1 lets two jobs share 2 cores.",
+    )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
     splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Holdout / train pool / valid split settings.")
     rungs: list[Rung] = Field(

@@ -73,3 +73,15 @@ def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
     cheat = next(r for r in read_jsonl(tmp_path / "s.jsonl") if r["completion"] == CHEAT)
     assert cheat["score"]["flags"] and not cheat["score"]["exact"]
     assert cell["flagged_passes"] == 0 and cell["passes"] == 6
+
+
+def test_a_split_outside_sample_splits_is_greedy_only(tasks, scorer, tmp_path):
+    gold = [f"```jac\n{t.gold_body}```" for t in tasks]
+    script = {"greedy": [[gold[0]], [BROKEN]], "sample": [[gold[0], gold[0]], [gold[1], gold[1]]], "policy": [[], []]}
+    cfg = EvalConfig(n=2, k=2, sample_splits=["mem"])
+    gen = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "gen"}, str(tmp_path / "g.jsonl"))
+    mem = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "mem"}, str(tmp_path / "m.jsonl"))
+    assert [r["kind"] for r in read_jsonl(tmp_path / "g.jsonl")] == ["greedy", "greedy"]
+    assert (gen["samples"], gen["pass1_pct"], gen["verified_pct"]) == (0, 50.0, 50.0)
+    assert (mem["samples"], mem["pass1_pct"], mem["verified_pct"]) == (2, 50.0, 100.0)
+    assert "n" not in cfg.cell_settings("gen") and cfg.cell_settings("mem")["n"] == 2

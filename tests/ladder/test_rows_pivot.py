@@ -91,3 +91,14 @@ def test_the_shared_base_gen_cell_is_filed_under_each_rung_it_serves(tmp_path):
     assert [r["idiom_delta_vs_base"] for r in rows] == [None, 0.25, None, 0.25]
     with pytest.raises(ValueError):
         write_ladder(paths, tmp_path / "rl_ladder.jsonl", rungs=["1"])  # one rung per cell file
+
+
+def test_a_greedy_only_cell_shows_no_pass_at_k_or_verified():
+    import pandas as pd
+
+    from jacrl.ladder.pivot import format_cell
+
+    row = {"pass1_pct": 10.0, "ci_lo": 4.0, "ci_hi": 19.0, "passk_pct": 10.0, "verified_pct": 10.0, "near_pct": 2.0,
+           "isolation": "strict"}
+    assert format_cell(pd.Series({**row, "samples": 0})) == "10.0 [4–19] · near 2.0"
+    assert format_cell(pd.Series({**row, "samples": 2})) == "10.0 [4–19] · k 10.0 · ver 10.0 · near 2.0"

@@ -23,7 +23,7 @@ Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → comple
 def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig, split: str) -> Generated:
     """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every
     prompt, decoded in one batch per prompt: one prefill serves all three."""
-    plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.n, cfg.temperature)]
+    plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.samples_on(split), cfg.temperature)]
     if cfg.policy_n and split in cfg.policy_splits:
         plan.append(("policy", cfg.policy_n, cfg.policy_temperature))
     draws = [

@@ -19,6 +19,12 @@ class EvalConfig(StrictModel):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold of the n samples.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap (truncation is reported per cell).")
     seed: int = Field(0, description="Sampling seed (prompt i uses seed + i).")
+    sample_splits: list[Split] = Field(
+        default_factory=lambda: list(SPLITS),
+        description="Splits whose cells draw the n samples (pass@k, verified@n); a cell of another split is greedy "
+        "only. The default ladder keeps them to `mem`: the tiny model passes nothing on the holdout, and 2 × 101 "
+        "samples per gen cell were half of the ladder's time.",
+    )
     policy_n: int = Field(
         0, ge=0,
         description="Samples per task at `policy_temperature`: the sampled pass rate GRPO optimises, reported beside "
@@ -50,11 +56,17 @@ class EvalConfig(StrictModel):
             raise ValueError(f"eval.k ({self.k}) must not exceed eval.n ({self.n})")
         return self
 
+    def samples_on(self, split: Split) -> int:
+        """The eval samples per task of a cell of `split` (0 = greedy only)."""
+        return self.n if split in self.sample_splits else 0
+
     def cell_settings(self, split: Split) -> dict[str, Any]:
-        """What of this section determines a cell of `split`: the policy knobs only where that split
-        draws policy samples, the task cap only on `mem`."""
+        """What of this section determines a cell of `split`: the sampling knobs only where that split
+        draws samples, the policy knobs only where it draws policy samples, the task cap only on `mem`."""
         out = self.result_settings()
-        del out["policy_splits"]
+        del out["policy_splits"], out["sample_splits"]
+        if not self.samples_on(split):
+            del out["n"], out["k"], out["temperature"], out["top_p"]
         if not (self.policy_n and split in self.policy_splits):
             del out["policy_n"], out["policy_temperature"]
         if split != "mem":

@@ -28,7 +28,10 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def format_cell(r: pd.Series) -> str:
-    text = f"{r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}] · k {r.passk_pct:.1f} · ver {r.verified_pct:.1f} · near {r.near_pct:.1f}"
+    text = f"{r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
+    if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
+        text += f" · k {r.passk_pct:.1f} · ver {r.verified_pct:.1f}"
+    text += f" · near {r.near_pct:.1f}"
     if pd.notna(r.get("policy_pass_pct")):
         text += f" · T{r.policy_temperature:g} {r.policy_pass_pct:.1f}"
     if r.get("flagged_passes"):
@@ -96,7 +99,8 @@ def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
 def render_markdown(df: pd.DataFrame) -> str:
     lines = ["# The Jac RL ladder", "",
              "Cells: greedy pass@1 % [Wilson 95 % CI] · pass@k % · ver = verified@n % (the first of the n samples "
-             "that compiles and runs) · near-pass % · T<t> = sampled pass % at the GRPO temperature. "
+             "that compiles and runs; both absent from greedy-only cells) · near-pass % · T<t> = sampled pass % "
+             "at the GRPO temperature. "
              "`gen` = the fixed holdout, `mem` = the rung's own train tasks.", ""]
     gen = df[df["split"] == "gen"]
     if len(gen):
