@@ -61,7 +61,8 @@ def test_tasks_check_missing_path(tmp_path, capsys):
     (["--tasks", "{d}/absent.jsonl"], "{d}/absent.jsonl: No such file"),
     (["--tasks", "{d}/broken.jsonl"], "{d}/broken.jsonl:2: not valid JSON"),
     (["--tasks", "{d}/broken.jsonl", "--config", "{d}/no.yaml"], "{d}/no.yaml: No such file"),
-    (["--tasks", "{d}/notask.jsonl", "--model", "{d}/no-model", "--dry-run"], "{d}/no-model: No such model folder"),
+    (["--tasks", "{d}/notask.jsonl", "--dry-run"], "{d}/notask.jsonl:1: not a task record (id:"),
+    (["--tasks", REWARD_TASKS, "--model", "{d}/no-model", "--dry-run"], "{d}/no-model: No such model folder"),
 ])
 def test_interop_bad_input(files, capsys, repo, monkeypatch, argv, needle):
     monkeypatch.chdir(repo)  # the default --config is the workflow's config.yaml

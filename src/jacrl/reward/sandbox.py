@@ -101,10 +101,12 @@ class Plan:
 
 
 def jac_executable() -> str:
-    """The `jac` launcher of the running interpreter's environment (else the first on PATH)."""
+    """The `jac` launcher of the running interpreter's environment (else the first on PATH), with
+    symlinks resolved: a strict run may read only the resolved environment, so a venv reached
+    through a symlink (a checkout's `.venv -> /elsewhere/.venv`) must not hand it the link's path."""
     here = Path(sys.executable).with_name("jac")
     if here.exists():
-        return str(here)
+        return str(here.resolve())
     found = shutil.which("jac")
     if not found:
         raise FileNotFoundError(f"jac launcher not found beside {sys.executable} or on PATH (is jaclang installed?)")
