@@ -124,7 +124,7 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     with DeviceMemory(device) as mem:
-        sft = train_sft(model, [t.record() for t in train], work / "sft", SFTConfig(iters=size["sft_iters"], lr=2e-3), threads=2)
+        sft = train_sft(model, train, work / "sft", SFTConfig(iters=size["sft_iters"], lr=2e-3), threads=2)
     report = json.loads((sft / "sft_report.json").read_text())
     out["sft"] = {"s": round(time.perf_counter() - t0, 2), "loss_first": report["loss_first"],
                   "loss_last": report["loss_last"], "peak_mb": round(mem.peak_mb, 1)}

@@ -118,7 +118,7 @@ def sft_adapter(smollm2_dir, rung1, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("smollm2-sft") / "sft"
     cfg = SFTConfig(iters=4, lr=1e-3, warmup=0, lr_schedule="constant", rank=8, scale=2.0, max_seq=2048)
-    return train_sft(model_spec(smollm2_dir, "torch", name="smollm2"), [t.record() for t in rung1], out, cfg, threads=2)
+    return train_sft(model_spec(smollm2_dir, "torch", name="smollm2"), rung1, out, cfg, threads=2)
 
 
 @pytest.mark.slow

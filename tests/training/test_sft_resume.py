@@ -12,11 +12,12 @@ from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
 from fixtures.models import model_spec
+from fixtures.tasks import task as make_task
 
 TASKS = [
-    {"id": "t_add", "prompt": "Write the body of add.", "gold_body": "    return a + b;\n"},
-    {"id": "t_neg", "prompt": "Write the body of neg.", "gold_body": "    return -x;\n"},
-    {"id": "t_sum", "prompt": "Write the body of total.", "gold_body": "    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"},
+    make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
+    make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n"),
+    make_task("t_sum", prompt="Write the body of total.", gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"),
 ]
 CFG = SFTConfig(iters=6, lr=1e-2, batch=2, warmup=1, save_every=2)
 WEIGHTS = {"torch": "adapter_model.safetensors", "mlx": "adapters.safetensors"}

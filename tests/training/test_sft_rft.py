@@ -20,18 +20,18 @@ from fixtures.tasks import task as make_task
 
 # Short prompts keep mlx[cpu] (reference BLAS) fast; the real prompt format is tested on torch.
 SHORT_TASKS = [
-    {"id": "t_add", "prompt": "Write the body of add.", "gold_body": "    return a + b;\n"},
-    {"id": "t_neg", "prompt": "Write the body of neg.", "gold_body": "    return -x;\n"},
-    {"id": "t_sum", "prompt": "Write the body of total.", "gold_body": "    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"},
+    make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
+    make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n"),
+    make_task("t_sum", prompt="Write the body of total.", gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"),
 ]
-RFT_TASKS = [make_task(t["id"], prompt=t["prompt"], gold_body=t["gold_body"]) for t in SHORT_TASKS]  # RFT reads Task records
+RFT_TASKS = SHORT_TASKS
 TINY_SFT = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
 
 
 def test_gold_completion_is_the_dedented_body_in_a_jac_block():
-    task = {"gold_body": "        if x {\n            y();\n        }\n"}
+    task = make_task("t", gold_body="        if x {\n            y();\n        }\n")
     assert gold_completion(task) == "```jac\nif x {\n    y();\n}\n```"
-    assert gold_completion({"gold_body": ["    a = 1;", "    b = 2;"]}) == "```jac\na = 1;\nb = 2;\n```"
+    assert gold_completion(make_task("u", gold_body="\n    a = 1;\n    b = 2;\n\n")) == "```jac\na = 1;\nb = 2;\n```"
 
 
 def _check_outputs(out, n_steps):
@@ -156,7 +156,7 @@ def test_one_sft_loop_trains_both_backends_alike(tiny_model, tmp_path):
     for backend in ("torch", "mlx"):
         b = load_backend(tiny_model, backend, threads=2)
         b.load_adapter(tmp_path / "start", trainable=True)
-        examples = [SFTExample(b.prompt_ids(t["prompt"]), b.completion_ids(gold_completion(t))) for t in SHORT_TASKS]
+        examples = [SFTExample(b.prompt_ids(t.prompt), b.completion_ids(gold_completion(t))) for t in SHORT_TASKS]
         losses[backend] = run_sft(b, examples, cfg)
     assert len(losses["torch"]) == 3 and losses["torch"][0] > losses["torch"][-1]
     assert losses["mlx"] == pytest.approx(losses["torch"], rel=1e-3)

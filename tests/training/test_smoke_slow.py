@@ -14,7 +14,7 @@ import pytest
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.models.config import TinyModelConfig
 from jacrl.training.config import SFTConfig
-from jacrl.io import read_jsonl
+from jacrl.reward.task import Task, read_tasks
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.training.sft import train_sft
 from fixtures.models import model_spec
@@ -23,11 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 RL = REPO / "dataset" / "rl"
 
 
-def mem_pass(model: Path, adapter: Path, tasks: list[dict]) -> tuple[int, list[float]]:
+def mem_pass(model: Path, adapter: Path, tasks: list[Task]) -> tuple[int, list[float]]:
     from jacrl.reward.batch import RewardScorer
 
     b = load_backend(model, "torch", adapter=adapter, threads=2)
-    greedy = b.generate([t["prompt"] for t in tasks], n=1, params=SamplingParams(temperature=0, max_tokens=256))
+    greedy = b.generate([t.prompt for t in tasks], n=1, params=SamplingParams(temperature=0, max_tokens=256))
     with RewardScorer({}, threads=2) as scorer:
         scores = scorer.score_batch(tasks, [g[0].text for g in greedy])
     return sum(s.exact for s in scores), [s.score for s in scores]
@@ -37,7 +37,7 @@ def mem_pass(model: Path, adapter: Path, tasks: list[dict]) -> tuple[int, list[f
 def test_gold_sft_memorises_rung_1_and_reports_rung_3(tmp_path):
     if not (RL / "trainpool.jsonl").exists():
         pytest.skip("dataset/rl/trainpool.jsonl is not built")
-    trainpool = read_jsonl(RL / "trainpool.jsonl")
+    trainpool = read_tasks(RL / "trainpool.jsonl")
     t0 = time.perf_counter()
     model = build_tiny_model(
         tmp_path / "tiny",

@@ -37,8 +37,9 @@ from typing import Any
 from jacrl.backends.base import Backend, LoraSpec, TokenLogprobs
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
-from jacrl.io import atomic_dir, read_jsonl
+from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
+from jacrl.reward.task import Task, tasks_arg
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import MetricsWriter, read_metrics
 from jacrl.training.schedule import lr_at
@@ -139,19 +140,9 @@ def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
     return losses
 
 
-def gold_completion(task: dict[str, Any]) -> str:
+def gold_completion(task: Task) -> str:
     """The assistant answer SFT teaches for a task: its gold body, dedented, in a ```jac block."""
-    body = task["gold_body"]
-    if not isinstance(body, str):
-        body = "".join(line + "\n" for line in body)
-    return "```jac\n" + textwrap.dedent(body).strip("\n") + "\n```"
-
-
-def load_tasks_arg(tasks: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tasks given as a JSONL path or as records."""
-    if isinstance(tasks, (str, Path)):
-        return read_jsonl(tasks)
-    return [dict(t) for t in tasks]
+    return "```jac\n" + textwrap.dedent(task.gold_body).strip("\n") + "\n```"
 
 
 def sft_examples(backend: Backend, prompts: Sequence[str], answers: Sequence[str]) -> list[SFTExample]:
@@ -240,7 +231,7 @@ def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metric
 
 def train_sft(
     model: ModelSpec,
-    tasks: str | Path | Sequence[dict[str, Any]],
+    tasks: str | Path | Sequence[Task],
     out_adapter_dir: str | Path,
     cfg: SFTConfig | None = None,
     threads: int | None = None,
@@ -254,15 +245,15 @@ def train_sft(
     steps of this call, without writing the output (what a kill does; used to test resume).
     """
     cfg = cfg or SFTConfig()
-    records = load_tasks_arg(tasks)
+    records = tasks_arg(tasks)
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
     b = load_model(model, threads)
-    examples = sft_examples(b, [t["prompt"] for t in records], [gold_completion(t) for t in records])
+    examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
-    identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t["id"] for t in records],
+    identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t.id for t in records],
                 "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
     try:
         _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0)
@@ -272,7 +263,7 @@ def train_sft(
     return out
 
 
-def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[dict], cfg: SFTConfig, ckpt: Path,
+def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[Task], cfg: SFTConfig, ckpt: Path,
                    identity: dict, stop_after: int | None, t0: float) -> None:
     with atomic_dir(out) as tmp:
         with MetricsWriter(tmp / "metrics.jsonl") as metrics:
