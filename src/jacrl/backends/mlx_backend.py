@@ -72,12 +72,11 @@ class MLXBackend(Backend):
     def generate_draws_ids(
         self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
     ) -> list[list[list[Completion]]]:
-        check_draws(draws)
-        rows = sum(d.n for d in draws)
+        max_tokens, rows = check_draws(draws), sum(d.n for d in draws)
         out: list[list[list[Completion]]] = [[] for _ in draws]
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
-            ids, lps = self._sample(list(prompt), draws, i)
+            ids, lps = self._sample(list(prompt), draws, i, max_tokens)
             at = 0
             for d, draw in enumerate(draws):
                 out[d].append([self._finish(a, b) for a, b in zip(ids[at : at + draw.n], lps[at : at + draw.n])])
@@ -102,7 +101,9 @@ class MLXBackend(Backend):
             logits = mx.repeat(logits, rows, axis=0)
         return cache, logits
 
-    def _sample(self, prompt: list[int], draws: Sequence[Draw], i: int) -> tuple[list[list[int]], list[list[float]]]:
+    def _sample(
+        self, prompt: list[int], draws: Sequence[Draw], i: int, max_tokens: int
+    ) -> tuple[list[list[int]], list[list[float]]]:
         """Every draw's rows of one prompt decoded together; draw d's rows split its own key (seed + i) each step."""
         import mlx.core as mx
 
@@ -116,7 +117,7 @@ class MLXBackend(Backend):
         tokens: list[np.ndarray] = []
         logps: list[np.ndarray] = []
         done = np.zeros(rows, dtype=bool)
-        for _ in range(check_draws(draws)):
+        for _ in range(max_tokens):
             parts, at = [], 0
             for d, draw in enumerate(draws):
                 keys[d], sub = mx.random.split(keys[d])

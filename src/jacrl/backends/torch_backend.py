@@ -140,7 +140,7 @@ class TorchBackend(Backend):
         """
         import torch
 
-        check_draws(draws)
+        max_tokens, offsets = check_draws(draws), _draw_offsets(draws)
         rows = sum(d.n for d in draws)
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
@@ -152,9 +152,9 @@ class TorchBackend(Backend):
             chunk = order[start : start + per_chunk]
             picks = [_Pick(d.params, [torch.Generator(device="cpu").manual_seed(d.params.seed + i) for i in chunk])
                      for d in draws]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], draws, picks)
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], draws, picks, max_tokens)
             for j, i in enumerate(chunk):
-                for d, first in enumerate(_draw_offsets(draws)):
+                for d, first in enumerate(offsets):
                     at = j * rows + first
                     out[d][i] = [self._finish(ids[r], lps[r]) for r in range(at, at + draws[d].n)]
             bar.update(len(chunk) * rows)
@@ -162,12 +162,12 @@ class TorchBackend(Backend):
         return out
 
     def _sample(
-        self, prompts: list[list[int]], draws: Sequence[Draw], picks: list[_Pick]
+        self, prompts: list[list[int]], draws: Sequence[Draw], picks: list[_Pick], max_tokens: int
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Prefill each prompt, left-pad the KV caches into one static cache with a copy per row, decode all rows together."""
         import torch
 
-        rows, max_tokens = sum(d.n for d in draws), check_draws(draws)
+        rows = sum(d.n for d in draws)
         width = max(map(len, prompts))
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
         # The mask spans the whole static cache: left padding and not-yet-written slots are 0.
@@ -524,19 +524,25 @@ class _RowChooser:
     def __call__(self, logits: Any) -> tuple[Any, Any]:
         import torch
 
+        if len(self.parts) == 1:  # one draw holds every row (GRPO, RFT): no gather or scatter per step
+            _, n, pick = self.parts[0]
+            return _choose_rows(logits, n, pick)
         tok = torch.empty(self.rows, dtype=torch.long)
         logp = torch.empty(self.rows, dtype=logits.dtype)
         for index, n, pick in self.parts:
-            if n == 0:
-                continue
-            if pick.params.temperature <= 0:
-                t, lp = _choose(logits[index], pick.params, None)
-            else:
-                part = logits[index]
-                chosen = [_choose(part[j * n : (j + 1) * n], pick.params, g) for j, g in enumerate(pick.gens)]
-                t, lp = torch.cat([c for c, _ in chosen]), torch.cat([c for _, c in chosen])
-            tok[index], logp[index] = t, lp
+            if n:
+                tok[index], logp[index] = _choose_rows(logits[index], n, pick)
         return tok, logp
+
+
+def _choose_rows(logits: Any, n: int, pick: _Pick) -> tuple[Any, Any]:
+    """One draw's next tokens: argmax when greedy, else each prompt's n rows from its own generator."""
+    import torch
+
+    if pick.params.temperature <= 0:
+        return _choose(logits, pick.params, None)
+    chosen = [_choose(logits[j * n : (j + 1) * n], pick.params, g) for j, g in enumerate(pick.gens)]
+    return torch.cat([c for c, _ in chosen]), torch.cat([c for _, c in chosen])
 
 
 def _choose(logits: Any, params: SamplingParams, gen: Any) -> tuple[Any, Any]:

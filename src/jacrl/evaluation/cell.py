@@ -24,8 +24,8 @@ def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig,
     """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every
     prompt, decoded in one batch per prompt: one prefill serves all three."""
     plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.samples_on(split), cfg.temperature)]
-    if cfg.policy_n and split in cfg.policy_splits:
-        plan.append(("policy", cfg.policy_n, cfg.policy_temperature))
+    if cfg.policy_on(split):
+        plan.append(("policy", cfg.policy_on(split), cfg.policy_temperature))
     draws = [
         Draw(n, SamplingParams(temperature=t, top_p=1.0 if kind == "greedy" else cfg.top_p,
                                max_tokens=cfg.max_tokens, seed=cfg.seed))

@@ -60,6 +60,10 @@ class EvalConfig(StrictModel):
         """The eval samples per task of a cell of `split` (0 = greedy only)."""
         return self.n if split in self.sample_splits else 0
 
+    def policy_on(self, split: Split) -> int:
+        """The policy samples per task of a cell of `split` (0 = none)."""
+        return self.policy_n if split in self.policy_splits else 0
+
     def cell_settings(self, split: Split) -> dict[str, Any]:
         """What of this section determines a cell of `split`: the sampling knobs only where that split
         draws samples, the policy knobs only where it draws policy samples, the task cap only on `mem`."""
@@ -67,7 +71,7 @@ class EvalConfig(StrictModel):
         del out["policy_splits"], out["sample_splits"]
         if not self.samples_on(split):
             del out["n"], out["k"], out["temperature"], out["top_p"]
-        if not (self.policy_n and split in self.policy_splits):
+        if not self.policy_on(split):
             del out["policy_n"], out["policy_temperature"]
         if split != "mem":
             del out["mem_max_tasks"]
