@@ -17,6 +17,7 @@ with logged(snakemake):
     adapter = snakemake.input.get("adapter") or None
     backend = load_backend(snakemake.params.model_dir, spec.backend, adapter=adapter, threads=snakemake.threads, model_name=spec.name,
                            placement=Placement.of(spec))
+    backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
     meta = {**snakemake.params.meta, "adapter": adapter, **cell_provenance(snakemake.params.cell_config),
             "code_version": code_version()}
     with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:

@@ -120,6 +120,25 @@ def test_fuse_equals_adapter_on(tiny_model, backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_merged_adapter_samples_and_scores_as_the_adapter(tiny_model, backend, tmp_path):
+    b = _trained(tiny_model, backend)
+    P, C = _pairs(b)
+    greedy = SamplingParams(temperature=0.0, max_tokens=12)
+    on, drawn = b.logprobs(P, C), b.generate(PROMPTS, n=1, params=greedy, progress=False)
+    b.merge_adapter()
+    assert b.merged and not any("lora" in type(m).__name__.lower() for _, m in b.model.named_modules())
+    assert _max_diff(on, b.logprobs(P, C)) < 1e-5
+    again = b.generate(PROMPTS, n=1, params=greedy, progress=False)
+    assert [g[0].token_ids for g in again] == [g[0].token_ids for g in drawn]
+    base = load_backend(tiny_model, backend, threads=2)
+    assert _max_diff(b.logprobs(P, C), base.logprobs(P, C)) > 1e-3, "the merged weights carry the adapter"
+    for refused in (lambda: b.save_adapter(tmp_path / "ad"), lambda: b.configure_optimizer(1e-3),
+                    lambda: b.adapter_disabled().__enter__(), lambda: b.keep_reference(tmp_path)):
+        with pytest.raises(RuntimeError, match="the adapter is merged into the weights"):
+            refused()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reference_is_the_base(tiny_model, backend):
     b = _trained(tiny_model, backend)
     P, C = _pairs(b)

@@ -171,6 +171,7 @@ class MLXBackend(Backend):
 
         if self.lora is None:
             raise RuntimeError("no trainable parameters: attach or load a LoRA adapter (trainable=True) first")
+        self._unmerged("train")
         self._opt = optim.AdamW(learning_rate=lr, weight_decay=weight_decay, bias_correction=True)
         self._max_grad_norm = max_grad_norm
         self._grads = None
@@ -332,8 +333,14 @@ class MLXBackend(Backend):
         finally:
             self.model.update_modules(tree_unflatten(loras))
 
+    def _merge_adapter(self) -> None:
+        from mlx.utils import tree_unflatten
+
+        self.model.update_modules(tree_unflatten([(n, m.fuse()) for n, m in self._lora_modules()]))
+
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
+        self._unmerged("disable the adapter")
         loras = self._lora_modules()
         scales = [m.scale for _, m in loras]
         for _, m in loras:
@@ -347,6 +354,7 @@ class MLXBackend(Backend):
     def keep_reference(self, path: str | Path) -> None:
         import mlx.core as mx
 
+        self._unmerged("keep a reference adapter")
         loras = dict(self._lora_modules())
         kept = {}
         for module, (a, b) in read_adapter(path).weights.items():

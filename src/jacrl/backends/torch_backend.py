@@ -351,6 +351,7 @@ class TorchBackend(Backend):
     def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:
         import torch
 
+        self._unmerged("train")
         params = self._trainable()
         if not params:
             raise RuntimeError("no trainable parameters: attach or load a LoRA adapter (trainable=True) first")
@@ -476,17 +477,22 @@ class TorchBackend(Backend):
         copy.deepcopy(self.model).merge_and_unload().save_pretrained(out_dir)
         _drop_stale_weights(out_dir)
 
+    def _merge_adapter(self) -> None:
+        self.model = self.model.merge_and_unload()
+
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
         if self.lora is None:
             yield
             return
+        self._unmerged("disable the adapter")
         with self.model.disable_adapter():
             yield
 
     def keep_reference(self, path: str | Path) -> None:
         import torch
 
+        self._unmerged("keep a reference adapter")
         params = dict(self.model.named_parameters())
         lora = {name for name in params if ".lora_" in name}
         kept = {}
