@@ -120,12 +120,17 @@ def grpo_init(wc):
     return f"adapters/r{wc.rung}/{wc.model}/sft" if wc.cond == "sft_grpo" else []
 
 
-def split_tasks(wc):
-    """A rung cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
-    if wc.cond == "base" and wc.split == "gen":
+def split_file(rung, split):
+    """A cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
+    return f"{RL}/holdout.jsonl" if split == "gen" else f"{RL}/rungs/r{rung}/train.jsonl"
+
+
+def base_cell_tasks(wc):
+    """A rung's base cell reads its split's tasks; there is no rung base gen cell (the shared one)."""
+    if wc.split == "gen":
         raise WorkflowError(f"the base model's gen cell does not depend on the rung; every rung reads "
                             f"{cell_file(wc.rung, wc.model, 'base', 'gen')}.json")
-    return f"{RL}/holdout.jsonl" if wc.split == "gen" else f"{RL}/rungs/r{wc.rung}/train.jsonl"
+    return [split_file(wc.rung, wc.split)]
 
 
 def cell_file(rung, model, cond, split):

@@ -1,21 +1,29 @@
 # Stage 4: evaluation cells → results/rl_ladder.jsonl → the pivot (table, csv, plot).
 
 
+LADDER_SPLITS = list(CFG.ladder.splits)
+
+
+def cell_params(rung, model, cond, split):
+    """What the script needs of one cell besides its files: its config slice and its meta."""
+    return {"split": split, "cell_config": CFG.cell_config(model, cond, split),
+            "meta": {"rung": rung, "model": model, "cond": cond, "split": split}}
+
+
 rule eval_base_gen:
     # The base model on the holdout does not depend on the rung: computed once, and every rung's row
     # and completions page read this one file (cell_file).
     input:
         model=lambda wc: model_input(wc.model),
-        tasks=f"{RL}/holdout.jsonl",
+        tasks=[f"{RL}/holdout.jsonl"],
     output:
-        cell="results/cells/shared/{model}/base/gen.json",
-        samples="results/cells/shared/{model}/base/gen.samples.jsonl",
+        cells=["results/cells/shared/{model}/base/gen.json"],
+        samples=["results/cells/shared/{model}/base/gen.samples.jsonl"],
     params:
         model_dir=lambda wc: model_dir(wc.model),
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=CELL_KEYS),
-        cell_config=lambda wc: CFG.cell_config(wc.model, "base", "gen"),
-        meta=lambda wc: {"rung": "shared", "model": wc.model, "cond": "base", "split": "gen"},
+        cells=lambda wc: [cell_params("shared", wc.model, "base", "gen")],
     log:
         "logs/eval/shared/{model}/base/gen.log",
     benchmark:
@@ -29,28 +37,59 @@ rule eval_base_gen:
         "../scripts/eval_cell.py"
 
 
-rule eval:
-    # One cluster job per model and rung (with the SLURM profile's group-components): cells
-    # take seconds to minutes, so each would otherwise wait in the queue alone.
+rule eval_base:
+    # The base model on a rung's own tasks (mem): one cell.
     group:
         "eval_r{rung}_{model}"
     input:
+        model=lambda wc: model_input(wc.model),
+        tasks=base_cell_tasks,
+    output:
+        cells=["results/cells/r{rung}/{model}/base/{split}.json"],
+        samples=["results/cells/r{rung}/{model}/base/{split}.samples.jsonl"],
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        cells=lambda wc: [cell_params(wc.rung, wc.model, "base", wc.split)],
+    log:
+        "logs/eval/r{rung}/{model}/base/{split}.log",
+    benchmark:
+        "benchmarks/eval/r{rung}/{model}/base/{split}.tsv"
+    threads: EVAL_THREADS
+    resources:
+        mem_mb=job_mem_mb("eval"),
+        runtime=job_runtime("eval"),
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/eval_cell.py"
+
+
+rule eval:
+    # Every split's cell of one adapter in one job: the model, the adapter and the reward's fork
+    # servers are loaded once (a job's start-up, ~10 s of imports, was a third of a mem cell).
+    # One cluster job per model and rung (with the SLURM profile's group-components): cells take
+    # seconds to minutes, so each would otherwise wait in the queue alone.
+    group:
+        "eval_r{rung}_{model}"
+    wildcard_constraints:
+        cond="|".join(ADAPTER_CONDITIONS),
+    input:
         model=policy_model_input,
-        tasks=split_tasks,
+        tasks=lambda wc: [split_file(wc.rung, s) for s in LADDER_SPLITS],
         adapter=adapter_input,
     output:
-        cell="results/cells/r{rung}/{model}/{cond}/{split}.json",
-        samples="results/cells/r{rung}/{model}/{cond}/{split}.samples.jsonl",
+        cells=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.json", split=LADDER_SPLITS),
+        samples=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.samples.jsonl", split=LADDER_SPLITS),
     params:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=CFG.model_dump(mode="json", include=CELL_KEYS),
-        cell_config=lambda wc: CFG.cell_config(wc.model, wc.cond, wc.split),
-        meta=lambda wc: {"rung": wc.rung, "model": wc.model, "cond": wc.cond, "split": wc.split},
+        cells=lambda wc: [cell_params(wc.rung, wc.model, wc.cond, s) for s in LADDER_SPLITS],
     log:
-        "logs/eval/r{rung}/{model}/{cond}/{split}.log",
+        "logs/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".log",
     benchmark:
-        "benchmarks/eval/r{rung}/{model}/{cond}/{split}.tsv"
+        "benchmarks/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".tsv"
     threads: EVAL_THREADS
     resources:
         mem_mb=job_mem_mb("eval"),

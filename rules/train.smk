@@ -2,6 +2,9 @@
 
 
 rule sft:
+    # Started before any cell that could wait: each SFT heads the longest chain (sft → sft_grpo →
+    # its cells), so a late one leaves a core idle at the end of the run.
+    priority: 2
     input:
         model=lambda wc: model_input(wc.model),
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
@@ -25,6 +28,7 @@ rule sft:
 
 
 rule grpo:
+    priority: 1
     input:
         model=policy_model_input,
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",

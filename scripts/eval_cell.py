@@ -1,4 +1,5 @@
-# Rules eval / eval_base_gen: one cell — generate, score every completion, aggregate.
+# Rules eval / eval_base / eval_base_gen: a job's cells (one per split) — generate, score every
+# completion, aggregate — with one model load and one set of reward fork servers.
 import json
 
 from jacrl.backends.config import ModelSpec
@@ -18,9 +19,11 @@ with logged(snakemake):
     backend = load_backend(snakemake.params.model_dir, spec.backend, adapter=adapter, threads=snakemake.threads, model_name=spec.name,
                            placement=Placement.of(spec))
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
-    meta = {**snakemake.params.meta, "adapter": adapter, **cell_provenance(snakemake.params.cell_config),
-            "code_version": code_version()}
+    jobs = zip(snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True)
     with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
-        cell = evaluate_cell(read_tasks(snakemake.input.tasks), backend, scorer, cfg.eval, meta, snakemake.output.samples)
-    write_text(snakemake.output.cell, json.dumps(cell, indent=1) + "\n")
-    summary(f"{cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  run {cell['run_pct']}%")
+        for one, tasks, cell_out, samples_out in jobs:
+            meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version()}
+            cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)
+            write_text(cell_out, json.dumps(cell, indent=1) + "\n")
+            summary(f"{one['split']}: {cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  "
+                    f"run {cell['run_pct']}%")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
 LOCAL_RULES = {"all", "splits", "rung", "rl_ladder", "show_ladder"}
-CLUSTER_RULES = {"build_tasks", "tiny_model", "sft", "grpo", "eval", "eval_base_gen"}
+CLUSTER_RULES = {"build_tasks", "tiny_model", "sft", "grpo", "eval", "eval_base", "eval_base_gen"}
 
 
 def plan(cwd, *args):
@@ -57,9 +57,11 @@ def test_short_jobs_are_local_rules(repo, tmp_path):
 def test_slurm_profile_groups_a_rungs_cells(repo, tmp_path):
     out = plan(repo, "--profile", "profiles/slurm", "-d", str(tmp_path), "--config",
                'ladder={"rungs": [1], "conditions": ["base", "sft"], "splits": ["gen", "mem"]}')
-    # the rung's three eval cells of the model travel as one cluster job
+    # the rung's three eval cells of the model (base mem; sft gen and mem in one job) travel as one cluster job
     group = re.search(r"Group job eval_r1_tiny \(jobs in lexicogr\. order\):\n(.*?)(?=\n\[|\Z)", out, re.DOTALL)
-    assert group and len(re.findall(r"rule eval:", group[1])) == 3
+    assert group and len(re.findall(r"rule eval:", group[1])) == 1 and len(re.findall(r"rule eval_base:", group[1])) == 1
+    for cell in ("r1/tiny/base/mem.json", "r1/tiny/sft/gen.json", "r1/tiny/sft/mem.json"):
+        assert f"results/cells/{cell}" in group[1], cell
 
 
 def test_slurm_profile_requests_runtime_and_memory(repo, tmp_path):

@@ -32,7 +32,8 @@ def test_default_plan_has_every_stage(repo):
     # rungs 1, 3, all × one model; 4 conditions × 2 splits; base gen computed once, copied nowhere
     assert jobs["build_tasks"] == 1 and jobs["splits"] == 1 and jobs["rung"] == 3
     assert jobs["tiny_model"] == 1 and jobs["sft"] == 3 and jobs["grpo"] == 6
-    assert jobs["eval_base_gen"] == 1 and jobs["eval"] == 21
+    # one eval job per adapter (both splits, one model load), one per rung's base mem cell
+    assert jobs["eval_base_gen"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
     assert jobs["rl_ladder"] == 1 and jobs["show_ladder"] == 1
 
 
@@ -67,10 +68,12 @@ def test_each_condition_starts_from_its_own_model(repo, models, raw_base):
         "adapters/r1/tiny/raw_grpo": [raw_base, tasks],
     }
     cells = job_inputs(out, "eval")
-    assert cells["results/cells/r1/tiny/raw_grpo/mem.json, results/cells/r1/tiny/raw_grpo/mem.samples.jsonl"] == [
-        raw_base, tasks, "adapters/r1/tiny/raw_grpo"]
-    assert cells["results/cells/r1/tiny/sft_grpo/gen.json, results/cells/r1/tiny/sft_grpo/gen.samples.jsonl"] == [
-        "models/tiny", "dataset/rl/holdout.jsonl", "adapters/r1/tiny/sft_grpo"]
+    stem = "results/cells/r1/tiny/{}/{}"
+    outputs = lambda cond: ", ".join(stem.format(cond, f) for f in  # noqa: E731
+                                     ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl"))
+    holdout = "dataset/rl/holdout.jsonl"
+    assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, "adapters/r1/tiny/raw_grpo"]
+    assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, "adapters/r1/tiny/sft_grpo"]
 
 
 def test_one_cell_plans_only_its_dependencies(repo):
@@ -85,7 +88,8 @@ def test_selectors_narrow_the_grid(repo):
     rc, out = dry_run(repo, "--forceall", "--config", 'ladder={"conditions": ["base", "sft"], "rungs": [1]}')
     assert rc == 0, out
     jobs = job_counts(out)
-    assert "grpo" not in jobs and jobs["sft"] == 1 and jobs["eval"] == 3 and jobs["eval_base_gen"] == 1
+    assert "grpo" not in jobs and jobs["sft"] == 1 and jobs["eval"] == 1 and jobs["eval_base"] == 1
+    assert jobs["eval_base_gen"] == 1
 
 
 @pytest.mark.parametrize("override,needle", [
@@ -102,5 +106,6 @@ def test_source_grid_plans_quickly(repo):
     rc, out = dry_run(repo, "results/rl_ladder.jsonl", "--forceall", "--configfile", "configs/source_grid.yaml")
     assert rc == 0, out
     jobs = job_counts(out)
-    # 6 rungs × 2 models × 4 conditions × 2 splits, each model's base gen cell computed once for all rungs
-    assert jobs["eval"] == 6 * 2 * (4 * 2 - 1) and jobs["eval_base_gen"] == 2
+    # 6 rungs × 2 models × 4 conditions × 2 splits: an adapter's two cells in one job, each model's base gen
+    # cell computed once for all rungs
+    assert jobs["eval"] == 6 * 2 * 3 and jobs["eval_base"] == 6 * 2 and jobs["eval_base_gen"] == 2
