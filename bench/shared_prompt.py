@@ -36,17 +36,12 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    score = backend._shared_logprobs if path == "shared" else backend._padded_logprobs
-    arg = heads
-    if path == "shared":
-        arg = {}
-        for i, h in enumerate(heads):
-            arg.setdefault(tuple(h), []).append(i)
+    score = backend._token_logprobs if path == "shared" else backend._padded_logprobs  # the first groups rows by prompt
     t0 = time.perf_counter()
     with torch.no_grad():
-        score(arg, tails, 1.0)
+        score(heads, tails, 1.0)
     backend.model.train()
-    lp, mask = score(arg, tails, 1.0)
+    lp, mask = score(heads, tails, 1.0)
     (lp.sum() / mask.sum()).backward()
     backend.model.eval()
     backend.model.zero_grad(set_to_none=True)

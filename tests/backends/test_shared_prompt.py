@@ -31,13 +31,9 @@ def rows(backend):
 def scored(backend, path, prompts, completions, temperature):
     """Logprobs, mask and the LoRA gradients of a weighted sum of the logprobs."""
     backend.model.zero_grad(set_to_none=True)
-    if path == "shared":
-        groups: dict = {}
-        for i, p in enumerate(prompts):
-            groups.setdefault(tuple(p), []).append(i)
-        lp, mask = backend._shared_logprobs(groups, completions, temperature)
-    else:
-        lp, mask = backend._padded_logprobs(prompts, completions, temperature)
+    # the public scoring path groups rows by prompt (repeated prompts here: the shared path, see below)
+    score = backend._token_logprobs if path == "shared" else backend._padded_logprobs
+    lp, mask = score(prompts, completions, temperature)
     weights = torch.linspace(-1.0, 1.0, lp.numel()).reshape(lp.shape)
     (lp * weights).sum().backward()
     grads = {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}

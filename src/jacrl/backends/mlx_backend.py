@@ -327,7 +327,7 @@ class MLXBackend(Backend):
         from mlx_lm.utils import save_model
 
         loras = self._lora_modules()
-        self.model.update_modules(tree_unflatten([(n, m.fuse()) for n, m in loras]))
+        self._merge_adapter()
         try:
             save_model(out_dir, self.model, donate_model=False)
         finally:

@@ -321,7 +321,9 @@ class TorchBackend(Backend):
             if n > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
                 cache.batch_repeat_interleave(len(index))
                 logits = torch.cat([logits, self.model(input_ids=tails[:, :-1], **kw).logits.float()], dim=1)
-            logits = logits[:, :n] / max(temperature, 1e-6) if temperature != 1.0 else logits[:, :n]
+            logits = logits[:, :n]
+            if temperature != 1.0:
+                logits = logits / max(temperature, 1e-6)
             lp = logits.gather(-1, tails[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
             for r, i in enumerate(index):
                 rows[i] = torch.nn.functional.pad(lp[r], (0, T - lp.shape[1]))
