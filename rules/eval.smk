@@ -37,7 +37,7 @@ rule eval_base_gen:
         "../scripts/eval_cell.py"
 
 
-rule eval_base:
+use rule eval_base_gen as eval_base with:
     # The base model on a rung's own tasks (mem): one cell.
     group:
         "eval_r{rung}_{model}"
@@ -48,24 +48,14 @@ rule eval_base:
         cells=["results/cells/r{rung}/{model}/base/{split}.json"],
         samples=["results/cells/r{rung}/{model}/base/{split}.samples.jsonl"],
     params:
-        model_dir=lambda wc: model_dir(wc.model),
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        config=CFG.model_dump(mode="json", include=CELL_KEYS),
         cells=lambda wc: [cell_params(wc.rung, wc.model, "base", wc.split)],
     log:
         "logs/eval/r{rung}/{model}/base/{split}.log",
     benchmark:
         "benchmarks/eval/r{rung}/{model}/base/{split}.tsv"
-    threads: EVAL_THREADS
-    resources:
-        mem_mb=job_mem_mb("eval"),
-        runtime=job_runtime("eval"),
-        gpu=lambda wc: gpu_count(wc.model),
-    script:
-        "../scripts/eval_cell.py"
 
 
-rule eval:
+use rule eval_base_gen as eval with:
     # Every split's cell of one adapter in one job: the model, the adapter and the reward's fork
     # servers are loaded once (a job's start-up, ~10 s of imports, was a third of a mem cell).
     # One cluster job per model and rung (with the SLURM profile's group-components): cells take
@@ -83,20 +73,11 @@ rule eval:
         samples=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.samples.jsonl", split=LADDER_SPLITS),
     params:
         model_dir=policy_model_dir,
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        config=CFG.model_dump(mode="json", include=CELL_KEYS),
         cells=lambda wc: [cell_params(wc.rung, wc.model, wc.cond, s) for s in LADDER_SPLITS],
     log:
         "logs/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".log",
     benchmark:
         "benchmarks/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".tsv"
-    threads: EVAL_THREADS
-    resources:
-        mem_mb=job_mem_mb("eval"),
-        runtime=job_runtime("eval"),
-        gpu=lambda wc: gpu_count(wc.model),
-    script:
-        "../scripts/eval_cell.py"
 
 
 rule rl_ladder:
