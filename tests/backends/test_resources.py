@@ -32,7 +32,7 @@ def test_parameters_are_read_from_the_safetensors_headers(tiny_model):
 
 
 def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):
-    smol = ModelSpec(name="s", builtin="smollm2")  # no folder under tmp_path: the builtin's record is used
+    smol = ModelSpec(name="s", builtin="smollm2", dtype="float32")  # no folder under tmp_path: the builtin's record
     assert model_shape(smol, tmp_path) == BUILTIN_SHAPES["smollm2"]
     fp32 = mem_mb(smol, "sft", 1, 2048, 2048, tmp_path)
     weights_mb = BUILTIN_SHAPES["smollm2"].parameters * 4 / 2**20

@@ -32,7 +32,10 @@ Conventions shared by both implementations:
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
+import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -79,6 +82,20 @@ def require_model_dir(path: str | Path, name: str | None = None) -> Path:
     if not (p / "config.json").is_file():
         raise ModelPathError(f"{who}: {p} is not a model folder (no config.json inside)")
     return p
+
+
+def safetensors_parameters(folder: str | Path) -> int | None:
+    """Parameter count from the headers of a folder's *.safetensors files (no tensor is read)."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
 
 
 def set_threads(threads: int | None) -> None:

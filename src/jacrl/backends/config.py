@@ -70,8 +70,9 @@ class ModelSpec(StrictModel):
     dtype: DtypeName = Field(
         "auto",
         description="Precision the torch backend loads the weights in: `auto` = bfloat16 on a CUDA GPU "
-        "that supports it (else float16), float16 on MPS, float32 on CPU; or `float32`, `bfloat16`, "
-        "`float16`. LoRA parameters stay float32 (peft casts adapters up), so updates do not underflow.",
+        "that supports it (else float16), float16 on MPS; on CPU bfloat16 for a model of ≥ 50 M parameters "
+        "where the CPU computes it natively (AVX512-BF16, AMX or Arm BF16), else float32; or `float32`, "
+        "`bfloat16`, `float16`. LoRA parameters stay float32 (peft casts adapters up), so updates do not underflow.",
     )
     gradient_checkpointing: bool = Field(
         False,

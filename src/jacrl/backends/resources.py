@@ -13,9 +13,11 @@
 17 values per hidden unit, layer and token is half the 34 bytes of 16-bit activations per
 token and layer of Korthikanti et al. (their count is in bytes at 2 bytes a value); with
 checkpointing only each layer's input is kept. The precision is the one the job will load: an
-explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps` and 4 otherwise (a CPU job loads
-float32; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
-sequences per forward and longest sequence, from the config sections the rule reads. A job
+explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps`, else what `auto` picks on this CPU
+(`jacrl.backends.cpu.auto_cpu_dtype`: bfloat16 for a model of ≥ 50 M parameters where the CPU
+computes it natively, float32 otherwise; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
+sequences per forward (SFT and RFT: per micro-batch) and longest sequence, from the config
+sections the rule reads. A job
 that asks for a GPU (`gpus` ≥ 1) keeps its activations there: its host memory is the weights.
 """
 
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
+from jacrl.backends.cpu import auto_cpu_dtype
 
 if TYPE_CHECKING:
     from jacrl.config import Config
@@ -63,20 +66,6 @@ BUILTIN_SHAPES = {
 }
 
 
-def safetensors_parameters(folder: Path) -> int | None:
-    """Parameter count from the headers of a folder's *.safetensors files (no tensor is read)."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        with open(f, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
-
-
 def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
     """The model's size from its folder if it exists (else the builtin's record); `parameters`
     in the spec overrides the count. None when nothing is known."""
@@ -96,11 +85,11 @@ def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
     return shape
 
 
-def load_bytes(spec: ModelSpec) -> int:
+def load_bytes(spec: ModelSpec, parameters: int) -> int:
     """Bytes per parameter of the precision the job loads."""
     if spec.dtype != "auto":
         return DTYPE_BYTES[spec.dtype]
-    return 2 if spec.device in ("cuda", "mps") else 4
+    return 2 if spec.device in ("cuda", "mps") else DTYPE_BYTES[auto_cpu_dtype(parameters)]
 
 
 def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".") -> int:
@@ -110,7 +99,7 @@ def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int
     shape = model_shape(spec, root)
     if shape is None:
         return FALLBACK_MB
-    nbytes = load_bytes(spec)
+    nbytes = load_bytes(spec, shape.parameters)
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
     per_value = rows * seq * shape.layers * shape.hidden * nbytes
     if spec.gpu_count:  # activations and the KV cache live on the GPU
@@ -136,7 +125,9 @@ def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
         g = cfg.grpo
         return g.prompts_per_step * g.group_size, g.max_seq, g.max_completion
     if kind in ("sft", "rft"):
-        return cfg.sft.batch, cfg.sft.max_seq, cfg.sft.max_seq
+        s = cfg.sft
+        per_forward = s.batch if s.micro_batch_tokens is None else max(1, s.micro_batch_tokens // s.max_seq)
+        return min(s.batch, per_forward), s.max_seq, s.max_seq
     e = cfg.eval
     rows = min(MAX_BATCH_ROWS, max(1, e.n, e.policy_n or 0))
     return rows, cfg.grpo.max_seq + e.max_tokens, e.max_tokens

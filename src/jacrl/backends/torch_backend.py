@@ -27,13 +27,15 @@ from jacrl.backends.base import (
     check_draws,
     pad_right,
     require_model_dir,
+    safetensors_parameters,
     set_threads,
 )
+from jacrl.backends.cpu import BF16_MIN_PARAMS, auto_cpu_dtype
 from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter
 from jacrl.progress import Progress
 
 
-SMALL_MODEL_PARAMS = 50_000_000
+SMALL_MODEL_PARAMS = BF16_MIN_PARAMS
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
@@ -64,9 +66,11 @@ def resolve_device(device: str | None = "auto") -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str) -> Any:
+def resolve_dtype(dtype: str, device: str, parameters: int | None = None) -> Any:
     """The torch dtype to load in: `auto` = bfloat16 on a CUDA GPU that supports it (else
-    float16), float16 on MPS, float32 on CPU; else the named one."""
+    float16), float16 on MPS; on CPU bfloat16 for a model of ≥ 50 M `parameters` where the CPU
+    computes it natively (AVX512-BF16, AMX or Arm BF16), else float32 (`jacrl.backends.cpu`);
+    else the named one."""
     import torch
 
     if dtype != "auto":
@@ -75,7 +79,9 @@ def resolve_dtype(dtype: str, device: str) -> Any:
         return getattr(torch, dtype)
     if device == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.float16 if device == "mps" else torch.float32
+    if device == "mps":
+        return torch.float16
+    return getattr(torch, auto_cpu_dtype(parameters))
 
 
 class TorchBackend(Backend):
@@ -98,7 +104,8 @@ class TorchBackend(Backend):
         self.model_path = require_model_dir(model_path, model_name)
         self.device = resolve_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=resolve_dtype(dtype, self.device))
+        self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path))
+        base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
         base.to(self.device).eval()
         for p in base.parameters():
             p.requires_grad_(False)

@@ -1,7 +1,7 @@
 """Configuration of the supervised stages: gold-SFT (`sft:`) and the RFT warm start (`rft:`).
 
     sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
-    rft: {samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
+    rft: {tasks: rung, samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
 """
 
 from __future__ import annotations
@@ -46,6 +46,14 @@ class SFTConfig(StrictModel):
     max_seq: int = Field(
         4096, ge=64, description="Longest prompt + completion in tokens; longer examples are left-truncated."
     )
+    micro_batch_tokens: int | None = Field(
+        4096,
+        ge=64,
+        description="Most padded tokens (rows × longest row) in one forward + backward: a step's batch is "
+        "split into micro-batches within it, longest rows first, and their gradients added up (the same "
+        "gradient as one forward of the batch, in float rounding). Peak memory follows a micro-batch: on "
+        "CPU a 4 × 2k-token SmolLM2 batch in one forward exceeds 24 GB. `null`: the whole batch at once.",
+    )
     seed: int = Field(0, description="Seed of LoRA initialisation and batch order.")
     save_every: int = Field(
         50,
@@ -61,7 +69,14 @@ class RFTConfig(StrictModel):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    samples: int = Field(8, ge=1, description="Completions sampled per train-pool task.")
+    tasks: Literal["rung", "pool"] = Field(
+        "rung",
+        description="What RFT samples from. `rung`: the rung's own train tasks, one warm start per rung "
+        "(models/{model}-rft-r{rung}/), so raw_grpo at rung N has seen the same N tasks as sft there. `pool`: the "
+        "whole train pool, one warm start per model (models/{model}-rft/) shared by every rung: cheaper, but every "
+        "rung's raw_grpo then rests on all of the pool (docs/design.md#decisions).",
+    )
+    samples: int = Field(8, ge=1, description="Completions sampled per task.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap in tokens.")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jacrl.backends.base import Backend, LoraSpec, TokenLogprobs
+from jacrl.backends.base import Backend, LoraSpec, LossFn, TokenLogprobs
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir
@@ -55,6 +55,9 @@ class SFTExample:
 
     prompt_ids: list[int]
     completion_ids: list[int]
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
 
     def truncated(self, max_seq: int) -> SFTExample:
         """Drop tokens from the prompt's start so the whole fits in `max_seq` (completion kept)."""
@@ -108,36 +111,40 @@ def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
     return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
 
 
-def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
-            on_step: Callable[[StepInfo], None] | None = None, start: int = 0,
-            optimizer_state: str | Path | None = None) -> list[float]:
-    """LoRA SFT of the backend's adapter (attached, or loaded trainable) on `examples`: each step
-    one batch of `batch_order`, `backward` of `nll`, `step` at `sft_lr`. A resumed run gives the
-    0-based `start` step and the optimiser saved then, with that step's adapter loaded, and trains
-    on the batches and at the learning rates of an uninterrupted run's steps start…iters-1.
-    Returns the loss of each step run."""
-    if backend.lora is None:
-        raise RuntimeError("attach_lora() (or load_adapter(trainable=True)) before SFT")
-    examples = [e.truncated(cfg.max_seq) for e in examples]
-    backend.configure_optimizer(cfg.lr)
-    if optimizer_state is not None:
-        backend.load_optimizer(optimizer_state)
-    order = itertools.islice(enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)), start, None)
-    bar = Progress(order, total=cfg.iters, initial=start, desc=f"sft ({backend.name})", unit="step")
-    losses: list[float] = []
-    for step, idx in bar:
-        tic = time.perf_counter()
-        batch = [examples[i] for i in idx]
-        lr = sft_lr(step, cfg)
-        loss = backend.backward([e.prompt_ids for e in batch], [e.completion_ids for e in batch], 1.0, nll)["loss"]
-        backend.step(lr)
-        tokens = sum(len(e.prompt_ids) + len(e.completion_ids) for e in batch)
-        losses.append(loss)
-        dt = time.perf_counter() - tic
-        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / dt:.0f}")
-        if on_step is not None:
-            on_step(StepInfo(step + 1, loss, lr, tokens / dt, tokens))
-    return losses
+def nll_share(total_tokens: int) -> LossFn:
+    """One micro-batch's part of `nll` over a batch of `total_tokens` completion tokens: the summed
+    NLL divided by the whole batch's count, so the micro-batches' gradients add up to the batch's."""
+
+    def loss(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
+        return -(t.logprobs * t.mask).sum() / total_tokens, {}
+
+    return loss
+
+
+def micro_batches(batch: Sequence[SFTExample], max_tokens: int | None) -> list[list[SFTExample]]:
+    """Split a step's batch into forwards of at most `max_tokens` padded tokens (rows × longest
+    row), rows taken longest first so each forward pads little; a row longer than the budget
+    goes alone. None: the whole batch in one forward."""
+    if max_tokens is None:
+        return [list(batch)]
+    out: list[list[SFTExample]] = []
+    for e in sorted(batch, key=len, reverse=True):
+        if out and len(out[-1][0]) * (len(out[-1]) + 1) <= max_tokens:
+            out[-1].append(e)
+        else:
+            out.append([e])
+    return out
+
+
+def sft_backward(backend: Backend, batch: Sequence[SFTExample], max_tokens: int | None) -> float:
+    """Accumulate the gradient of `nll` over `batch` into the adapter, one micro-batch at a time
+    (peak memory follows the micro-batch, not the batch); returns the batch's loss."""
+    parts = micro_batches(batch, max_tokens)
+    if len(parts) == 1:
+        return backend.backward([e.prompt_ids for e in batch], [e.completion_ids for e in batch], 1.0, nll)["loss"]
+    loss_fn = nll_share(sum(len(e.completion_ids) for e in batch))
+    return sum(backend.backward([e.prompt_ids for e in part], [e.completion_ids for e in part], 1.0, loss_fn)["loss"]
+               for part in parts)
 
 
 def gold_completion(task: Task) -> str:

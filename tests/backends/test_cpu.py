@@ -1,0 +1,72 @@
+"""CPU feature detection and what `dtype: auto` loads on CPU (jacrl.backends.cpu)."""
+
+from __future__ import annotations
+
+import torch
+
+from jacrl.backends import cpu
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.resources import load_bytes
+from jacrl.backends.torch_backend import resolve_dtype
+
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16 avx512_vnni
+
+processor\t: 1
+model name\t: AMD EPYC 9R14
+flags\t\t: fpu
+"""
+SKYLAKE = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8175M\nflags\t\t: fpu avx2 avx512f avx512bw\n"
+SAPPHIRE = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: avx512f amx_bf16 amx_tile\n"
+GRAVITON3 = "processor\t: 0\nBogoMIPS\t: 2100.00\nFeatures\t: fp asimd sve bf16 i8mm\nCPU part\t: 0xd40\n"
+GRAVITON2 = "processor\t: 0\nFeatures\t: fp asimd aes crc32\n"
+
+
+def test_native_bf16_is_read_from_the_flags_of_the_first_processor():
+    zen4 = cpu.parse_cpuinfo(ZEN4)
+    assert zen4.model == "AMD EPYC 9R14" and zen4.native_bf16
+    assert "avx512_bf16" in zen4.describe() and "avx512f" in zen4.describe()
+    assert not cpu.parse_cpuinfo(SKYLAKE).native_bf16  # AVX-512 without BF16: torch emulates bf16
+    assert cpu.parse_cpuinfo(SAPPHIRE).native_bf16  # AMX
+    assert cpu.parse_cpuinfo(GRAVITON3).native_bf16 and not cpu.parse_cpuinfo(GRAVITON2).native_bf16
+
+
+def test_this_machine_reports_a_model_and_its_flags():
+    info = cpu.cpu_info()
+    assert info.model and isinstance(info.native_bf16, bool)
+    assert cpu.cpu_computes_bf16() == info.native_bf16
+
+
+def _pretend(monkeypatch, bf16: bool) -> None:
+    monkeypatch.setattr(cpu, "cpu_computes_bf16", lambda: bf16)
+
+
+def test_auto_on_cpu_is_bf16_for_a_large_model_on_a_bf16_cpu_only(monkeypatch):
+    big, small = 134_515_008, 1_100_000
+    _pretend(monkeypatch, True)
+    assert resolve_dtype("auto", "cpu", big) == torch.bfloat16
+    assert resolve_dtype("auto", "cpu", small) == torch.float32  # the tiny model: the same run on every CPU
+    assert resolve_dtype("auto", "cpu", None) == torch.float32
+    assert resolve_dtype("float32", "cpu", big) == torch.float32  # explicit wins
+    _pretend(monkeypatch, False)
+    assert resolve_dtype("auto", "cpu", big) == torch.float32
+
+
+def test_the_memory_estimate_loads_what_the_backend_loads(monkeypatch):
+    spec = ModelSpec(name="s", builtin="smollm2")
+    _pretend(monkeypatch, True)
+    assert load_bytes(spec, 134_515_008) == 2 and load_bytes(spec, 1_000_000) == 4
+    _pretend(monkeypatch, False)
+    assert load_bytes(spec, 134_515_008) == 4
+    assert load_bytes(ModelSpec(name="s", builtin="smollm2", device="cuda"), 1_000_000) == 2
+    assert load_bytes(ModelSpec(name="s", builtin="smollm2", dtype="bfloat16"), 1_000_000) == 2
+
+
+def test_the_backend_loads_the_tiny_model_in_float32_on_any_cpu(tiny_model, monkeypatch):
+    from jacrl.backends import load_backend
+
+    _pretend(monkeypatch, True)
+    b = load_backend(tiny_model, "torch", threads=1)
+    assert b.dtype == torch.float32 and next(b.model.parameters()).dtype == torch.float32
