@@ -147,6 +147,39 @@ def sft_backward(backend: Backend, batch: Sequence[SFTExample], max_tokens: int 
                for part in parts)
 
 
+def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
+            on_step: Callable[[StepInfo], None] | None = None, start: int = 0,
+            optimizer_state: str | Path | None = None) -> list[float]:
+    """LoRA SFT of the backend's adapter (attached, or loaded trainable) on `examples`: each step
+    one batch of `batch_order`, `backward` of `nll` (in micro-batches of `cfg.micro_batch_tokens`),
+    `step` at `sft_lr`. A resumed run gives the
+    0-based `start` step and the optimiser saved then, with that step's adapter loaded, and trains
+    on the batches and at the learning rates of an uninterrupted run's steps start…iters-1.
+    Returns the loss of each step run."""
+    if backend.lora is None:
+        raise RuntimeError("attach_lora() (or load_adapter(trainable=True)) before SFT")
+    examples = [e.truncated(cfg.max_seq) for e in examples]
+    backend.configure_optimizer(cfg.lr)
+    if optimizer_state is not None:
+        backend.load_optimizer(optimizer_state)
+    order = itertools.islice(enumerate(batch_order(len(examples), cfg.batch, cfg.iters, cfg.seed)), start, None)
+    bar = Progress(order, total=cfg.iters, initial=start, desc=f"sft ({backend.name})", unit="step")
+    losses: list[float] = []
+    for step, idx in bar:
+        tic = time.perf_counter()
+        batch = [examples[i] for i in idx]
+        lr = sft_lr(step, cfg)
+        loss = sft_backward(backend, batch, cfg.micro_batch_tokens)
+        backend.step(lr)
+        tokens = sum(map(len, batch))
+        losses.append(loss)
+        dt = time.perf_counter() - tic
+        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.1e}", tok_s=f"{tokens / dt:.0f}")
+        if on_step is not None:
+            on_step(StepInfo(step + 1, loss, lr, tokens / dt, tokens))
+    return losses
+
+
 def gold_completion(task: Task) -> str:
     """The assistant answer SFT teaches for a task: its gold body, dedented, in a ```jac block."""
     return "```jac\n" + textwrap.dedent(task.gold_body).strip("\n") + "\n```"
