@@ -1,6 +1,8 @@
 # jacrl — the Jac GRPO ladder as one DAG.
 #   drivers → tasks → splits → rungs → (models, adapters) → eval cells → rl_ladder.jsonl → pivot
 #   → report items (`snakemake --report report.html`)
+# `ladder.plan: smart` stages the cells behind two checkpoints (rules/plan.smk): smoke gate → SFT
+# curve → GRPO at the elbow.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -18,6 +20,7 @@ include: "rules/common.smk"
 include: "rules/tasks.smk"
 include: "rules/models.smk"
 include: "rules/train.smk"
+include: "rules/plan.smk"
 include: "rules/eval.smk"
 include: "rules/report.smk"
 
@@ -30,11 +33,13 @@ localrules:
     rung,
     rl_ladder,
     show_ladder,
+    smoke,
+    elbow,
     smollm2_model,
 
 
 rule all:
     input:
         all_targets(),
-        report_targets(),
+        report_targets,
     default_target: True

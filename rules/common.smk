@@ -1,7 +1,8 @@
 # Config validation and the input functions shared by every stage.
+import json
 import os
+import re
 import sys
-from itertools import product
 from pathlib import Path
 
 # Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
@@ -15,8 +16,9 @@ from snakemake.logging import logger
 from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
-from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
-from jacrl.ladder.config import ADAPTER_CONDITIONS, CONDITIONS, GRPO_CONDITIONS, SPLITS
+from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
+from jacrl.ladder.config import ADAPTER_CONDITIONS, GRPO_CONDITIONS, SPLITS, CellKey, arm_conditions, condition_parts
+from jacrl.ladder.plan import grid
 
 try:
     CFG = load_config(config)
@@ -25,15 +27,21 @@ except ConfigError as err:
 
 RL = "dataset/rl"
 MODELS = [m.name for m in CFG.models]
+ARM_CONDITIONS = arm_conditions(list(CFG.grpo_arms))
 
 for line in missing_models(CFG.models):
     logger.warning(f"warning: {line} (jobs that need it will fail)")
 
 
+def one_of(names):
+    """A wildcard constraint: exactly one of `names` (arm names may hold `-`)."""
+    return "|".join(re.escape(n) for n in names)
+
+
 wildcard_constraints:
     rung=r"\d+|all",
     model="|".join(MODELS),
-    cond="|".join(CONDITIONS),
+    cond=one_of(CFG.conditions),
     split="|".join(SPLITS),
 
 
@@ -96,18 +104,29 @@ def job_runtime(kind):
     return lambda wc: job_resources(CFG, wc.model, kind)["runtime"]
 
 
+RFT_MODEL = "models/{model}-rft" + ("-r{rung}" if CFG.rft.tasks == "rung" else "")
+"""The RFT warm start: one per rung, sampled from the rung's train tasks, or one per model from the
+whole train pool (`rft.tasks`)."""
+RFT_KEY = "r{rung}/{model}" if CFG.rft.tasks == "rung" else "{model}"
+
+
+def rft_tasks(wc):
+    return f"{RL}/rungs/r{wc.rung}/train.jsonl" if CFG.rft.tasks == "rung" else f"{RL}/trainpool.jsonl"
+
+
 def on_rft_start(wc):
     """Which model a condition's LoRA sits on, decided here once for its GRPO job and its eval cells:
-    raw_grpo's on the RFT warm start of a model with `warm_start: rft`, every other one on the base."""
-    return wc.cond == "raw_grpo" and model_spec(wc.model).warm_start == "rft"
+    raw_grpo's (every arm's) on the RFT warm start of a model with `warm_start: rft`, every other one
+    on the base."""
+    return condition_parts(wc.cond)[0] == "raw_grpo" and model_spec(wc.model).warm_start == "rft"
 
 
 def policy_model_input(wc):
-    return f"models/{wc.model}-rft" if on_rft_start(wc) else model_input(wc.model)
+    return RFT_MODEL.format(model=wc.model, rung=wc.rung) if on_rft_start(wc) else model_input(wc.model)
 
 
 def policy_model_dir(wc):
-    return f"models/{wc.model}-rft" if on_rft_start(wc) else model_dir(wc.model)
+    return RFT_MODEL.format(model=wc.model, rung=wc.rung) if on_rft_start(wc) else model_dir(wc.model)
 
 
 def adapter_input(wc):
@@ -116,8 +135,14 @@ def adapter_input(wc):
 
 
 def grpo_init(wc):
-    """The adapter a GRPO run starts from: sft_grpo the rung's SFT adapter, raw_grpo none (a fresh LoRA)."""
-    return f"adapters/r{wc.rung}/{wc.model}/sft" if wc.cond == "sft_grpo" else []
+    """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter, raw_grpo none
+    (a fresh LoRA)."""
+    return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
+
+
+def grpo_job_config(wc):
+    """The config a GRPO job reads: the top-level GRPO sections, or its arm's."""
+    return CFG.grpo_job_config(condition_parts(wc.cond)[1])
 
 
 def split_file(rung, split):
@@ -147,10 +172,31 @@ def cell_files(wc):
     return {"cell": f"{stem}.json", "samples": f"{stem}.samples.jsonl"}
 
 
-def ladder_slots():
-    """(rung, cell file) for every cell of the ladder, in its order; the shared base gen cell once per rung."""
-    grid = product(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder.conditions, CFG.ladder.splits)
-    return [(str(rung), f"{cell_file(rung, model, cond, split)}.json") for rung, model, cond, split in grid]
+SMART = CFG.ladder.plan == "smart"
+
+
+def curve_keys():
+    """The smart plan's first stage: base and sft on every selected rung."""
+    return grid(CFG.ladder_rungs, CFG.ladder_models, ["base", "sft"], CFG.ladder.splits)
+
+
+def ladder_keys(wc=None):
+    """Every cell of the ladder: the selected grid, or the smart plan's cells (known once its elbow
+    checkpoint has run: results/plan.json)."""
+    if not SMART:
+        return grid(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder.conditions, CFG.ladder.splits)
+    with open(checkpoints.elbow.get().output[0], encoding="utf-8") as fh:
+        return [CellKey(*k) for k in json.load(fh)["cells"]]
+
+
+def cell_json(keys):
+    return [f"{cell_file(*k)}.json" for k in keys]
+
+
+def expected_cells():
+    """Every cell the config could hold (all models, conditions, splits) → the provenance it gives it:
+    what the rows compare each cell on disk with."""
+    return {f"{m}/{c}/{s}": cell_provenance(CFG.cell_config(m, c, s)) for m in MODELS for c in CFG.conditions for s in SPLITS}
 
 
 def all_targets():

@@ -63,7 +63,7 @@ use rule eval_base_gen as eval with:
     group:
         "eval_r{rung}_{model}"
     wildcard_constraints:
-        cond="|".join(ADAPTER_CONDITIONS),
+        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
     input:
         model=policy_model_input,
         tasks=lambda wc: [split_file(wc.rung, s) for s in LADDER_SPLITS],
@@ -81,13 +81,18 @@ use rule eval_base_gen as eval with:
 
 
 rule rl_ladder:
+    # The rows hold every cell on disk the current config would build, not only these inputs (which
+    # this run builds): staged runs fill one table. In the smart plan the curve is planned once the
+    # gate has passed, the GRPO cells once the elbow is known.
     input:
-        [cell for _, cell in ladder_slots()],
+        cells=after_the_gate(curve_keys()) if SMART else cell_json(ladder_keys()),
+        staged=(lambda wc: cell_json(ladder_keys())) if SMART else [],
     output:
         "results/rl_ladder.jsonl",
     params:
-        # the rung each input is filed under: the shared base gen cell comes once per rung
-        rungs=[rung for rung, _ in ladder_slots()],
+        root="results/cells",
+        expected=expected_cells(),
+        rungs=[str(r) for r in CFG.rungs],
     log:
         "logs/rl_ladder.log",
     benchmark:
@@ -100,7 +105,8 @@ rule rl_ladder:
 
 rule show_ladder:
     input:
-        "results/rl_ladder.jsonl",
+        rows="results/rl_ladder.jsonl",
+        plan="results/plan.json" if SMART else [],  # the smart plan goes at the head of ladder.md
     output:
         md=report("results/ladder.md", category="Ladder"),
         csv="results/ladder.csv",

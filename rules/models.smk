@@ -37,20 +37,21 @@ rule smollm2_model:
 
 
 rule rft:
+    # sampled from the rung's train tasks (one warm start per rung) or the whole pool: `rft.tasks`
     input:
         model=lambda wc: model_input(wc.model),
-        trainpool=f"{RL}/trainpool.jsonl",
+        tasks=rft_tasks,
     output:
-        directory("models/{model}-rft"),
+        directory(RFT_MODEL),
     params:
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         cfg=CFG.rft.model_dump(mode="json"),
         sft=CFG.sft.model_dump(mode="json"),
         reward=CFG.reward.model_dump(mode="json"),
     log:
-        "logs/rft/{model}.log",
+        f"logs/rft/{RFT_KEY}.log",
     benchmark:
-        "benchmarks/rft/{model}.tsv"
+        f"benchmarks/rft/{RFT_KEY}.tsv"
     threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("rft"),

@@ -5,28 +5,21 @@
 REPORT = "results/report"
 
 
-def curve_figures():
-    """One figure per adapter the ladder trains (every condition but `base`)."""
-    conds = [c for c in CFG.ladder.conditions if c in ADAPTER_CONDITIONS]
-    return expand(f"{REPORT}/curves/r{{rung}}/{{model}}/{{cond}}.png",
-                  rung=CFG.ladder_rungs, model=CFG.ladder_models, cond=conds)
-
-
-def sample_pages():
-    """One completions page per ladder cell."""
-    return expand(f"{REPORT}/samples/r{{rung}}/{{model}}/{{cond}}/{{split}}.html",
-                  rung=CFG.ladder_rungs, model=CFG.ladder_models, cond=CFG.ladder.conditions, split=CFG.ladder.splits)
-
-
-def report_targets():
-    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curve_figures(), *sample_pages()]
+def report_targets(wc=None):
+    """The report's items: the ladder and splits pages, one training-curve figure per adapter the
+    ladder trains (every condition but `base`) and one completions page per ladder cell (in the
+    smart plan, known once its elbow checkpoint has run)."""
+    keys = ladder_keys()
+    curves = sorted({f"{REPORT}/curves/r{k.rung}/{k.model}/{k.cond}.png" for k in keys if k.cond != "base"})
+    pages = [f"{REPORT}/samples/r{k.rung}/{k.model}/{k.cond}/{k.split}.html" for k in keys]
+    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curves, *pages]
 
 
 rule report_items:
     # Everything `snakemake --report` embeds; building it runs the ladder first where missing.
     localrule: True
     input:
-        report_targets(),
+        report_targets,
 
 
 rule report_ladder:
@@ -71,7 +64,7 @@ rule report_curves:
             caption="../report/curves.rst",
         ),
     wildcard_constraints:
-        cond="|".join(ADAPTER_CONDITIONS),
+        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
     params:
         title=lambda wc: f"adapters/r{wc.rung}/{wc.model}/{wc.cond}",
     log:

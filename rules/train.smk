@@ -1,4 +1,4 @@
-# Stage 3: training — gold-SFT per rung, then GRPO from the SFT adapter or from the base.
+# Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base.
 
 
 rule sft:
@@ -36,11 +36,11 @@ rule grpo:
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     wildcard_constraints:
-        cond="|".join(GRPO_CONDITIONS),
+        cond=one_of([*GRPO_CONDITIONS, *ARM_CONDITIONS]),
     params:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        config=CFG.model_dump(mode="json", include=GRPO_KEYS),
+        config=grpo_job_config,
     log:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:

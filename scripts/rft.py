@@ -1,4 +1,4 @@
-# Rule rft: RFT warm start — sample, keep what the reward passes, LoRA-SFT on it, fuse.
+# Rule rft: RFT warm start — sample the rung's tasks (or the pool), keep what the reward passes, LoRA-SFT on it, fuse.
 from jacrl.backends.config import ModelSpec
 from jacrl.reward.config import RewardConfig
 from jacrl.training.config import RFTConfig, SFTConfig
@@ -6,6 +6,6 @@ from jacrl.training.rft import train_rft
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    train_rft(ModelSpec(**snakemake.params.spec), snakemake.input.trainpool, snakemake.output[0],
+    train_rft(ModelSpec(**snakemake.params.spec), snakemake.input.tasks, snakemake.output[0],
               RFTConfig(**snakemake.params.cfg), reward_cfg=RewardConfig(**snakemake.params.reward),
               threads=snakemake.threads, sft_cfg=SFTConfig(**snakemake.params.sft))

@@ -1,8 +1,12 @@
-# Rule rl_ladder: one row per cell, rebuilt from the cells (never appended).
-from jacrl.ladder.rows import write_ladder
-from jacrl.progress import summary
+# Rule rl_ladder: one row per cell on disk that the current config would build (never appended).
+from jacrl.ladder.rows import current_cells, write_ladder
+from jacrl.progress import console_warning, summary
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    rows = write_ladder(list(snakemake.input), snakemake.output[0], rungs=snakemake.params.rungs)
-    summary(f"{len(rows)} rows")
+    p = snakemake.params
+    cells, left_out = current_cells(p.root, p.expected, p.rungs, required=list(snakemake.input))
+    for cell in left_out:
+        console_warning(str(cell))
+    rows = write_ladder(cells, snakemake.output[0])
+    summary(f"{len(rows)} rows" + (f", {len(left_out)} cells on disk left out" if left_out else ""))

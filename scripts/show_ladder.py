@@ -1,6 +1,7 @@
-# Rule show_ladder: the pivot — markdown table, csv and plot with Wilson CIs, paired tests.
+# Rule show_ladder: the pivot — markdown table (the smart plan at its head), csv and plot with Wilson CIs, paired tests.
 from jacrl.ladder.pivot import show_ladder
 from jacrl.workflow import logged
 
 with logged(snakemake):
-    print(show_ladder(snakemake.input[0], snakemake.output.md, snakemake.output.csv, snakemake.output.png))
+    print(show_ladder(snakemake.input.rows, snakemake.output.md, snakemake.output.csv, snakemake.output.png,
+                      plan_path=snakemake.input.get("plan") or None))

@@ -99,6 +99,8 @@ def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
 def test_rft_warm_start_enters_raw_grpo_cells_only():
     raw = {c for c in CELLS if c[0] == "raw_grpo"}
     assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
+    assert changed({"rft": {"tasks": "pool"}}, RFT_MODEL) == raw  # what RFT sampled from is recorded in the cell
+    assert load_config({}).rft.tasks == "rung"
     assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo")}  # RFT has its own iters
     assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
 
@@ -135,3 +137,49 @@ def test_every_section_has_one_strict_base_and_every_field_a_description():
         assert issubclass(model, StrictModel), model
         undocumented = [n for n, f in model.model_fields.items() if not f.description]
         assert not undocumented, f"{model.__name__}: {undocumented}"
+
+
+TUNED = {"grpo": {"iters": 8, "lr": 1e-4}, "grpo_arms": {"tuned": {"grpo": {"lr": 1e-5, "iters": 500}}}}
+
+
+def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
+    cfg = load_config({**TUNED, "losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.04}]})
+    arm = cfg.grpo_arms["tuned"]
+    assert (arm.grpo.lr, arm.grpo.iters) == (1e-5, 500)
+    assert arm.grpo.model_dump(exclude={"lr", "iters"}) == cfg.grpo.model_dump(exclude={"lr", "iters"})
+    assert arm.losses == cfg.losses  # not overridden: the top-level terms
+    job = load_config(cfg.grpo_job_config("tuned"))  # what the GRPO job of sft_grpo@tuned reads
+    assert (job.grpo.lr, job.grpo.iters, job.losses) == (1e-5, 500, cfg.losses)
+    assert cfg.grpo_job_config(None) == cfg.model_dump(mode="json", include={"threads", "reward", "grpo", "losses",
+                                                                               "training_mode", "trainer", "orchestrator"})
+    own = load_config({**TUNED, "grpo_arms": {"tuned": {"losses": [{"type": "rl", "kl_tau": 0.5}]}}}).grpo_arms["tuned"]
+    assert own.losses[0].kl_tau == 0.5 and own.trainer.losses == own.losses and own.grpo == cfg.grpo
+    assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
+
+
+def test_an_arm_has_its_own_grpo_parts_and_leaves_the_default_cells_as_they_were():
+    plain, armed = load_config({"grpo": TUNED["grpo"]}), load_config(TUNED)
+    for cond, split in CELLS:  # adding an arm changes no existing cell
+        assert cell_provenance(armed.cell_config("tiny", cond, split)) == cell_provenance(plain.cell_config("tiny", cond, split))
+    tuned = armed.cell_config("tiny", "raw_grpo@tuned", "gen")
+    assert {"grpo@tuned", "grpo fresh LoRA@tuned"} <= set(tuned) and "grpo" not in tuned
+    assert tuned["grpo@tuned"]["grpo"]["lr"] == 1e-5 and armed.cell_config("tiny", "sft_grpo", "gen")["grpo"]["grpo"]["lr"] == 1e-4
+
+
+@pytest.mark.parametrize("data,needle", [
+    ({"grpo_arms": {"tuned": {"grpo": {"lrr": 1}}}},
+     "unknown config key 'grpo_arms.tuned.grpo.lrr'; allowed keys under grpo_arms.tuned.grpo: advantage,"),
+    ({"grpo_arms": {"tuned": {"grpo": {"lr": -1}}}}, "config key 'grpo_arms.tuned.grpo.lr': Input should be greater than 0"),
+    ({"grpo_arms": {"tuned": {"sft": {}}}}, "unknown config key 'grpo_arms.tuned.sft'; allowed keys under grpo_arms.tuned: grpo, losses,"),
+    ({"grpo_arms": {"tuned": {"losses": [{"type": "ref_kl"}]}}}, "config key 'grpo_arms.tuned': Value error, training_mode = 'rl' needs a primary"),
+    ({"grpo_arms": {"a/b": {}}}, "arm names ['a/b'] must match"),
+    ({"ladder": {"conditions": ["sft_grpo@tuned"]}}, "ladder.conditions names ['sft_grpo@tuned'], whose arm is not in `grpo_arms`"),
+    ({"ladder": {"conditions": ["sft@tuned"]}}, "config key 'ladder.conditions.0': Value error, Input should be 'base', 'sft'"),
+    ({"ladder": {"plan": "smart", "splits": ["gen"]}}, "ladder.plan smart needs `mem` in ladder.splits"),
+    ({"ladder": {"plan": "greedy"}}, "config key 'ladder.plan': Input should be 'full' or 'smart'"),
+    ({"rft": {"tasks": "all"}}, "config key 'rft.tasks': Input should be 'rung' or 'pool'"),
+])
+def test_bad_arms_and_plans_are_named(data, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(data)
+    assert needle in str(err.value)

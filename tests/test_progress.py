@@ -1,6 +1,6 @@
 """Progress off a terminal is a few plain log lines; on a terminal, a live bar. A Snakemake job run
 through `workflow.logged` keeps its log plain, shows each warning once, and puts one line per
-finished job on the console."""
+finished job (and one per console warning) on the console."""
 
 import logging
 import os
@@ -72,10 +72,11 @@ def test_disabled_progress_is_silent(caplog, tmp_path):
 
 JOB = """
 import warnings
-from jacrl.progress import Progress, summary
+from jacrl.progress import Progress, console_warning, summary
 from jacrl.workflow import logged
 
 with logged(snakemake):
+    console_warning("left out results/cells/r1/tiny/sft/gen.json: built under another `sft` config")
     for step in Progress(range(30), desc="train", unit="step"):
         with warnings.catch_warnings():  # what torch and transformers do between calls
             pass
@@ -101,7 +102,10 @@ def test_a_snakemake_job_log_is_plain_and_the_console_gets_its_summary(tmp_path,
     console = run.stdout + run.stderr
     assert [ln for ln in console.splitlines() if "out/a.txt: loss" in ln] == [
         next(ln for ln in console.splitlines() if ln.startswith("train a → out/a.txt: loss 4.2 → 0.9 ("))]
+    warned = [ln for ln in console.splitlines() if "left out" in ln]
+    assert warned == ["warning: left out results/cells/r1/tiny/sft/gen.json: built under another `sft` config"]
     log = (tmp_path / "logs/a.log").read_text()
+    assert "WARNING jacrl.console: left out results/cells/r1/tiny/sft/gen.json" in log
     assert "\r" not in log and "third-party chatter" in log
     assert log.count("FutureWarning: `old_api` is deprecated") == 1
     assert log.count("INFO jacrl.progress: train ") == 10 and "INFO jacrl.summary: loss 4.2 → 0.9" in log

@@ -57,11 +57,16 @@ def test_a_rung_base_gen_cell_points_at_the_shared_one(repo):
 RFT_TINY = 'models=[{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]'
 
 
-@pytest.mark.parametrize("models,raw_base", [((), "models/tiny"), (("--config", RFT_TINY), "models/tiny-rft")])
-def test_each_condition_starts_from_its_own_model(repo, models, raw_base):
+@pytest.mark.parametrize("models,raw_base,rft_tasks", [
+    ((), "models/tiny", None),
+    (("--config", RFT_TINY), "models/tiny-rft-r1", "dataset/rl/rungs/r1/train.jsonl"),  # rft.tasks: rung
+    (("--config", RFT_TINY, 'rft={"tasks": "pool"}'), "models/tiny-rft", "dataset/rl/trainpool.jsonl"),
+])
+def test_each_condition_starts_from_its_own_model(repo, models, raw_base, rft_tasks):
     rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft_grpo/gen.json",
                       "results/cells/r1/tiny/raw_grpo/mem.json", *models, quiet=())
     assert rc == 0, out
+    assert job_inputs(out, "rft") == ({raw_base: ["models/tiny", rft_tasks]} if rft_tasks else {})
     tasks = "dataset/rl/rungs/r1/train.jsonl"
     assert job_inputs(out, "grpo") == {
         "adapters/r1/tiny/sft_grpo": ["models/tiny", tasks, "adapters/r1/tiny/sft"],
@@ -109,3 +114,50 @@ def test_source_grid_plans_quickly(repo):
     # 6 rungs × 2 models × 4 conditions × 2 splits: an adapter's two cells in one job, each model's base gen
     # cell computed once for all rungs
     assert jobs["eval"] == 6 * 2 * 3 and jobs["eval_base"] == 6 * 2 and jobs["eval_base_gen"] == 2
+
+
+def test_two_arms_train_and_evaluate_in_their_own_folders(repo):
+    # config.yaml defines the arm `tuned`
+    rc, out = dry_run(repo, "--forceall", "results/cells/r3/tiny/sft_grpo/gen.json", "results/cells/r3/tiny/sft_grpo@tuned/gen.json",
+                      "results/cells/r3/tiny/raw_grpo@tuned/gen.json", quiet=())
+    assert rc == 0, out
+    tasks, sft = "dataset/rl/rungs/r3/train.jsonl", "adapters/r3/tiny/sft"
+    assert job_inputs(out, "grpo") == {
+        "adapters/r3/tiny/sft_grpo": ["models/tiny", tasks, sft],
+        "adapters/r3/tiny/sft_grpo@tuned": ["models/tiny", tasks, sft],
+        "adapters/r3/tiny/raw_grpo@tuned": ["models/tiny", tasks],
+    }
+    assert sorted(o.split(", ")[0] for o in job_inputs(out, "eval")) == [
+        "results/cells/r3/tiny/raw_grpo@tuned/gen.json", "results/cells/r3/tiny/sft_grpo/gen.json",
+        "results/cells/r3/tiny/sft_grpo@tuned/gen.json"]
+
+
+def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
+    rc, out = dry_run(repo, "results/rl_ladder.jsonl", "results/ladder.md", "--forceall", "--config", 'ladder={"plan": "smart"}',
+                      quiet=())
+    assert rc == 0, out
+    jobs = job_counts(out)
+    # rung 1's SFT and its cells, the gate; the curve and GRPO come once the checkpoints have run
+    assert jobs == {"build_tasks": 1, "splits": 1, "rung": 1, "tiny_model": 1, "sft": 1, "eval": 1, "smoke": 1, "elbow": 1,
+                    "rl_ladder": 1, "show_ladder": 1}
+    assert job_inputs(out, "sft") == {"adapters/r1/tiny/sft": ["models/tiny", "dataset/rl/rungs/r1/train.jsonl"]}
+    assert "checkpoint smoke:\n    input: results/cells/r1/tiny/sft/mem.json\n    output: results/smoke.json" in out
+
+
+MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen")
+
+
+@pytest.mark.parametrize("extra", [(), (RFT_TINY,), (RFT_TINY, 'rft={"tasks": "pool"}')])
+def test_the_plans_job_count_is_the_dags(repo, extra):
+    """plan.json's model jobs (smart and full grid) come from jacrl.ladder.plan.model_jobs: it must
+    count what Snakemake plans for the same cells."""
+    from jacrl.ladder.plan import grid, model_jobs
+
+    conds = ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]
+    rc, out = dry_run(repo, "--forceall", "results/rl_ladder.jsonl", "--config", f'ladder={{"conditions": {conds}}}'.replace("'", '"'),
+                      *extra)
+    assert rc == 0, out
+    planned = {rule: n for rule, n in job_counts(out).items() if rule in MODEL_RULES}
+    counted = model_jobs(grid(["1", "3", "all"], ["tiny"], conds, ["gen", "mem"]), {"tiny"} if extra else set(),
+                         "pool" if len(extra) == 2 else "rung")
+    assert planned == {rule: n for rule, n in counted.items() if n and rule != "total"}

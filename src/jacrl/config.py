@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from jacrl.backends.config import ModelSpec
 from jacrl.evaluation.config import EvalConfig
-from jacrl.ladder.config import GRPO_CONDITIONS, SFT_CONDITIONS, Condition, LadderConfig, Rung, Split
+from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, SFT_CONDITIONS, LadderConfig, Rung,
+                                 Split, arm_conditions, condition_parts)
 from jacrl.losses.config import LossFrameworkConfig
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
-from jacrl.rl.config import FRESH_LORA, GRPOConfig
+from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig
 from jacrl.strict import RESULT_FREE
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
@@ -59,8 +61,44 @@ class Config(LossFrameworkConfig):
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Gold-SFT (LoRA) on a rung's gold bodies.")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="RFT warm start for models with `warm_start: rft`.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO knobs (sft_grpo and raw_grpo).")
+    grpo_arms: dict[str, GRPOArm] = Field(
+        default_factory=dict,
+        description="Named GRPO settings beside the default one: each overrides keys of `grpo` (merged) and "
+        "`losses`, `training_mode`, `trainer`, `orchestrator` (replaced). An arm `tuned` adds the conditions "
+        "sft_grpo@tuned and raw_grpo@tuned, with their own adapters, cells and pivot columns.",
+    )
     eval: EvalConfig = Field(default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T).")
     ladder: LadderConfig = Field(default_factory=LadderConfig, description="Selectors: which models × rungs × conditions × splits run.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arms_over_the_top_level(cls, data: Any) -> Any:
+        """Each arm starts from the top-level GRPO sections: its `grpo` keys go over the top-level
+        `grpo`, its other keys replace theirs."""
+        if not isinstance(data, dict) or not isinstance(data.get("grpo_arms"), dict):
+            return data
+        top = {k: _plain(data[k]) for k in GRPO_SECTIONS if k in data}
+        for section in ("trainer", "orchestrator"):  # their losses are copies of the top-level list
+            if isinstance(top.get(section), dict):
+                top[section] = {k: v for k, v in top[section].items() if k != "losses"}
+        arms = {}
+        for name, arm in data["grpo_arms"].items():
+            arm = _plain(arm)
+            if isinstance(arm, dict):
+                grpo = arm.get("grpo", {})
+                if isinstance(top.get("grpo"), dict) and isinstance(grpo, dict):
+                    grpo = {**top["grpo"], **grpo}
+                arm = {**top, **arm, "grpo": grpo}
+            arms[name] = arm
+        return {**data, "grpo_arms": arms}
+
+    @field_validator("grpo_arms")
+    @classmethod
+    def _arm_names(cls, v: dict[str, GRPOArm]) -> dict[str, GRPOArm]:
+        bad = [name for name in v if not re.fullmatch(ARM_NAME, name)]
+        if bad:
+            raise ValueError(f"arm names {bad} must match {ARM_NAME} (they name folders and conditions)")
+        return v
 
     @field_validator("rungs")
     @classmethod
@@ -84,7 +122,13 @@ class Config(LossFrameworkConfig):
         extra = [r for r in self.ladder.rungs or [] if str(r) not in rungs]
         if extra:
             raise ValueError(f"ladder.rungs {extra} are not among `rungs` {self.rungs}")
-        if self.eval.policy_temperature is None:
+        unknown_arms = [c for c in self.ladder.conditions if condition_parts(c)[1] not in (None, *self.grpo_arms)]
+        if unknown_arms:
+            raise ValueError(f"ladder.conditions names {unknown_arms}, whose arm is not in `grpo_arms` "
+                             f"({', '.join(self.grpo_arms) or 'none defined'})")
+        if self.ladder.plan == "smart" and "mem" not in self.ladder.splits:
+            raise ValueError("ladder.plan smart needs `mem` in ladder.splits: its smoke gate reads the SFT mem cell")
+        if self.eval.policy_temperature is None:  # one temperature for every arm's cells, so they compare
             self.eval.policy_temperature = self.grpo.temperature
         return self
 
@@ -102,14 +146,33 @@ class Config(LossFrameworkConfig):
     def ladder_rungs(self) -> list[str]:
         return [str(r) for r in (self.ladder.rungs or self.rungs)]
 
-    def cell_config(self, model: str, cond: Condition, split: Split) -> dict[str, Any]:
+    @property
+    def conditions(self) -> list[str]:
+        """Every condition a cell can have: the four, then the GRPO conditions of each named arm."""
+        return [*CONDITIONS, *arm_conditions(list(self.grpo_arms))]
+
+    def grpo_run(self, arm: str | None) -> LossFrameworkConfig:
+        """What a GRPO run of `arm` reads (`grpo` and the loss keys): the top level, or the named arm."""
+        return self if arm is None else self.grpo_arms[arm]
+
+    def grpo_job_config(self, arm: str | None) -> dict[str, Any]:
+        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level."""
+        dumped = self.model_dump(mode="json", include={"threads", "reward", *GRPO_SECTIONS})
+        if arm is not None:
+            dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
+        return dumped
+
+    def cell_config(self, model: str, cond: str, split: Split) -> dict[str, Any]:
         """The configuration that determines an eval cell of `model` × `cond` × `split`, by part.
 
         A part is named by what it covers, and every cell that carries a part carries the same
         config under it (so cells can be checked against each other part by part). Left out: what
         changes how jobs run, not what they compute (threads, memory, caching, checkpoint cadence),
         and the rung, which is the cell's key (it picks the train tasks; the base on `gen` does
-        not depend on it at all)."""
+        not depend on it at all). A named arm's GRPO parts carry its name (`grpo@tuned`), so its
+        cells sit beside the default arm's without being compared with them part by part."""
+        base, arm = condition_parts(cond)
+        mark = "" if arm is None else f"{ARM_MARK}{arm}"
         spec = self.model(model)
         built = {"tiny": self.tiny.result_settings()} if spec.builtin == "tiny" else {}
         parts: dict[str, Any] = {
@@ -118,18 +181,24 @@ class Config(LossFrameworkConfig):
             f"model {model}": {**spec.result_settings(), **built},
             f"eval {split}": self.eval.cell_settings(split),
         }
-        if cond in SFT_CONDITIONS:
+        if base in SFT_CONDITIONS:
             parts["sft"] = self.sft.result_settings()
-        if cond in GRPO_CONDITIONS:
-            everything = self.result_settings()
+        if base in GRPO_CONDITIONS:
+            run = self.grpo_run(arm)
+            everything = run.result_settings()
             grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
-            parts["grpo"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
-        if cond == "raw_grpo":
-            parts["grpo fresh LoRA"] = {k: getattr(self.grpo, k) for k in FRESH_LORA}
+            parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
+        if base == "raw_grpo":
+            parts[f"grpo fresh LoRA{mark}"] = {k: getattr(run.grpo, k) for k in FRESH_LORA}
             if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
                 sft = {k: v for k, v in self.sft.result_settings().items() if k != "iters"}
                 parts["rft"] = {"rft": self.rft.result_settings(), "sft": sft}
         return parts
+
+
+def _plain(value: Any) -> Any:
+    """A section as a user writes it: a model given in its place is dumped back (aliases kept)."""
+    return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
 def config_digest(config: Any) -> str:
@@ -157,8 +226,10 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The pydantic model class reached by following an error's `loc` from `model`; a
     discriminated union's tag (e.g. `echo` in `losses.1.echo.alpha`) selects its member."""
     candidates: list[type[BaseModel]] = [model]
+    keyed = False  # the last field was a mapping (e.g. `grpo_arms`): this part is one of its keys
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) or keyed:
+            keyed = False
             continue
         tagged = [m for m in candidates if "type" in m.model_fields and m.model_fields["type"].default == part]
         if tagged:
@@ -167,7 +238,9 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
         owner = next((m for m in candidates if part in m.model_fields), None)
         if owner is None:
             return None
-        candidates = _models_in(owner.model_fields[part].annotation)
+        annotation = owner.model_fields[part].annotation
+        keyed = typing.get_origin(annotation) is dict
+        candidates = _models_in(annotation)
         if not candidates:
             return None
     return candidates[0] if len(candidates) == 1 else None

@@ -14,7 +14,7 @@ from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdo
 from pathlib import Path
 from typing import Any, TextIO
 
-from jacrl.progress import SUMMARY, is_terminal
+from jacrl.progress import CONSOLE, SUMMARY, is_terminal
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -39,6 +39,7 @@ def logged(smk: Any) -> Iterator[None]:
         else:
             fh = console
         lines = stack.enter_context(job_logging(fh))
+        stack.enter_context(_console_warnings(console))
         t0 = time.monotonic()
         try:
             yield
@@ -81,6 +82,18 @@ def finished_line(smk: Any, summaries: list[str], seconds: float) -> str:
     outputs = ", ".join(map(str, getattr(smk, "output", [])))
     head = " ".join(p for p in (rule, wildcards) if p) + (f" → {outputs}" if outputs else "")
     return head + (f": {'; '.join(summaries)}" if summaries else "") + f" ({seconds:.0f} s)"
+
+
+@contextmanager
+def _console_warnings(console: TextIO) -> Iterator[None]:
+    """`jacrl.progress.console_warning` lines to the console (they reach the log through the root)."""
+    handler = logging.StreamHandler(console)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    CONSOLE.addHandler(handler)
+    try:
+        yield
+    finally:
+        CONSOLE.removeHandler(handler)
 
 
 class _Collect(logging.Handler):

@@ -38,21 +38,11 @@ CELLS = [
 ]
 
 
-@pytest.fixture
-def cell_files(tmp_path):
-    paths = []
-    for c in CELLS:
-        p = tmp_path / f"{c['rung']}_{c['cond']}_{c['split']}.json"
-        p.write_text(json.dumps(c))
-        paths.append(p)
-    return paths
-
-
-def test_rows_are_rebuilt_not_appended(cell_files, tmp_path):
+def test_rows_are_rebuilt_not_appended(tmp_path):
     out = tmp_path / "rl_ladder.jsonl"
-    first = write_ladder(cell_files, out)
+    first = write_ladder(CELLS, out)
     before = out.read_bytes()
-    write_ladder(cell_files, out)
+    write_ladder(CELLS, out)
     assert out.read_bytes() == before and len(read_jsonl(out)) == len(CELLS) == len(first)
     tags = [r["tag"] for r in first]
     assert tags[:4] == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r1/tiny/sft_grpo/gen", "r3/tiny/sft/gen"]
@@ -68,29 +58,14 @@ def test_duplicate_tags_are_rejected():
         build_rows([CELLS[0], CELLS[0]])
 
 
-def test_pivot_matches_stored_table(cell_files, tmp_path):
+def test_pivot_matches_stored_table(tmp_path):
     rows = tmp_path / "rl_ladder.jsonl"
-    write_ladder(cell_files, rows)
+    write_ladder(CELLS, rows)
     md = show_ladder(rows, tmp_path / "ladder.md", tmp_path / "ladder.csv", tmp_path / "ladder.png")
     expected = (FIX / "expected_ladder.md").read_text()
     assert md == expected
     assert (tmp_path / "ladder.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "ladder.csv").read_text().splitlines()[0].startswith("tag,model,split,rung,cond")
-
-
-def test_the_shared_base_gen_cell_is_filed_under_each_rung_it_serves(tmp_path):
-    shared = cell("shared", "base", "gen", {0})
-    sft1, sft3 = cell("1", "sft", "gen", {0, 1}, idiom=0.5), cell("3", "sft", "gen", {0}, idiom=0.5)
-    paths = []
-    for name, c in (("shared", shared), ("sft1", sft1), ("sft3", sft3)):
-        paths.append(tmp_path / f"{name}.json")
-        paths[-1].write_text(json.dumps(c))
-    rows = write_ladder([paths[0], paths[1], paths[0], paths[2]], tmp_path / "rl_ladder.jsonl", rungs=["1", "1", "3", "3"])
-    assert [r["tag"] for r in rows] == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r3/tiny/base/gen", "r3/tiny/sft/gen"]
-    assert [r["rung"] for r in rows] == ["1", "1", "3", "3"] and rows[0]["pass1_by_task"] == rows[2]["pass1_by_task"]
-    assert [r["idiom_delta_vs_base"] for r in rows] == [None, 0.25, None, 0.25]
-    with pytest.raises(ValueError):
-        write_ladder(paths, tmp_path / "rl_ladder.jsonl", rungs=["1"])  # one rung per cell file
 
 
 def test_a_greedy_only_cell_shows_no_pass_at_k_or_verified():

@@ -1,4 +1,4 @@
-"""The ladder's vocabulary (conditions, splits, rungs) and the `ladder:` selectors.
+"""The ladder's vocabulary (conditions, GRPO arms, splits, rungs) and the `ladder:` selectors.
 
 Every other module takes these names from here: the config models, the Snakefile's wildcard
 constraints, the rows and the pivot.
@@ -6,9 +6,10 @@ constraints, the rows and the pivot.
 
 from __future__ import annotations
 
-from typing import Literal, Union, get_args
+import re
+from typing import Annotated, Literal, NamedTuple, Union, get_args
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from jacrl.strict import StrictModel
 
@@ -29,14 +30,81 @@ SFT_CONDITIONS: tuple[Condition, ...] = ("sft", "sft_grpo")
 """Conditions whose adapter is, or starts from, the rung's gold-SFT adapter."""
 SPLITS: tuple[Split, ...] = get_args(Split)
 
+ARM_MARK = "@"
+"""`sft_grpo@tuned`: a GRPO condition run under the named arm `tuned` of `grpo_arms`."""
+ARM_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
+"""An arm's name: it becomes part of folder names and of the `cond` wildcard."""
+
+
+def condition_parts(cond: str) -> tuple[str, str | None]:
+    """`sft_grpo@tuned` → (`sft_grpo`, `tuned`); a condition of the default arm → (`sft`, None)."""
+    base, mark, arm = cond.partition(ARM_MARK)
+    return base, (arm if mark else None)
+
+
+def arm_conditions(arms: list[str]) -> list[str]:
+    """The GRPO conditions of named arms: `sft_grpo@a`, `raw_grpo@a`, … (the default arm's are plain)."""
+    return [f"{c}{ARM_MARK}{a}" for a in arms for c in GRPO_CONDITIONS]
+
+
+def condition_order(cond: str) -> tuple[int, str]:
+    """Sort key: the condition's place in CONDITIONS, the default arm before the named ones."""
+    base, arm = condition_parts(cond)
+    return CONDITIONS.index(base), arm or ""
+
+
+def _check_condition(cond: str) -> str:
+    base, arm = condition_parts(cond)
+    if base in CONDITIONS and (arm is None or (base in GRPO_CONDITIONS and re.fullmatch(ARM_NAME, arm))):
+        return cond
+    raise ValueError("Input should be 'base', 'sft', 'sft_grpo' or 'raw_grpo', or a GRPO condition under an arm "
+                     "of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)")
+
+
+LadderCondition = Annotated[str, AfterValidator(_check_condition)]
+"""A condition, or a GRPO condition under a named arm (`sft_grpo@tuned`)."""
+
+
+class CellKey(NamedTuple):
+    """Where a cell sits in the ladder."""
+
+    rung: str
+    model: str
+    cond: str
+    split: str
+
+    @property
+    def tag(self) -> str:
+        return f"r{self.rung}/{self.model}/{self.cond}/{self.split}"
+
+
+class SmartPlanConfig(StrictModel):
+    """The smart plan's gate and elbow rule (`ladder.plan: smart`; docs/design.md#the-smart-plan)."""
+
+    smoke_min: float = Field(
+        1.0, ge=0, le=1,
+        description="The smoke gate: gold-SFT on the smallest selected rung must pass at least this share of its own "
+        "train tasks (greedy pass@1 on `mem`) for every selected model, else the run stops there.",
+    )
+    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level of the elbow rule's paired test on `gen`.")
+
 
 class LadderConfig(StrictModel):
-    """Which cells `results/rl_ladder.jsonl` holds: selectors over models × rungs × conditions × splits."""
+    """Which cells the ladder builds: the full grid of selected models × rungs × conditions × splits,
+    or the smart plan over the selected models, rungs and splits."""
 
-    conditions: list[Condition] = Field(
+    plan: Literal["full", "smart"] = Field(
+        "full",
+        description="`full`: every selected condition on every selected rung. `smart`: the smoke gate, then base and "
+        "sft on every rung, then GRPO only at each model's elbow rung (sft_grpo under the default arm and every arm of "
+        "`grpo_arms`) and one raw_grpo at the smallest rung; `conditions` is not read.",
+    )
+    smart: SmartPlanConfig = Field(default_factory=SmartPlanConfig, description="The smart plan's gate and elbow rule.")
+    conditions: list[LadderCondition] = Field(
         default_factory=lambda: list(CONDITIONS),
-        description="Conditions to run: base (no training), sft (gold-SFT), sft_grpo (GRPO from the SFT adapter), "
-        "raw_grpo (GRPO from the base or its RFT warm start).",
+        description="Conditions of the full plan: base (no training), sft (gold-SFT), sft_grpo (GRPO from the SFT "
+        "adapter), raw_grpo (GRPO from the base or its RFT warm start), and sft_grpo@<arm> / raw_grpo@<arm> for an "
+        "arm of `grpo_arms`.",
     )
     models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from jacrl.io import atomic_path, read_jsonl, write_text
-from jacrl.ladder.config import CONDITIONS, SPLITS
+from jacrl.ladder.config import SPLITS, condition_order, condition_parts
+from jacrl.ladder.plan import plan_markdown
 from jacrl.ladder.rows import check_one_config, rung_sort_key
 from jacrl.ladder.stats import mcnemar_exact, min_detectable_difference, sign_test, wilson_half_width
 
@@ -48,7 +50,7 @@ def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
         part = part.assign(text=part.apply(format_cell, axis=1))
         t = part.pivot(index="rung", columns="cond", values="text")
         t = t.reindex(sorted(t.index, key=rung_sort_key))
-        t = t[[c for c in CONDITIONS if c in t.columns]].fillna("—")
+        t = t[sorted(t.columns, key=condition_order)].fillna("—")
         t.index = [f"r{r}" for r in t.index]
         t.index.name = "rung"
         out[(model, split)] = t
@@ -56,12 +58,20 @@ def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
 
 
 def _references(part: pd.DataFrame, r: pd.Series) -> list[tuple[str, pd.Series]]:
-    """What a row is compared with: base (the same rung's, or the shared holdout base) and sft."""
-    base = part[(part["cond"] == "base") & ((part["rung"] == r["rung"]) | (part["split"] == "gen"))]
-    sft = part[(part["cond"] == "sft") & (part["rung"] == r["rung"])]
-    refs = [] if r["cond"] == "base" or not len(base) else [("base", base.iloc[0])]
-    if r["cond"] not in ("base", "sft") and len(sft):
-        refs.append(("sft", sft.iloc[0]))
+    """What a row is compared with: base (the same rung's, or the shared holdout base), sft, and
+    for a named arm's condition the default arm's (`sft_grpo@tuned` against `sft_grpo`)."""
+    cond, arm = condition_parts(r["cond"])
+    names = [] if cond == "base" else ["base"]
+    names += ["sft"] if cond not in ("base", "sft") else []
+    names += [cond] if arm is not None else []
+    refs = []
+    for name in names:
+        rows = part[part["cond"] == name]
+        same = rows[rows["rung"] == r["rung"]]
+        if name == "base" and r["split"] == "gen" and not len(same):
+            same = rows  # the base gen cell is the same for every rung
+        if len(same):
+            refs.append((name, same.iloc[0]))
     return refs
 
 
@@ -85,8 +95,9 @@ def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
 
 
 def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
-    """Every condition against `base` and `sft` on the same tasks: exact McNemar on greedy pass@1
-    (with its minimum detectable difference) and a sign test on the per-task sampled pass rate."""
+    """Every condition against `base` and `sft` (a named arm's also against the default arm's) on the
+    same tasks: exact McNemar on greedy pass@1 (with its minimum detectable difference) and a sign
+    test on the per-task sampled pass rate."""
     rows = []
     for (model, split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
@@ -96,8 +107,9 @@ def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-def render_markdown(df: pd.DataFrame) -> str:
-    lines = ["# The Jac RL ladder", "",
+def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
+    """ladder.md: the smart plan first when there is one (`jacrl.ladder.plan`), then the tables and the tests."""
+    lines = ["# The Jac RL ladder", "", *(plan_markdown(plan) if plan else []),
              "Cells: greedy pass@1 % [Wilson 95 % CI] · pass@k % · ver = verified@n % (the first of the n samples "
              "that compiles and runs; both absent from greedy-only cells) · near-pass % · T<t> = sampled pass % "
              "at the GRPO temperature. "
@@ -142,9 +154,10 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
             part = df[(df["model"] == model) & (df["split"] == split)]
             rungs = sorted(part["rung"].unique(), key=rung_sort_key)
             x = {r: k for k, r in enumerate(rungs)}
-            for off, cond in enumerate(c for c in CONDITIONS if c in set(part["cond"])):
+            conds = sorted(set(part["cond"]), key=condition_order)
+            for off, cond in enumerate(conds):
                 p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
-                xs = [x[r] + (off - 1.5) * 0.06 for r in p["rung"]]
+                xs = [x[r] + (off - (len(conds) - 1) / 2) * 0.06 for r in p["rung"]]
                 bars = ax.errorbar(xs, p["pass1_pct"], yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
                                    marker="o", capsize=3, label=cond)
                 if "verified_pct" in p:
@@ -164,9 +177,10 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
     plt.close(fig)
 
 
-def show_ladder(rows_path: str | Path, md_out: str | Path, csv_out: str | Path, png_out: str | Path) -> str:
+def show_ladder(rows_path: str | Path, md_out: str | Path, csv_out: str | Path, png_out: str | Path,
+                plan_path: str | Path | None = None) -> str:
     df = rows_frame(read_jsonl(rows_path))
-    md = render_markdown(df)
+    md = render_markdown(df, json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None)
     write_text(md_out, md)
     write_text(csv_out, to_csv(df))
     plot(df, png_out)

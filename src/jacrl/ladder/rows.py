@@ -1,13 +1,23 @@
-"""Eval cells → `results/rl_ladder.jsonl`: one row per cell, rebuilt (never appended)."""
+"""Eval cells → `results/rl_ladder.jsonl`: one row per cell, rebuilt (never appended).
+
+The rows hold every cell on disk that the current configuration would build — whichever run
+built it — so staged runs (the SFT curve first, GRPO at one rung later) fill one table. A cell
+whose config hash is not the one the current configuration gives its model, condition and
+split is left out, with one warning line naming it and the parts that differ.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from jacrl.io import write_jsonl
-from jacrl.ladder.config import CONDITIONS, SPLITS
+from jacrl.ladder.config import SPLITS, condition_order
 from jacrl.ladder.stats import wilson_interval
+
+SHARED = "shared"
+"""The rung under which a cell that does not depend on the rung is filed (the base model's gen cell)."""
 
 
 class ConfigMismatch(ValueError):
@@ -92,16 +102,72 @@ def build_rows(cells: list[dict]) -> list[dict]:
         # the base gen cell is the same for every rung: any rung's copy will do
         return next((b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == "gen"), None)
 
-    order = lambda c: (c["model"], SPLITS.index(c["split"]), rung_sort_key(c["rung"]), CONDITIONS.index(c["cond"]))  # noqa: E731
+    order = lambda c: (c["model"], SPLITS.index(c["split"]), rung_sort_key(c["rung"]), condition_order(c["cond"]))  # noqa: E731
     return [ladder_row(c, base_for(c)) for c in sorted(cells, key=order)]
 
 
-def write_ladder(cell_paths: list[str | Path], out: str | Path, rungs: list[str] | None = None) -> list[dict]:
-    """`rungs`, when given, names the rung each cell is filed under: the workflow reads the base
-    model's gen cell, which is the same for every rung, once for each rung."""
-    cells = [read_cell(p) for p in cell_paths]
-    if rungs is not None:
-        cells = [{**cell, "rung": str(rung)} for cell, rung in zip(cells, rungs, strict=True)]
+@dataclass(frozen=True)
+class LeftOut:
+    """A cell on disk that the rows leave out, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"left out {self.path}: {self.reason}"
+
+
+def out_of_config(cell: dict, expected: dict[str, dict], rungs: list[str]) -> str | None:
+    """Why `cell` is not one the current configuration would build (None when it is). `expected`
+    maps `model/cond/split` to the provenance (`jacrl.config.cell_provenance`) the current config
+    gives that cell; `rungs` are its rungs."""
+    want = expected.get(f"{cell['model']}/{cell['cond']}/{cell['split']}")
+    if want is None:
+        return f"this config has no {cell['model']} × {cell['cond']} × {cell['split']} cell (its model or arm is not configured)"
+    if str(cell["rung"]) not in (*rungs, SHARED):
+        return f"r{cell['rung']} is not among this config's rungs ({', '.join(rungs)})"
+    have = cell.get("config_parts")
+    if not have:
+        return "it records no config hashes; rebuild it"
+    if cell.get("config_hash") == want["config_hash"]:
+        return None
+    parts = sorted(set(have) | set(want["config_parts"]))
+    differ = [p for p in parts if have.get(p) != want["config_parts"].get(p)]
+    return "built under another " + ", ".join(f"`{p}`" for p in differ) + " config than the current one"
+
+
+def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str],
+                  required: list[str] = ()) -> tuple[list[dict], list[LeftOut]]:
+    """The cells under `root` (results/cells) that the current configuration would build, and
+    those left out. The shared base gen cell is filed under each rung that holds another cell of
+    its model. A `required` cell (one this run has just built) that is out of the config is an
+    error: the run's own outputs are older than its config (e.g. under `--rerun-triggers mtime`)."""
+    kept, left = [], []
+    for path in sorted(Path(root).glob("*/*/*/*.json")):
+        cell = read_cell(path)
+        reason = out_of_config(cell, expected, rungs)
+        if reason is None:
+            kept.append(cell)
+        else:
+            left.append(LeftOut(str(path), reason))
+    needed = {str(Path(p)) for p in required}
+    miss = next((o for o in left if o.path in needed), None)
+    if miss is not None:
+        raise ConfigMismatch(f"{miss.path}, an input of this run, is out of the current config ({miss.reason}); "
+                             "rebuild it with `--forcerun` on its rule")
+    return _file_shared(kept), left
+
+
+def _file_shared(cells: list[dict]) -> list[dict]:
+    own = [c for c in cells if c["rung"] != SHARED]
+    rungs = {(c["model"], str(c["rung"])) for c in own}
+    shared = [{**c, "rung": rung} for c in cells if c["rung"] == SHARED
+              for model, rung in sorted(rungs, key=lambda mr: rung_sort_key(mr[1])) if model == c["model"]]
+    return own + shared
+
+
+def write_ladder(cells: list[dict], out: str | Path) -> list[dict]:
+    """The rows of `cells` (`build_rows`), written to `out`."""
     rows = build_rows(cells)
     write_jsonl(out, rows)
     return rows

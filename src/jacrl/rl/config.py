@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from jacrl.losses.config import LossFrameworkConfig
 from jacrl.strict import RESULT_FREE, StrictModel
 
 FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
@@ -63,3 +64,12 @@ class GRPOConfig(StrictModel):
             raise ValueError(f"grpo.max_completion ({self.max_completion}) must be below grpo.max_seq ({self.max_seq}): "
                              f"the prompt gets max_seq − max_completion tokens")
         return self
+
+
+class GRPOArm(LossFrameworkConfig):
+    """A named GRPO setting (`grpo_arms: {tuned: {grpo: {lr: 1.0e-5, iters: 500}}}`): what a GRPO run
+    reads, the top-level `grpo` and loss keys with the arm's overrides on top. `grpo` keys are merged
+    one by one; `losses`, `training_mode`, `trainer` and `orchestrator` replace the top-level value.
+    Its conditions `sft_grpo@<name>` and `raw_grpo@<name>` get their own adapters and cells."""
+
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The top-level `grpo` with this arm's keys over it.")

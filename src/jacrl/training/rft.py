@@ -1,11 +1,13 @@
 """RFT warm start (`rule rft`): the base model learns from its own passing completions.
 
 For models marked `warm_start: rft` — cold bases that emit little compiling Jac, on which GRPO
-would see an all-zero reward. Sample `samples` completions per train-pool task at
-`temperature`, score them with the reward, keep those scoring ≥ `pass` (≥ `fallback_pass` when
-none reaches `pass`), LoRA-SFT on the kept ones for `iters` steps and fuse:
+would see an all-zero reward. Sample `samples` completions per task at `temperature` (the rung's
+train tasks, or the whole train pool: `rft.tasks`, chosen by the rule), score them with the
+reward, keep those scoring ≥ `pass` (≥ `fallback_pass` when none reaches `pass`), LoRA-SFT on
+the kept ones for `iters` steps and fuse:
 
-    models/{model}-rft/   a full model folder (base + adapter merged), plus
+    models/{model}-rft-r{rung}/  a full model folder (base + adapter merged; models/{model}-rft/
+                                 with `rft.tasks: pool`), plus
       rft_report.json     how many completions were kept at each threshold, which was used
       rft_samples.jsonl   every sampled completion with its score and whether it was kept
       metrics.jsonl       the SFT loss curve
@@ -81,7 +83,7 @@ def train_rft(
     sft_cfg: SFTConfig | None = None,
     score_fn: ScoreFn | None = None,
 ) -> Path:
-    """Warm-start `model` by rejection-sampling fine-tuning on `tasks` (the train pool).
+    """Warm-start `model` by rejection-sampling fine-tuning on `tasks` (a rung's, or the train pool).
 
     LoRA knobs come from `sft_cfg` (default SFTConfig) with `cfg.iters` steps; `score_fn`
     defaults to the real reward with `reward_cfg`.

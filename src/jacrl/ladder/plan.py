@@ -1,0 +1,213 @@
+"""The smart plan (`ladder.plan: smart`): the ladder in the order the source recommends instead of
+the blind grid (docs/design.md#the-smart-plan).
+
+    0. smoke gate   gold-SFT on the smallest rung must pass its own train tasks (mem ≥ smoke_min), else STOP
+    1. the curve    base and sft on every rung
+    2. GRPO         sft_grpo under every arm at each model's elbow rung, one raw_grpo at the smallest rung
+
+The workflow runs stage 0 and stage 1 as Snakemake checkpoints (rules/plan.smk); this module
+decides: whether the gate passes, where the elbow is and why, which cells stage 2 adds, and how
+many model jobs that is against the full grid. The decision goes to `results/plan.json` and the
+head of `results/ladder.md`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+from jacrl.io import write_text
+from jacrl.ladder.config import GRPO_CONDITIONS, SFT_CONDITIONS, CellKey, condition_parts
+from jacrl.ladder.rows import read_cell, rung_sort_key
+from jacrl.ladder.stats import mcnemar_exact, wilson_interval
+
+ELBOW_RULE = (
+    "The elbow of a model's SFT curve. On gen (the same holdout tasks at every rung): the smallest rung whose "
+    "greedy pass@1 is not significantly below the best rung's (two-sided exact McNemar on the holdout tasks, "
+    "p ≥ alpha; the best rung has the highest pass@1, the smallest such rung on ties). gen is flat when no rung "
+    "is significantly below the best (so the holdout does not show where more data stops helping; e.g. nothing "
+    "passes); mem then decides: the smallest rung whose sft mem pass@1 is below smart.smoke_min, the first rung "
+    "SFT does not memorise and so the first with room for GRPO on its own tasks (the largest rung when SFT "
+    "memorises every rung)."
+)
+
+
+class SmokeGateFailed(RuntimeError):
+    """Gold-SFT on the smallest rung did not pass its own train tasks: the plumbing is broken."""
+
+
+@dataclass(frozen=True)
+class SmokeCheck:
+    """One model's smoke test: its smallest rung's SFT cell on mem against the gate."""
+
+    tag: str
+    passed: int
+    tasks: int
+    smoke_min: float
+
+    @property
+    def ok(self) -> bool:
+        return self.tasks > 0 and self.passed >= self.smoke_min * self.tasks
+
+    def line(self) -> str:
+        share = 100 * self.passed / self.tasks if self.tasks else 0.0
+        return f"{self.tag} passed {self.passed}/{self.tasks} ({share:.0f} %; the gate asks {100 * self.smoke_min:.0f} %)"
+
+
+def smoke_gate(cells: list[dict], smoke_min: float) -> list[SmokeCheck]:
+    """Check each model's smallest-rung SFT mem cell; raise SmokeGateFailed, in one line saying
+    what failed and what to check, when any falls short of `smoke_min`."""
+    checks = [SmokeCheck(CellKey(str(c["rung"]), c["model"], c["cond"], c["split"]).tag, int(c["pass1"]), int(c["tasks"]),
+                         smoke_min) for c in cells]
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        where = [c.tag.removesuffix("/sft/mem") for c in failed]
+        raise SmokeGateFailed(
+            "smoke gate: " + "; ".join(c.line() for c in failed) + ". Gold-SFT does not reproduce its own train "
+            "tasks, so nothing after it would mean anything and the run stops here: check the SFT loss "
+            f"(adapters/{where[0]}/sft/metrics.jsonl), its completions (results/cells/{where[0]}/sft/mem.samples.jsonl) "
+            "and sft.iters / sft.lr")
+    return checks
+
+
+def write_smoke(cell_paths: list[str], smoke_min: float, out: str | Path) -> list[SmokeCheck]:
+    """The gate on the cells at `cell_paths`; its checks to `out` (results/smoke.json) when it passes."""
+    checks = smoke_gate([read_cell(p) for p in cell_paths], smoke_min)
+    write_text(out, json.dumps([asdict(c) for c in checks], indent=1) + "\n")
+    return checks
+
+
+@dataclass(frozen=True)
+class Elbow:
+    """Where a model's GRPO runs, and why."""
+
+    model: str
+    rung: str
+    split: str
+    reason: str
+
+
+def _pct(cell: dict) -> str:
+    lo, hi = wilson_interval(int(cell["pass1"]), int(cell["tasks"]))
+    return f"{100 * cell['pass1'] / max(cell['tasks'], 1):.1f} % [{100 * lo:.0f}–{100 * hi:.0f}]"
+
+
+def _passes(cell: dict) -> dict[str, bool]:
+    return {t: bool(v["pass1"]) for t, v in cell["per_task"].items()}
+
+
+def choose_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smoke_min: float) -> Elbow:
+    """The elbow rule (ELBOW_RULE) on one model's sft cells, `sft[split][rung]`."""
+    gen = dict(sorted(sft.get("gen", {}).items(), key=lambda kv: rung_sort_key(kv[0])))
+    flat = "gen is not among ladder.splits"
+    if gen:
+        best = max(gen, key=lambda r: (gen[r]["pass1"] / max(gen[r]["tasks"], 1), -list(gen).index(r)))
+        p = {r: mcnemar_exact(_passes(c), _passes(gen[best])).p_value for r, c in gen.items()}
+        below = {r for r, c in gen.items() if c["pass1"] * gen[best]["tasks"] < gen[best]["pass1"] * c["tasks"] and p[r] < alpha}
+        if below:
+            elbow = next(r for r in gen if r not in below)
+            return Elbow(model, elbow, "gen", f"gen: r{elbow} ({_pct(gen[elbow])}) is the smallest rung not significantly "
+                         f"below the best, r{best} ({_pct(gen[best])}; McNemar p = {p[elbow]:.3g} ≥ {alpha:g}); "
+                         + ", ".join(f"r{r} is below it (p = {p[r]:.3g})" for r in gen if r in below))
+        flat = f"gen is flat (no rung significantly below the best, r{best} at {_pct(gen[best])})"
+    mem = dict(sorted(sft["mem"].items(), key=lambda kv: rung_sort_key(kv[0])))
+    short = [r for r, c in mem.items() if c["pass1"] < smoke_min * c["tasks"]]
+    if short:
+        r = short[0]
+        return Elbow(model, r, "mem", f"{flat}; on mem, r{r} ({_pct(mem[r])}) is the smallest rung SFT does not "
+                     f"memorise (below {100 * smoke_min:.0f} %)")
+    r = list(mem)[-1]
+    return Elbow(model, r, "mem", f"{flat}; SFT memorises every rung on mem, so the largest, r{r} ({_pct(mem[r])})")
+
+
+def model_jobs(cells: list[CellKey], rft_models: set[str], rft_tasks: str) -> dict[str, int]:
+    """The jobs that run a model to build `cells`, per rule, as rules/*.smk plans them: one SFT per
+    rung and model, one GRPO per adapter, one eval job per adapter (all its splits), one per rung
+    for the base model's mem cell, one base gen cell per model, and RFT warm starts for raw_grpo
+    of `rft_models` (per rung, or one per model with `rft.tasks: pool`)."""
+    trained = {(k.rung, k.model, k.cond) for k in cells if k.cond != "base"}
+    kind = {t: condition_parts(t[2])[0] for t in trained}
+    jobs = {
+        "sft": {(r, m) for (r, m, _), c in kind.items() if c in SFT_CONDITIONS},
+        "rft": {(r if rft_tasks == "rung" else "", m) for (r, m, _), c in kind.items() if c == "raw_grpo" and m in rft_models},
+        "grpo": {t for t, c in kind.items() if c in GRPO_CONDITIONS},
+        "eval": trained,
+        "eval_base": {(k.rung, k.model) for k in cells if k.cond == "base" and k.split == "mem"},
+        "eval_base_gen": {k.model for k in cells if k.cond == "base" and k.split == "gen"},
+    }
+    counts = {rule: len(v) for rule, v in jobs.items()}
+    return {**counts, "total": sum(counts.values())}
+
+
+def grid(rungs: list[str], models: list[str], conds: list[str], splits: list[str]) -> list[CellKey]:
+    return [CellKey(*key) for key in product(rungs, models, conds, splits)]
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """What the smart plan is asked to place: the selection, the GRPO conditions and the rules' knobs."""
+
+    rungs: list[str]
+    models: list[str]
+    splits: list[str]
+    arms: list[str]  # sft_grpo under the default arm and each named one
+    alpha: float
+    smoke_min: float
+    rft_models: list[str]
+    rft_tasks: str
+
+    @property
+    def raw_rung(self) -> str:
+        return min(self.rungs, key=rung_sort_key)
+
+
+def smart_plan(spec: PlanSpec, smoke: list[dict], sft: dict[str, dict[str, dict[str, dict]]]) -> dict[str, Any]:
+    """plan.json: the gate's result, each model's elbow and why, every cell the ladder holds
+    (the curve, then GRPO at the elbows and the raw control), and its model jobs against the full
+    grid of the same conditions on every rung. `sft[model][split][rung]` are the sft cells."""
+    elbows = [choose_elbow(m, sft[m], spec.alpha, spec.smoke_min) for m in spec.models]
+    cells = grid(spec.rungs, spec.models, ["base", "sft"], spec.splits)
+    for e in elbows:
+        cells += grid([e.rung], [e.model], spec.arms, spec.splits)
+        cells += grid([spec.raw_rung], [e.model], ["raw_grpo"], spec.splits)
+    full = grid(spec.rungs, spec.models, ["base", "sft", *spec.arms, "raw_grpo"], spec.splits)
+    return {
+        "plan": "smart",
+        "rule": ELBOW_RULE,
+        "smoke": smoke,
+        "elbows": [asdict(e) for e in elbows],
+        "grpo": {"at_elbow": spec.arms, "raw_grpo_at": spec.raw_rung},
+        "cells": [list(k) for k in cells],
+        "jobs": {"smart": model_jobs(cells, set(spec.rft_models), spec.rft_tasks),
+                 "full": model_jobs(full, set(spec.rft_models), spec.rft_tasks)},
+    }
+
+
+def write_smart_plan(spec: PlanSpec, smoke_path: str | Path, sft_paths: list[str], out: str | Path) -> dict[str, Any]:
+    """`smart_plan` of the gate's checks and the sft cells at `sft_paths`, written to `out` (results/plan.json)."""
+    sft: dict[str, dict[str, dict[str, dict]]] = {}
+    for path in sft_paths:
+        c = read_cell(path)
+        sft.setdefault(c["model"], {}).setdefault(c["split"], {})[str(c["rung"])] = c
+    plan = smart_plan(spec, json.loads(Path(smoke_path).read_text(encoding="utf-8")), sft)
+    write_text(out, json.dumps(plan, indent=1) + "\n")
+    return plan
+
+
+def plan_markdown(plan: dict[str, Any]) -> list[str]:
+    """The plan as the head of ladder.md: the gate, the rule, each elbow and why, the jobs saved."""
+    smart, full = plan["jobs"]["smart"], plan["jobs"]["full"]
+    per_rule = " · ".join(f"{rule} {smart[rule]}/{full[rule]}" for rule in smart if rule != "total" and full[rule])
+    lines = ["## The plan (`ladder.plan: smart`)", "",
+             "Staged as the source recommends instead of the blind grid: a smoke gate, base and sft on every rung, "
+             "then GRPO only at each model's elbow and one raw control.", "",
+             "- Smoke gate: " + "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']}" for s in plan["smoke"])
+             + f" (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %)." if plan["smoke"] else "- Smoke gate: —",
+             f"- Elbow rule: {plan['rule']}"]
+    lines += [f"- **{e['model']}: elbow r{e['rung']}** ({e['split']}) — {e['reason']}." for e in plan["elbows"]]
+    lines += [f"- GRPO: {', '.join(plan['grpo']['at_elbow'])} at the elbow; raw_grpo at r{plan['grpo']['raw_grpo_at']} only.",
+              f"- Jobs that run a model: {smart['total']} of the full grid's {full['total']} ({per_rule}).", ""]
+    return lines

@@ -1,0 +1,138 @@
+"""The smart plan's decisions: the smoke gate, the elbow rule on each kind of curve, the cells it
+places and its model jobs against the full grid."""
+
+import json
+
+import pytest
+
+from jacrl.ladder.config import CellKey
+from jacrl.ladder.pivot import show_ladder
+from jacrl.ladder.plan import (ELBOW_RULE, PlanSpec, SmokeGateFailed, choose_elbow, grid, model_jobs, smart_plan,
+                               smoke_gate)
+from jacrl.ladder.rows import write_ladder
+
+
+def cell(rung, split, passed, tasks, cond="sft", model="tiny"):
+    """A cell whose first `passed` of `tasks` tasks pass (nested rungs pass a superset on gen)."""
+    per_task = {f"t{i}": {"pass1": int(i < passed), "idiom": 0.0} for i in range(tasks)}
+    return {"rung": rung, "model": model, "cond": cond, "split": split, "tasks": tasks, "pass1": passed,
+            "per_task": per_task, "isolation": "strict"}
+
+
+def curve(gen=None, mem=None):
+    out = {}
+    if gen is not None:
+        out["gen"] = {r: cell(r, "gen", p, n) for r, (p, n) in gen.items()}
+    if mem is not None:
+        out["mem"] = {r: cell(r, "mem", p, n) for r, (p, n) in mem.items()}
+    return out
+
+
+MEMORISED = {"1": (1, 1), "3": (3, 3), "all": (12, 12)}
+
+
+def test_the_gate_passes_sft_that_memorises_its_rung():
+    [check] = smoke_gate([cell("1", "mem", 1, 1)], smoke_min=1.0)
+    assert check.ok and check.line() == "r1/tiny/sft/mem passed 1/1 (100 %; the gate asks 100 %)"
+
+
+def test_the_gate_stops_in_one_line_saying_what_failed_and_what_to_check():
+    cells = [cell("1", "mem", 1, 1), cell("1", "mem", 1, 2, model="big")]
+    with pytest.raises(SmokeGateFailed) as err:
+        smoke_gate(cells, smoke_min=1.0)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("smoke gate: r1/big/sft/mem passed 1/2 (50 %; the gate asks 100 %)")
+    assert "r1/tiny" not in msg  # the model that passed is not named
+    assert "adapters/r1/big/sft/metrics.jsonl" in msg and "sft.iters" in msg
+    assert smoke_gate(cells, smoke_min=0.5)  # a lower bar passes both
+
+
+def test_gen_elbow_is_the_smallest_rung_not_significantly_below_the_best():
+    # r1 passes 2 of 30 holdout tasks, r3 14, r10 16, rall 15: r1 is below r10 (McNemar p < 0.05), r3 is not
+    sft = curve(gen={"1": (2, 30), "3": (14, 30), "10": (16, 30), "all": (15, 30)}, mem=MEMORISED)
+    e = choose_elbow("tiny", sft, alpha=0.05, smoke_min=1.0)
+    assert (e.rung, e.split) == ("3", "gen")
+    assert "best, r10" in e.reason and "r1 is below it" in e.reason
+
+
+def test_gen_elbow_at_the_best_rung_when_every_smaller_rung_is_below_it():
+    sft = curve(gen={"1": (0, 30), "3": (1, 30), "all": (20, 30)}, mem=MEMORISED)
+    assert choose_elbow("tiny", sft, 0.05, 1.0).rung == "all"
+
+
+def test_ties_at_the_top_go_to_the_smaller_rung():
+    sft = curve(gen={"1": (0, 30), "3": (20, 30), "all": (20, 30)}, mem=MEMORISED)
+    e = choose_elbow("tiny", sft, 0.05, 1.0)
+    assert e.rung == "3" and "best, r3" in e.reason
+
+
+@pytest.mark.parametrize("gen", [
+    {"1": (0, 100), "3": (0, 100), "all": (0, 100)},   # nothing passes the holdout (the tiny model)
+    {"1": (40, 100), "3": (42, 100), "all": (41, 100)},  # a flat curve the test cannot separate
+])
+def test_a_flat_gen_curve_falls_back_to_the_first_rung_sft_does_not_memorise(gen):
+    sft = curve(gen=gen, mem={"1": (1, 1), "3": (2, 3), "all": (1, 12)})
+    e = choose_elbow("tiny", sft, 0.05, 1.0)
+    assert (e.rung, e.split) == ("3", "mem")
+    assert e.reason.startswith("gen is flat") and "smallest rung SFT does not memorise" in e.reason
+
+
+def test_mem_elbow_at_the_largest_rung_when_sft_memorises_every_rung():
+    e = choose_elbow("tiny", curve(gen={"1": (0, 9), "3": (0, 9)}, mem={"1": (1, 1), "3": (3, 3)}), 0.05, 1.0)
+    assert e.rung == "3" and "memorises every rung" in e.reason
+
+
+def test_without_gen_mem_decides_and_says_so():
+    e = choose_elbow("tiny", curve(mem={"1": (1, 1), "3": (2, 3)}), 0.05, 1.0)
+    assert e.rung == "3" and e.reason.startswith("gen is not among ladder.splits")
+
+
+def test_smoke_min_is_the_memorisation_bar_of_the_mem_rule():
+    sft = curve(mem={"1": (1, 1), "3": (2, 3), "all": (6, 12)})
+    assert choose_elbow("tiny", sft, 0.05, 1.0).rung == "3"
+    assert choose_elbow("tiny", sft, 0.05, 0.6).rung == "all"  # 2/3 counts as memorised at 60 %
+
+
+def test_model_jobs_follow_the_rules():
+    cells = grid(["1", "3"], ["tiny"], ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"], ["gen", "mem"])
+    jobs = model_jobs(cells, rft_models=set(), rft_tasks="rung")
+    # one eval job per adapter (both splits), one base mem job per rung, one shared base gen cell
+    assert jobs == {"sft": 2, "rft": 0, "grpo": 6, "eval": 8, "eval_base": 2, "eval_base_gen": 1, "total": 19}
+    assert model_jobs(cells, {"tiny"}, "rung")["rft"] == 2 and model_jobs(cells, {"tiny"}, "pool")["rft"] == 1
+    assert model_jobs(grid(["1"], ["tiny"], ["base"], ["gen"]), set(), "rung") == {
+        "sft": 0, "rft": 0, "grpo": 0, "eval": 0, "eval_base": 0, "eval_base_gen": 1, "total": 1}
+
+
+SPEC = PlanSpec(rungs=["1", "3", "all"], models=["tiny"], splits=["gen", "mem"], arms=["sft_grpo", "sft_grpo@tuned"],
+                alpha=0.05, smoke_min=1.0, rft_models=[], rft_tasks="rung")
+SMOKE = [{"tag": "r1/tiny/sft/mem", "passed": 1, "tasks": 1, "smoke_min": 1.0}]
+
+
+def test_the_plan_puts_every_arm_at_the_elbow_and_one_raw_control_at_the_smallest_rung():
+    sft = {"tiny": curve(gen={"1": (0, 9), "3": (0, 9), "all": (0, 9)}, mem={"1": (1, 1), "3": (2, 3), "all": (3, 12)})}
+    plan = smart_plan(SPEC, SMOKE, sft)
+    cells = [CellKey(*k) for k in plan["cells"]]
+    grpo = {(k.rung, k.cond) for k in cells if "grpo" in k.cond}
+    assert grpo == {("3", "sft_grpo"), ("3", "sft_grpo@tuned"), ("1", "raw_grpo")}
+    assert {(k.rung, k.cond) for k in cells if k.cond in ("base", "sft")} == {
+        (r, c) for r in ("1", "3", "all") for c in ("base", "sft")}
+    assert plan["elbows"] == [{"model": "tiny", "rung": "3", "split": "mem", "reason": plan["elbows"][0]["reason"]}]
+    # the full grid: the same conditions on every rung
+    assert plan["jobs"]["full"] == {"sft": 3, "rft": 0, "grpo": 9, "eval": 12, "eval_base": 3, "eval_base_gen": 1, "total": 28}
+    assert plan["jobs"]["smart"] == {"sft": 3, "rft": 0, "grpo": 3, "eval": 6, "eval_base": 3, "eval_base_gen": 1, "total": 16}
+    assert plan["rule"] == ELBOW_RULE and json.loads(json.dumps(plan)) == plan
+
+
+def test_the_plan_heads_ladder_md(tmp_path):
+    sft = {"tiny": curve(gen={"1": (0, 9), "3": (0, 9), "all": (0, 9)}, mem={"1": (1, 1), "3": (2, 3), "all": (3, 12)})}
+    (tmp_path / "plan.json").write_text(json.dumps(smart_plan(SPEC, SMOKE, sft)))
+    cells = [{**cell("1", "gen", 0, 9, cond="base"), "rung": r} for r in ("1", "3")] + [cell("3", "gen", 1, 9)]
+    rows = tmp_path / "rl_ladder.jsonl"
+    write_ladder([{**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0} for c in cells], rows)
+    md = show_ladder(rows, tmp_path / "l.md", tmp_path / "l.csv", tmp_path / "l.png", plan_path=tmp_path / "plan.json")
+    head = md.split("## tiny · gen")[0]
+    assert head.startswith("# The Jac RL ladder\n\n## The plan (`ladder.plan: smart`)")
+    assert "- Smoke gate: r1/tiny/sft/mem passed 1/1 (needs ≥ 100 %)." in head
+    assert "- **tiny: elbow r3** (mem) — gen is flat" in head and ELBOW_RULE in head
+    assert "raw_grpo at r1 only" in head and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head
+    assert "## The plan" not in show_ladder(rows, tmp_path / "m.md", tmp_path / "m.csv", tmp_path / "m.png")

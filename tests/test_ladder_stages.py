@@ -1,0 +1,183 @@
+"""The ladder in stages, on the test-sized tiny model through real Snakemake runs (`make test-slow`,
+a few minutes each): the smart plan end to end, its gate stopping a run, staged commands filling
+one table, and a second GRPO arm beside the default one without overwriting it.
+
+The workflow runs on the three fixture drivers (12 tasks: a 4-task holdout, rungs 1, 2 and 4).
+Gold-SFT at these settings memorises rung 1 and not the larger rungs; nothing passes the holdout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from fixtures.tiny import FIXTURES, TEST_TINY
+
+from jacrl.ladder.config import CellKey
+from jacrl.ladder.plan import grid
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+RUNGS = ["1", "2", "4"]
+CONFIG = {
+    "threads": 1,
+    "splits": {"holdout_size": 1, "valid_size": 0},
+    "rungs": [1, 2, 4],
+    "models": [{"name": "tiny", "builtin": "tiny"}],
+    "tiny": TEST_TINY.model_dump(mode="json"),
+    "sft": {"iters": 100, "lr": 4e-3},
+    "grpo": {"iters": 2, "group_size": 2, "max_completion": 32, "max_seq": 4096, "temperature": 1.0, "lr": 1e-4},
+    "grpo_arms": {"tuned": {"grpo": {"iters": 3, "lr": 5e-5}}},
+    "eval": {"n": 0, "k": 1, "policy_n": 0, "max_tokens": 160, "threads": 1},
+}
+TARGETS = ("results/rl_ladder.jsonl", "results/ladder.md")
+MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def workdir(tmp_path_factory, name: str, **overrides) -> Path:
+    work = tmp_path_factory.mktemp(name)
+    (work / "drivers" / "mixed").mkdir(parents=True)
+    for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
+        shutil.copy(driver, work / "drivers" / "mixed" / driver.name)
+    config = {**CONFIG, **overrides, "tasks": {"drivers": str(work / "drivers")}}
+    (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return work
+
+
+def snakemake(work: Path, *args: str, ok: bool = True) -> str:
+    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", "--cores", "2",
+                           *args], cwd=work, capture_output=True, text=True, timeout=1700)
+    out = proc.stdout + proc.stderr
+    assert (proc.returncode == 0) == ok, out[-4000:]
+    return out
+
+
+def ladder(work: Path, selection: str) -> str:
+    return snakemake(work, *TARGETS, "--config", f"ladder={selection}")
+
+
+def jobs_run(console: str) -> dict[str, int]:
+    """What a run executed, rule by rule, from Snakemake's console."""
+    counts: dict[str, int] = {}
+    for rule in re.findall(r"^\s*(?:local)?(?:rule|checkpoint) (\w+):$", console, re.MULTILINE):
+        counts[rule] = counts.get(rule, 0) + 1
+    return counts
+
+
+def rows(work: Path) -> list[dict]:
+    return [json.loads(line) for line in (work / "results/rl_ladder.jsonl").read_text().splitlines()]
+
+
+def cell(work: Path, rung: str, cond: str, split: str) -> dict:
+    return json.loads((work / f"results/cells/r{rung}/tiny/{cond}/{split}.json").read_text())
+
+
+def adapters(work: Path) -> list[str]:
+    return sorted(str(p.relative_to(work / "adapters")) for p in (work / "adapters").glob("*/*/*")
+                  if p.is_dir() and not p.name.endswith(".ckpt"))
+
+
+def digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.rglob("*")):
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def smart(tmp_path_factory):
+    work = workdir(tmp_path_factory, "smart")
+    return work, ladder(work, '{"plan": "smart"}')
+
+
+def test_the_smart_plan_runs_grpo_only_at_the_elbow_it_chose(smart):
+    work, console = smart
+    plan = json.loads((work / "results/plan.json").read_text())
+    # the rule restated for this curve: nothing passes the holdout (gen is flat), so mem decides: the
+    # first rung whose SFT does not memorise its own tasks
+    assert all(cell(work, r, "sft", "gen")["pass1"] == 0 for r in RUNGS)
+    mem = {r: cell(work, r, "sft", "mem") for r in RUNGS}
+    assert mem["1"]["pass1"] == mem["1"]["tasks"]  # the gate passed
+    elbow = next((r for r in RUNGS if mem[r]["pass1"] < mem[r]["tasks"]), RUNGS[-1])
+    assert [(e["model"], e["rung"], e["split"]) for e in plan["elbows"]] == [("tiny", elbow, "mem")]
+    # GRPO under both arms at the elbow, one raw control at rung 1, SFT on every rung
+    assert adapters(work) == sorted([*(f"r{r}/tiny/sft" for r in RUNGS), f"r{elbow}/tiny/sft_grpo",
+                                     f"r{elbow}/tiny/sft_grpo@tuned", "r1/tiny/raw_grpo"])
+    # what ran is what the plan counted; the full grid is what Snakemake plans for it
+    ran = jobs_run(console)
+    assert {r: n for r, n in ran.items() if r in MODEL_RULES} == {r: n for r, n in plan["jobs"]["smart"].items()
+                                                                  if n and r != "total"}
+    assert ran["smoke"] == ran["elbow"] == 1
+    full = snakemake(work, "results/rl_ladder.jsonl", "-n", "--forceall", "--quiet", "rules", "--config",
+                     'ladder={"conditions": ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]}')
+    planned = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", full, re.MULTILINE) if m[1] in MODEL_RULES}
+    assert planned == {r: n for r, n in plan["jobs"]["full"].items() if n and r != "total"}
+    assert plan["jobs"]["smart"]["total"] < plan["jobs"]["full"]["total"]
+    # one row per planned cell, and the plan heads ladder.md
+    assert sorted(r["tag"] for r in rows(work)) == sorted(CellKey(*k).tag for k in plan["cells"])
+    md = (work / "results/ladder.md").read_text()
+    assert md.startswith("# The Jac RL ladder\n\n## The plan (`ladder.plan: smart`)")
+    assert f"- **tiny: elbow r{elbow}** (mem) — gen is flat" in md
+
+
+def test_the_gate_stops_the_run_with_its_message(tmp_path_factory):
+    work = workdir(tmp_path_factory, "gate", sft={"iters": 1})  # one SFT step cannot memorise a body
+    console = snakemake(work, *TARGETS, "--config", 'ladder={"plan": "smart"}', ok=False)
+    [line] = [ln for ln in console.splitlines() if ln.startswith("SmokeGateFailed: ")]
+    assert line.startswith("SmokeGateFailed: smoke gate: r1/tiny/sft/mem passed 0/1 (0 %; the gate asks 100 %).")
+    assert "sft.iters" in line
+    # nothing after the gate ran: no other rung, no base cell, no plan, no GRPO
+    assert adapters(work) == ["r1/tiny/sft"]
+    assert not (work / "results/smoke.json").exists() and not (work / "results/plan.json").exists()
+    assert sorted(p.name for p in (work / "results/cells").rglob("*.json")) == ["gen.json", "mem.json"]
+
+
+@pytest.fixture(scope="module")
+def staged(tmp_path_factory):
+    """The source's manual stages as three commands in one folder: the smoke test, the SFT curve,
+    GRPO at one rung."""
+    work = workdir(tmp_path_factory, "staged")
+    tables = []
+    for selection in ('{"conditions": ["sft"], "rungs": [1]}', '{"conditions": ["base", "sft"]}',
+                      '{"conditions": ["sft_grpo"], "rungs": [2]}'):
+        ladder(work, selection)
+        tables.append(sorted(r["tag"] for r in rows(work)))
+    return work, tables
+
+
+def test_three_staged_commands_build_one_table(staged):
+    work, tables = staged
+    curve = sorted(k.tag for k in grid(RUNGS, ["tiny"], ["base", "sft"], ["gen", "mem"]))
+    assert tables[0] == ["r1/tiny/sft/gen", "r1/tiny/sft/mem"]
+    assert tables[1] == curve  # the first stage's rows are still there
+    assert tables[2] == sorted([*curve, "r2/tiny/sft_grpo/gen", "r2/tiny/sft_grpo/mem"])
+    md = (work / "results/ladder.md").read_text()
+    gen_table = md.split("## tiny · gen")[1].split("##")[0]
+    assert "| sft_grpo" in gen_table and all(f"| r{r} " in gen_table for r in RUNGS)
+
+
+def test_a_second_arm_sits_beside_the_default_without_overwriting_it(staged):
+    work, _ = staged
+    default = work / "adapters/r2/tiny/sft_grpo"
+    before = digest(default), (work / "results/cells/r2/tiny/sft_grpo/gen.json").read_bytes()
+    console = ladder(work, '{"conditions": ["sft_grpo@tuned"], "rungs": [2]}')
+    assert jobs_run(console).get("grpo") == 1  # the tuned arm's run only
+    assert (digest(default), (work / "results/cells/r2/tiny/sft_grpo/gen.json").read_bytes()) == before
+    steps = {arm: len((work / f"adapters/r2/tiny/{arm}/metrics.jsonl").read_text().splitlines())
+             for arm in ("sft_grpo", "sft_grpo@tuned")}
+    assert steps == {"sft_grpo": 2, "sft_grpo@tuned": 3}  # each arm's own iters
+    tuned, plain = cell(work, "2", "sft_grpo@tuned", "gen"), cell(work, "2", "sft_grpo", "gen")
+    assert "grpo@tuned" in tuned["config_parts"] and "grpo" in plain["config_parts"]
+    assert {"r2/tiny/sft_grpo/gen", "r2/tiny/sft_grpo@tuned/gen"} <= {r["tag"] for r in rows(work)}
+    md = (work / "results/ladder.md").read_text()
+    assert "| sft_grpo@tuned" in md and "| tiny    | gen     | r2     | sft_grpo@tuned | sft_grpo |" in md
