@@ -15,15 +15,24 @@ ends. So is a body that closes more braces than it opens (it would escape its un
 print the expected output from module level), one that opens braces it never closes or whose
 unit is never closed (a truncated answer), and one that ends inside a string or comment (it
 would swallow the template's code).
+
+Every step is linear in the completion's length, whatever it holds (a model repeating one line
+until `max_tokens` writes thousands of unit headers, fence lines or reasoning openers): lexing
+and brace matching are one pass each (`mask`, `Structure`), a unit's header is resolved by
+lookup instead of a scan to its brace, and reasoning blocks are paired in one pass over their tags.
 """
 
 from __future__ import annotations
 
 import re
 import textwrap
+from bisect import bisect_left
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
+from jacrl.reward.normalize import ChatMarkup, chat_markup, plain_text
 from jacrl.reward.task import HOLE, Task
 
 # `impl Owner.name` blocks are units too: their name keeps the owner (`Circle.area`).
@@ -35,8 +44,9 @@ JAC_LANGS = frozenset({"jac", "jaclang"})
 NON_CODE_LANGS = frozenset({"text", "txt", "plaintext", "output", "console", "stdout", "shell", "sh", "bash", "markdown", "md"})
 REASONING_TAGS = ("think", "thinking", "reasoning", "reflection", "scratchpad", "analysis")
 _TAGS = "|".join(REASONING_TAGS)
-REASONING_BLOCK_RE = re.compile(rf"<(?P<tag>{_TAGS})(?:\s[^>]*)?>.*?</(?P=tag)\s*>(?:[ \t]*\n)?", re.IGNORECASE | re.DOTALL)
-REASONING_OPEN_RE = re.compile(rf"<(?:{_TAGS})(?:\s[^>]*)?>", re.IGNORECASE)
+# An opener's attributes stop at the next `<`: a scan for its `>` never passes another tag.
+REASONING_OPEN_RE = re.compile(rf"<(?:{_TAGS})(?:\s[^<>]*)?>", re.IGNORECASE)
+REASONING_TAG_RE = re.compile(rf"<(?P<open>{_TAGS})(?:\s[^<>]*)?>|</(?P<close>{_TAGS})\s*>(?:[ \t]*\n)?", re.IGNORECASE)
 REASONING_CLOSE_RE = re.compile(rf"</(?:{_TAGS})\s*>(?:[ \t]*\n)?", re.IGNORECASE)
 ANSWER_RE = re.compile(r"<answer>(?P<answer>.*?)(?:</answer>|\Z)", re.IGNORECASE | re.DOTALL)
 FINAL_CHANNEL = "<|channel|>final<|message|>"  # harmony-format chat: what follows is the answer
@@ -51,54 +61,90 @@ class Masked:
     strings: tuple[tuple[int, int, int], ...] = ()  # each literal: (opening quote, content start, content end)
 
 
+# A comment or a string literal, found in one scan. A backslash escapes the next character (a
+# newline too); a one-line string also ends at its line's end, a block comment or a triple-quoted
+# string at the text's end (where it is still open).
+LITERAL_RE = re.compile(
+    r"(?P<comment>#\*(?s:.*?)(?:(?P<comment_end>\*#)|\Z)|#[^\n]*)"
+    r"""|(?P<triple>\"\"\"|''')(?:(?!(?P=triple))[^\\]|\\(?s:.)|\\\Z)*(?P<triple_end>(?P=triple))?"""
+    r"""|(?P<single>["'])(?:(?!(?P=single))[^\\\n]|\\(?s:.)|\\\Z)*(?P<single_end>(?P=single))?"""
+)
+STRUCTURE_RE = re.compile(r"[()\[\]{};]")
+BRACE_RE = re.compile(r"[{}]")
+
+
+def _blank(text: str) -> str:
+    return "\n".join(" " * len(line) for line in text.split("\n"))
+
+
+@lru_cache(maxsize=16)
 def mask(code: str) -> Masked:
     """Blank comments (`# ...`, `#* ... *#`) and string contents, keeping offsets and newlines."""
-    out = list(code)
-    n = len(code)
-    i = 0
-    open_at_end = False
+    out: list[str] = []
     strings: list[tuple[int, int, int]] = []
-
-    def blank(a: int, b: int) -> None:
-        for k in range(a, min(b, n)):
-            if out[k] != "\n":
-                out[k] = " "
-
-    while i < n:
-        c = code[i]
-        if c == "#":
-            if code.startswith("#*", i):
-                end = code.find("*#", i + 2)
-                stop = n if end < 0 else end + 2
-                open_at_end |= end < 0
-            else:
-                end = code.find("\n", i)
-                stop = n if end < 0 else end
-            blank(i, stop)
-            i = stop
-        elif c in "\"'":
-            triple = code.startswith(c * 3, i)
-            quote = c * 3 if triple else c
-            j = i + len(quote)
-            while j < n:
-                if code[j] == "\\":
-                    j += 2
-                    continue
-                if code.startswith(quote, j):
-                    break
-                if not triple and code[j] == "\n":
-                    break
-                j += 1
-            strings.append((i, i + len(quote), min(j, n)))
-            blank(i + len(quote), j)
-            if j >= n or (not triple and code[j] == "\n"):
-                open_at_end |= triple and j >= n
-                i = j
-            else:
-                i = j + len(quote)
+    at, open_at_end = 0, False
+    for m in LITERAL_RE.finditer(code):
+        a, b = m.span()
+        out.append(code[at:a])
+        quote = m["triple"] or m["single"]
+        if quote:
+            end = b - len(quote) if m["triple_end"] or m["single_end"] else b
+            strings.append((a, a + len(quote), end))
+            out += (quote, _blank(code[a + len(quote) : end]), code[end:b])
+            open_at_end = bool(m["triple"]) and not m["triple_end"]
         else:
-            i += 1
+            out.append(_blank(code[a:b]))
+            open_at_end = m["comment"].startswith("#*") and not m["comment_end"]
+        at = b
+    out.append(code[at:])
     return Masked("".join(out), open_at_end, tuple(strings))
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The brackets of a masked text, from one pass over its `( ) [ ] { } ;`."""
+
+    text: str
+    close: dict[int, int]  # each `{` → its `}` (the text's length when never closed)
+    at: list[int]  # offsets of the structural characters, in order
+    depth: list[int]  # the ( [ depth before each
+    stops: dict[int, list[int]]  # depth → offsets of the `{ } ; ) ]` at it, in order
+
+    def body_brace(self, end: int) -> int:
+        """The `{` opening the body of a declaration whose header ends at `end`, or -1. The
+        header runs to its first `{`, `;` or `}` outside brackets it opened, or to a `)`/`]`
+        closing one it did not open (it was an expression: `[edge here -->]`): the first of the
+        `stops` at the depth where it ends. Only a `{` there opens a body."""
+        i = bisect_left(self.at, end)
+        level = self.stops.get(self.depth[i], []) if i < len(self.at) else []
+        j = bisect_left(level, end)
+        return level[j] if j < len(level) and self.text[level[j]] == "{" else -1
+
+
+@lru_cache(maxsize=16)
+def structure(masked: str) -> Structure:
+    close: dict[int, int] = {}
+    opened: list[int] = []
+    at: list[int] = []
+    depths: list[int] = []
+    stops: defaultdict[int, list[int]] = defaultdict(list)
+    depth = 0
+    for m in STRUCTURE_RE.finditer(masked):
+        k, ch = m.start(), m[0]
+        at.append(k)
+        depths.append(depth)
+        if ch in "([":
+            depth += 1
+            continue
+        stops[depth].append(k)
+        if ch in ")]":
+            depth -= 1
+        elif ch == "{":
+            opened.append(k)
+        elif ch == "}" and opened:
+            close[opened.pop()] = k
+    close.update((k, len(masked)) for k in opened)
+    return Structure(masked, close, at, depths, dict(stops))
 
 
 @dataclass(frozen=True)
@@ -125,53 +171,39 @@ class UnitSpan:
 
 def find_units(code: str, masked: str | None = None, pattern: re.Pattern = UNIT_RE) -> list[UnitSpan]:
     """Every `def`/`can`/`impl` with a brace body, in order of appearance (nested ones included)."""
-    m_text = mask(code).text if masked is None else masked
+    shape = structure(mask(code).text if masked is None else masked)
     spans = []
-    for m in pattern.finditer(m_text):
-        depth, k = 0, m.end()
-        open_at = -1
-        while k < len(m_text):
-            ch = m_text[k]
-            if ch in "([":
-                depth += 1
-            elif ch in ")]":
-                depth -= 1
-                if depth < 0:
-                    break  # inside an expression (`[edge here -->]`), not a declaration
-            elif depth <= 0 and ch == "{":
-                open_at = k
-                break
-            elif depth <= 0 and ch in ";}":
-                break
-            k += 1
-        if open_at < 0:
-            continue
-        spans.append(UnitSpan(m["kind"], m["name"], m.start(), open_at, _match_brace(m_text, open_at)))
+    for m in pattern.finditer(shape.text):
+        at = shape.body_brace(m.end())
+        if at >= 0:
+            spans.append(UnitSpan(m["kind"], m["name"], m.start(), at, shape.close[at]))
     return spans
 
 
-def _match_brace(masked: str, open_at: int) -> int:
-    depth = 0
-    for k in range(open_at, len(masked)):
-        if masked[k] == "{":
-            depth += 1
-        elif masked[k] == "}":
-            depth -= 1
-            if depth == 0:
-                return k
-    return len(masked)
+def innermost(spans: list[UnitSpan], points: list[int]) -> list[str]:
+    """For each of the increasing `points`, the name of the innermost span whose body holds it
+    ("" when none; of spans sharing a brace, the first). Brace-matched bodies nest or are
+    disjoint, so one sweep with a stack finds them all."""
+    order = sorted(spans, key=lambda s: s.open)
+    stack: list[UnitSpan] = []
+    names, i = [], 0
+    for p in points:
+        while i < len(order) and order[i].open < p:
+            s, i = order[i], i + 1
+            while stack and stack[-1].close <= s.open:
+                stack.pop()
+            if not stack or stack[-1].open != s.open:
+                stack.append(s)
+        while stack and stack[-1].close <= p:
+            stack.pop()
+        names.append(stack[-1].name if stack else "")
+    return names
 
 
 def brace_balance(code: str) -> tuple[int, int]:
     """(lowest running depth, final depth) of `{`/`}` outside strings and comments."""
-    depth = low = 0
-    for ch in mask(code).text:
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            low = min(low, depth)
-    return low, depth
+    depths = list(accumulate(1 if ch == "{" else -1 for ch in BRACE_RE.findall(mask(code).text)))
+    return min(0, min(depths, default=0)), depths[-1] if depths else 0
 
 
 # ---------------------------------------------------------------- fences and prose
@@ -230,16 +262,39 @@ def fenced_blocks(text: str) -> list[Block]:
     return blocks
 
 
-def answer_text(completion: str) -> tuple[str, bool]:
+def drop_reasoning_blocks(text: str) -> str:
+    """Every closed reasoning block removed: from the leftmost opener on, each opener with the
+    first closer of its tag after it (as `re.sub` of `<tag …>.*?</tag>` would), paired in one
+    pass over the tags instead of a scan to the text's end per opener."""
+    tags = list(REASONING_TAG_RE.finditer(text))
+    closer: list[int | None] = [None] * len(tags)
+    nearest: dict[str, int] = {}
+    for i in range(len(tags) - 1, -1, -1):
+        if tags[i]["close"]:
+            nearest[tags[i]["close"].lower()] = i
+        else:
+            closer[i] = nearest.get(tags[i]["open"].lower())
+    out, at = [], 0
+    for tag, close in zip(tags, closer):
+        if close is not None and tag.start() >= at:
+            out.append(text[at : tag.start()])
+            at = tags[close].end()
+    return "".join(out) + text[at:]
+
+
+def answer_text(completion: str, markup: ChatMarkup | None = None) -> tuple[str, bool]:
     """(the completion without its reasoning, whether reasoning was dropped).
 
-    Closed reasoning blocks go wherever they are; a closer without an opener (the chat template
-    opened the block) drops everything before it. After an opener never closed only the last
-    fence counts, as the answer the reasoning ran into; with no fence there, nothing was answered.
+    The text is made plain and cut to the answer turn first (normalize.py; `markup`: the chat
+    tokens, CHAT_TOKENS by default). Closed reasoning blocks go wherever they are; a closer
+    without an opener (the chat template opened the block) drops everything before it. After an
+    opener never closed only the last fence counts, as the answer the reasoning ran into; with
+    no fence there, nothing was answered.
     """
-    text = completion.replace("\r\n", "\n")
-    out = text.rsplit(FINAL_CHANNEL, 1)[-1]
-    out = REASONING_BLOCK_RE.sub("", out)
+    text = plain_text(completion)
+    final = text.rsplit(FINAL_CHANNEL, 1)[-1]
+    turn = (markup or chat_markup()).answer_turn(final)
+    out = drop_reasoning_blocks(turn)
     closers = list(REASONING_CLOSE_RE.finditer(out))
     if closers:
         out = out[closers[-1].end() :]
@@ -248,7 +303,7 @@ def answer_text(completion: str) -> tuple[str, bool]:
         rest = out[opener.end() :]
         blocks = fenced_blocks(rest)
         out = out[: opener.start()] + ("\n".join(rest.split("\n")[blocks[-1].line :]) if blocks else "")
-    reasoned = out != text
+    reasoned = final != text or out != turn
     answer = ANSWER_RE.search(out)
     return (answer["answer"] if answer else out), reasoned
 
@@ -288,11 +343,12 @@ class Extraction:
 def clean_lines(text: str) -> str:
     """Remove TODO placeholder and __HOLE__ lines, blank edge lines, then dedent."""
     kept = [ln.rstrip() for ln in text.split("\n") if not TODO_RE.match(ln) and ln.strip() != HOLE]
-    while kept and not kept[0].strip():
-        kept.pop(0)
-    while kept and not kept[-1].strip():
-        kept.pop()
-    return textwrap.dedent("\n".join(kept))
+    lo, hi = 0, len(kept)
+    while lo < hi and not kept[lo]:
+        lo += 1
+    while hi > lo and not kept[hi - 1]:
+        hi -= 1
+    return textwrap.dedent("\n".join(kept[lo:hi]))
 
 
 def _has_code(text: str) -> bool:
@@ -309,19 +365,12 @@ def _pick_unit(code: str, kind: str, name: str, archetype: str = "") -> UnitSpan
     spans = [s for s in find_units(code, masked) if s.method == method]
     if not spans:
         return None
-    archs = find_units(code, masked, ARCHETYPE_RE)
-
-    def at_home(s: UnitSpan) -> bool:
-        if s.kind == "impl":
-            return s.owner == owner
-        inside = [a for a in archs if a.open < s.start < a.close]
-        return (max(inside, key=lambda a: a.open).name if inside else "") == owner
-
-    spans.sort(key=lambda s: (not at_home(s), s.kind != kind))
-    for s in spans:
-        if _has_code(clean_lines(s.body(code))):
-            return s
-    return None
+    homes = innermost(find_units(code, masked, ARCHETYPE_RE), [s.start for s in spans])
+    at_home = [(s.owner if s.kind == "impl" else home) == owner for s, home in zip(spans, homes)]
+    ranked = sorted(zip(spans, at_home), key=lambda sh: (not sh[1], sh[0].kind != kind))
+    # A body without code holds no other unit's header, so the bodies tried before the first
+    # with code never overlap: the loop reads each character once.
+    return next((s for s, _ in ranked if _has_code(clean_lines(s.body(code)))), None)
 
 
 @lru_cache(maxsize=2048)
@@ -381,7 +430,8 @@ def _block_code(blocks: list[Block], kind: str, name: str, archetype: str) -> st
     coded = [b for b in blocks if _has_code(b.code)]
     if not coded:
         return ""
-    best = [b for b in coded if rank(b) == min(map(rank, coded))]
+    top = min(map(rank, coded))
+    best = [b for b in coded if rank(b) == top]
     return next((b.code for b in best if _pick_unit(b.code, kind, name, archetype)), best[0].code)
 
 
@@ -401,9 +451,9 @@ def _locate(text: str, task: Task) -> tuple[str, UnitSpan | None, str]:
     return code, _pick_unit(code, kind, name, archetype), source
 
 
-def extract_body(completion: str, task: Task) -> Extraction:
-    """The body to splice for `task` from a raw model completion."""
-    text, reasoned = answer_text(completion or "")
+def extract_body(completion: str, task: Task, markup: ChatMarkup | None = None) -> Extraction:
+    """The body to splice for `task` from a raw model completion (`markup`: its chat tokens)."""
+    text, reasoned = answer_text(completion or "", markup)
     if not text.strip():
         return Extraction("", "empty")
     code, unit, source = _locate(text, task)
