@@ -34,18 +34,23 @@ def after_the_gate(keys):
     return lambda wc: [checkpoints.smoke.get().output[0], *cell_json(keys)]
 
 
+def plan_spec():
+    """What the elbow checkpoint places: sft_grpo under the default arm and every named one at the elbow."""
+    smart = CFG.ladder.smart
+    return asdict(PlanSpec(
+        rungs=CFG.ladder_rungs, models=CFG.ladder_models, splits=list(CFG.ladder.splits),
+        at_elbow=["sft_grpo", *(f"sft_grpo@{arm}" for arm in CFG.grpo_arms)], alpha=smart.alpha,
+        smoke_min=smart.smoke_min, rft_models=[m.name for m in CFG.models if m.warm_start == "rft"], rft_tasks=CFG.rft.tasks,
+    ))
+
+
 checkpoint elbow:
     input:
         after_the_gate([k for k in curve_keys() if k.cond == "sft"]),
     output:
         "results/plan.json",
     params:
-        spec=asdict(PlanSpec(
-            rungs=CFG.ladder_rungs, models=CFG.ladder_models, splits=list(CFG.ladder.splits),
-            arms=["sft_grpo", *(f"sft_grpo@{arm}" for arm in CFG.grpo_arms)], alpha=CFG.ladder.smart.alpha,
-            smoke_min=CFG.ladder.smart.smoke_min, rft_models=[m.name for m in CFG.models if m.warm_start == "rft"],
-            rft_tasks=CFG.rft.tasks,
-        )),
+        spec=plan_spec(),
     log:
         "logs/elbow.log",
     benchmark:

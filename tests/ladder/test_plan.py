@@ -103,7 +103,7 @@ def test_model_jobs_follow_the_rules():
         "sft": 0, "rft": 0, "grpo": 0, "eval": 0, "eval_base": 0, "eval_base_gen": 1, "total": 1}
 
 
-SPEC = PlanSpec(rungs=["1", "3", "all"], models=["tiny"], splits=["gen", "mem"], arms=["sft_grpo", "sft_grpo@tuned"],
+SPEC = PlanSpec(rungs=["1", "3", "all"], models=["tiny"], splits=["gen", "mem"], at_elbow=["sft_grpo", "sft_grpo@tuned"],
                 alpha=0.05, smoke_min=1.0, rft_models=[], rft_tasks="rung")
 SMOKE = [{"tag": "r1/tiny/sft/mem", "passed": 1, "tasks": 1, "smoke_min": 1.0}]
 

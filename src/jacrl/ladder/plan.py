@@ -153,7 +153,7 @@ class PlanSpec:
     rungs: list[str]
     models: list[str]
     splits: list[str]
-    arms: list[str]  # sft_grpo under the default arm and each named one
+    at_elbow: list[str]  # sft_grpo under the default arm and under each named one
     alpha: float
     smoke_min: float
     rft_models: list[str]
@@ -171,15 +171,15 @@ def smart_plan(spec: PlanSpec, smoke: list[dict], sft: dict[str, dict[str, dict[
     elbows = [choose_elbow(m, sft[m], spec.alpha, spec.smoke_min) for m in spec.models]
     cells = grid(spec.rungs, spec.models, ["base", "sft"], spec.splits)
     for e in elbows:
-        cells += grid([e.rung], [e.model], spec.arms, spec.splits)
+        cells += grid([e.rung], [e.model], spec.at_elbow, spec.splits)
         cells += grid([spec.raw_rung], [e.model], ["raw_grpo"], spec.splits)
-    full = grid(spec.rungs, spec.models, ["base", "sft", *spec.arms, "raw_grpo"], spec.splits)
+    full = grid(spec.rungs, spec.models, ["base", "sft", *spec.at_elbow, "raw_grpo"], spec.splits)
     return {
         "plan": "smart",
         "rule": ELBOW_RULE,
         "smoke": smoke,
         "elbows": [asdict(e) for e in elbows],
-        "grpo": {"at_elbow": spec.arms, "raw_grpo_at": spec.raw_rung},
+        "grpo": {"at_elbow": spec.at_elbow, "raw_grpo_at": spec.raw_rung},
         "cells": [list(k) for k in cells],
         "jobs": {"smart": model_jobs(cells, set(spec.rft_models), spec.rft_tasks),
                  "full": model_jobs(full, set(spec.rft_models), spec.rft_tasks)},
@@ -201,11 +201,11 @@ def plan_markdown(plan: dict[str, Any]) -> list[str]:
     """The plan as the head of ladder.md: the gate, the rule, each elbow and why, the jobs saved."""
     smart, full = plan["jobs"]["smart"], plan["jobs"]["full"]
     per_rule = " · ".join(f"{rule} {smart[rule]}/{full[rule]}" for rule in smart if rule != "total" and full[rule])
+    gate = "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']}" for s in plan["smoke"])
     lines = ["## The plan (`ladder.plan: smart`)", "",
              "Staged as the source recommends instead of the blind grid: a smoke gate, base and sft on every rung, "
              "then GRPO only at each model's elbow and one raw control.", "",
-             "- Smoke gate: " + "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']}" for s in plan["smoke"])
-             + f" (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %)." if plan["smoke"] else "- Smoke gate: —",
+             f"- Smoke gate: {gate} (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %).",
              f"- Elbow rule: {plan['rule']}"]
     lines += [f"- **{e['model']}: elbow r{e['rung']}** ({e['split']}) — {e['reason']}." for e in plan["elbows"]]
     lines += [f"- GRPO: {', '.join(plan['grpo']['at_elbow'])} at the elbow; raw_grpo at r{plan['grpo']['raw_grpo_at']} only.",
