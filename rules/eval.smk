@@ -93,6 +93,7 @@ rule rl_ladder:
         root="results/cells",
         expected=expected_cells(),
         rungs=[str(r) for r in CFG.rungs],
+        selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen cell is filed under each
     log:
         "logs/rl_ladder.log",
     benchmark:

@@ -5,7 +5,7 @@ from jacrl.workflow import logged
 
 with logged(snakemake):
     p = snakemake.params
-    cells, left_out = current_cells(p.root, p.expected, p.rungs, required=list(snakemake.input))
+    cells, left_out = current_cells(p.root, p.expected, p.rungs, required=list(snakemake.input), shared_under=p.selected)
     for cell in left_out:
         console_warning(str(cell))
     rows = write_ladder(cells, snakemake.output[0])

@@ -30,8 +30,8 @@ def put(root, rung, cond, split, config=CONFIG, passes=(0,)):
     return str(path)
 
 
-def collect(root, config=CONFIG, rungs=("1", "3", "all"), required=()):
-    return current_cells(root, expected(config), list(rungs), list(required))
+def collect(root, config=CONFIG, rungs=("1", "3", "all"), required=(), selected=()):
+    return current_cells(root, expected(config), list(rungs), list(required), list(selected))
 
 
 def tags(cells):
@@ -50,6 +50,13 @@ def test_cells_of_earlier_runs_are_collected_and_the_shared_base_gen_filed_under
                            "r3/tiny/sft_grpo/gen", "r3/tiny/sft_grpo@tuned/gen"]
     rows = build_rows(cells)
     assert [r["cond"] for r in rows if r["rung"] == "3"] == ["base", "sft", "sft_grpo", "sft_grpo@tuned"]
+
+
+def test_a_lone_shared_base_gen_cell_is_filed_under_the_runs_rungs(tmp_path):
+    put(tmp_path, "shared", "base", "gen")
+    assert tags(collect(tmp_path, selected=["1", "3"])[0]) == ["r1/tiny/base/gen", "r3/tiny/base/gen"]
+    put(tmp_path, "all", "sft", "gen")
+    assert tags(collect(tmp_path, selected=["1"])[0]) == ["r1/tiny/base/gen", "rall/tiny/base/gen", "rall/tiny/sft/gen"]
 
 
 def test_a_cell_built_under_another_config_is_left_out_with_its_reason(tmp_path):

@@ -136,12 +136,13 @@ def out_of_config(cell: dict, expected: dict[str, dict], rungs: list[str]) -> st
     return "built under another " + ", ".join(f"`{p}`" for p in differ) + " config than the current one"
 
 
-def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str],
-                  required: list[str] = ()) -> tuple[list[dict], list[LeftOut]]:
+def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str], required: list[str] = (),
+                  shared_under: list[str] = ()) -> tuple[list[dict], list[LeftOut]]:
     """The cells under `root` (results/cells) that the current configuration would build, and
-    those left out. The shared base gen cell is filed under each rung that holds another cell of
-    its model. A `required` cell (one this run has just built) that is out of the config is an
-    error: the run's own outputs are older than its config (e.g. under `--rerun-triggers mtime`)."""
+    those left out. The shared base gen cell is filed under `shared_under` (the run's rungs) and
+    each rung that holds another cell of its model. A `required` cell (one this run has just
+    built) that is out of the config is an error: the run's own outputs are older than its config
+    (e.g. under `--rerun-triggers mtime`)."""
     kept, left = [], []
     for path in sorted(Path(root).glob("*/*/*/*.json")):
         cell = read_cell(path)
@@ -155,14 +156,15 @@ def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str],
     if miss is not None:
         raise ConfigMismatch(f"{miss.path}, an input of this run, is out of the current config ({miss.reason}); "
                              "rebuild it with `--forcerun` on its rule")
-    return _file_shared(kept), left
+    return _file_shared(kept, list(shared_under)), left
 
 
-def _file_shared(cells: list[dict]) -> list[dict]:
+def _file_shared(cells: list[dict], under: list[str]) -> list[dict]:
     own = [c for c in cells if c["rung"] != SHARED]
-    rungs = {(c["model"], str(c["rung"])) for c in own}
-    shared = [{**c, "rung": rung} for c in cells if c["rung"] == SHARED
-              for model, rung in sorted(rungs, key=lambda mr: rung_sort_key(mr[1])) if model == c["model"]]
+    shared = []
+    for c in (c for c in cells if c["rung"] == SHARED):
+        rungs = set(under) | {str(o["rung"]) for o in own if o["model"] == c["model"]}
+        shared += [{**c, "rung": rung} for rung in sorted(rungs, key=rung_sort_key)]
     return own + shared
 
 
