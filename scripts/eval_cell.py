@@ -9,6 +9,7 @@ from jacrl.evaluation.cell import evaluate_cell
 from jacrl.io import write_text
 from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
+from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import read_tasks
 from jacrl.workflow import code_version, logged
 
@@ -20,7 +21,8 @@ with logged(snakemake):
                            placement=Placement.of(spec))
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
     jobs = zip(snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True)
-    with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
+    special = tokenizer_special_tokens(backend.hf_tokenizer)  # cut out of completions with the chat tokens
+    with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         for one, tasks, cell_out, samples_out in jobs:
             meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version()}
             cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)

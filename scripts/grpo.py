@@ -1,7 +1,10 @@
 # Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo).
+from transformers import AutoTokenizer
+
 from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
+from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import read_tasks
 from jacrl.rl.loop import train_grpo
 from jacrl.workflow import logged
@@ -10,6 +13,8 @@ with logged(snakemake):
     cfg = load_config(snakemake.params.config)
     # the rule names the folder: raw_grpo of a model with an RFT warm start begins from models/{name}-rft
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
-    with RewardScorer(cfg.reward, threads=snakemake.threads) as scorer:
+    # the tokenizer the backend loads from the model folder: its special tokens are cut out of completions
+    special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
+    with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
                    init_adapter=snakemake.input.init or None, threads=snakemake.threads)

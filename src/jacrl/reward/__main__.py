@@ -2,13 +2,16 @@
 
     python -m jacrl.reward score --task ID FILE      (or: jacrl-score --task ID FILE)
 
-FILE is the completion text (`-` reads stdin); the task comes from the tasks JSONL."""
+FILE is the completion text (`-` reads stdin), read as UTF-8: a leading byte-order mark, NULs
+and chat special tokens are dropped as on every path, bytes that are not UTF-8 score as
+`rejected: bad_text`; the task comes from the tasks JSONL."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from jacrl import cli
 
@@ -30,7 +33,6 @@ def add_score_arguments(s: argparse.ArgumentParser) -> None:
 def score(a: argparse.Namespace) -> int:
     from jacrl.reward.batch import RewardScorer
     from jacrl.reward.config import load_reward_config
-    from jacrl.reward.extract import extract_body
     from jacrl.reward.task import load_tasks
 
     cfg = load_reward_config(a.config)
@@ -41,10 +43,11 @@ def score(a: argparse.Namespace) -> int:
     tasks = load_tasks(a.tasks)
     if a.task not in tasks:
         raise KeyError(f"{a.tasks}: no task {a.task!r} ({len(tasks)} tasks there)")
-    completion = sys.stdin.read() if a.file == "-" else open(a.file, encoding="utf-8").read()
+    raw = sys.stdin.buffer.read() if a.file == "-" else Path(a.file).read_bytes()
+    completion = raw.decode("utf-8", errors="surrogateescape")  # undecodable bytes: lone surrogates, bad_text
     with RewardScorer(cfg, tasks=tasks, threads=1) as scorer:
         task = scorer.task(a.task)
-        body = extract_body(completion, task).body
+        body = scorer.extract(task, completion).body
         result = scorer.score(task, completion)
     d = result.to_dict()
     if a.json:

@@ -93,6 +93,12 @@ class RewardConfig(StrictModel):
     cache_timeouts: bool = Field(
         False, json_schema_extra=RESULT_FREE, description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent)."
     )
+    max_completion_chars: int = Field(
+        1 << 18, ge=1024,
+        description="A longer completion is not read: it scores as a failure, `rejected: too_long`. The default "
+        "(262,144) is 1.7x the longest sane completion: a 32k-token reasoning budget at the most characters per token "
+        "measured on the task corpus (4.57, SmolLM2's tokenizer) plus the longest file echoed back (5.5k) is 155k.",
+    )
     max_stdout_bytes: int = Field(1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running).")
     max_stderr_bytes: int = Field(256 << 10, ge=1024, description="stderr cap; a program that writes more is killed.")
     stderr_tail_chars: int = Field(1200, ge=0, description="Characters of stderr kept in each score's breakdown.")

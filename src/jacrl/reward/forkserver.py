@@ -294,7 +294,7 @@ def serve(base_path: list[str]) -> None:
             line, buf = buf.split(b"\n", 1)
             try:
                 resp = server.handle(json.loads(line))
-            except Exception as e:  # noqa: BLE001 - reported to the client, which raises
+            except Exception as e:  # noqa: BLE001 - reported to the client, which fails that program only
                 resp = {"error": f"{type(e).__name__}: {e}"}
             proto_out.write((json.dumps(resp) + "\n").encode())
 
@@ -303,7 +303,11 @@ def serve(base_path: list[str]) -> None:
 
 
 class ForkServerError(RuntimeError):
-    pass
+    """The server is gone or does not answer: it is replaced."""
+
+
+class RunError(RuntimeError):
+    """The server answered that it could not run one program (it serves on)."""
 
 
 class ForkServerRunner:
@@ -371,7 +375,7 @@ class ForkServerRunner:
             raise ForkServerError(f"fork server gone: {e}") from e
         resp = self._readline(time.monotonic() + timeout + self.cfg.check_timeout + 30)
         if "error" in resp:
-            raise ForkServerError(resp["error"])
+            raise RunError(resp["error"])
         return RunResult.from_dict(resp)
 
     def run(self, program: str, timeout: float) -> RunResult:
