@@ -1,5 +1,6 @@
 """`python -m jacrl.ladder show results/rl_ladder.jsonl`: the pivot in a terminal.
-`python -m jacrl.ladder timings [benchmarks]`: the run's job time summed per rule."""
+`python -m jacrl.ladder timings [benchmarks]`: the run's job time summed per rule.
+`python -m jacrl.ladder read`: the cells read through (failure stages, what passes, paired tests, curves)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,19 @@ def show_rows(path: str) -> int:
     return 0
 
 
+def read_cells_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from jacrl.report.reading import reading
+
+    try:
+        print(reading(Path(args.results), Path(args.adapters), Path(args.tasks)), end="")
+    except (OSError, JsonlError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from jacrl import __version__
 
@@ -44,7 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     times = sub.add_parser("timings", help="sum Snakemake's benchmark files per rule",
                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     times.add_argument("folder", nargs="?", default="benchmarks", help="Snakemake's benchmark folder")
+    read = sub.add_parser("read", help="failure stages, passing tasks, paired tests and training curves, as markdown",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    read.add_argument("--results", default="results", help="the results folder (its cells/)")
+    read.add_argument("--adapters", default="adapters", help="the adapters folder (their metrics.jsonl)")
+    read.add_argument("--tasks", default="dataset/rl/tasks.jsonl", help="the task records")
     args = parser.parse_args(argv)
+    if args.cmd == "read":
+        return read_cells_cmd(args)
     if args.cmd == "timings":
         from jacrl.ladder.timings import benchmark_totals
 

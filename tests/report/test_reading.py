@@ -1,0 +1,50 @@
+"""`python -m jacrl.ladder read`: the cells' completions read through (stages, passes, paired tests, curves)."""
+
+from __future__ import annotations
+
+from jacrl.io import write_jsonl
+from jacrl.ladder.__main__ import main
+from jacrl.reward.task import write_tasks
+from fixtures.tasks import task
+
+TASKS = [task("a", family="graphs", osp=True, gold_body="    visit [-->];\n"),
+         task("b", family="strings", gold_body="    x = 1;\n    y = 2;\n    return x + y;\n"),
+         task("c", family="strings", gold_body="".join(f"    v{i} = {i};\n" for i in range(14)))]
+
+
+def _score(compiles: bool, runs: bool, exact: bool, ratio: float = 0.0) -> dict:
+    return {"compiles": compiles, "runs": runs, "exact": exact, "output_ratio": ratio}
+
+
+def _cell(path, greedy: dict, policy: dict | None = None) -> None:
+    recs = [{"task_id": t, "kind": "greedy", "index": 0, "truncated": False, "score": s} for t, s in greedy.items()]
+    for (t, i), ok in (policy or {}).items():
+        recs.append({"task_id": t, "kind": "policy", "index": i, "truncated": True, "score": _score(ok, ok, ok)})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(path, recs)
+
+
+def test_read_reports_stages_passes_and_paired_tests(tmp_path, capsys):
+    cells, none = tmp_path / "results" / "cells", _score(False, False, False)
+    _cell(cells / "shared/m/base/gen.samples.jsonl", {"a": none, "b": none, "c": none})
+    _cell(cells / "rall/m/sft/gen.samples.jsonl",
+          {"a": _score(True, True, True), "b": _score(True, True, False, 0.95), "c": _score(True, False, False)})
+    _cell(cells / "rall/m/sft/mem.samples.jsonl", {"a": none}, {("a", 0): False, ("a", 1): False})
+    _cell(cells / "rall/m/sft_grpo/mem.samples.jsonl", {"a": none}, {("a", 0): True, ("a", 1): True})
+    write_jsonl(tmp_path / "adapters/rall/m/sft/metrics.jsonl", [{"step": i + 1, "loss": 2.0 - i / 10} for i in range(10)])
+    write_tasks(tmp_path / "tasks.jsonl", TASKS)
+    assert main(["read", "--results", str(tmp_path / "results"), "--adapters", str(tmp_path / "adapters"),
+                 "--tasks", str(tmp_path / "tasks.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "| sft/gen | 3 | 100.0 % [43.9, 100.0] | 66.7 % [20.8, 93.9] | 33.3 % [6.1, 79.2] | 33.3 %" in out
+    assert "| base/gen | 3 | 0.0 % [0.0, 56.1]" in out
+    assert "| sft/gen | a | graphs | 1 | yes |" in out  # the one greedy pass, object-spatial, one line
+    assert "| sft/gen | 1/1 | 0/2 | 1/2 | 0/0 | 0/1 |" in out  # osp, non-osp, ≤5, 6–12, >12 lines
+    assert "| sft vs base | gen | 1 / 0 of 3, p = 1 |" in out
+    assert "| sft_grpo vs sft | mem | 0 / 0 of 1, p = 1 | 2 / 0 of 2, p = 0.5 |" in out
+    assert "**rall/m/sft** (10 steps)" in out and "| 1–2 | 1.95 |" in out
+
+
+def test_read_without_cells_fails_in_one_line(tmp_path, capsys):
+    assert main(["read", "--results", str(tmp_path)]) == 1
+    assert "no cell samples" in capsys.readouterr().err
