@@ -189,7 +189,7 @@ def test_every_failure_kind_in_one_batch(tasks, faults, runner):
         scores = scorer.score_batch([t for t, _, _ in rows], [c for _, c, _ in rows])
         assert scorer.stats["errors"] == 2  # the run and score faults; the others never ran
         again = scorer.score_batch([rows[0][0]], [rows[0][1]])  # the runners serve on
-    for (_, completion, expect), s in zip(rows, scores):
+    for (_, _, expect), s in zip(rows, scores):
         check(s, expect)
     assert again[0].exact
 

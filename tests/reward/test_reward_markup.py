@@ -140,3 +140,21 @@ def test_installed_jacrl_score_on_a_file_an_editor_saved(tasks, tmp_path):
                          env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert "score        1.0000  [tiered]" in out.stdout and "exact        True" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_corpus_every_marked_answer_scores_exact(corpus, tiered_scorer):
+    """Every corpus task's gold body in every chat-markup form is an exact pass; the forms that
+    never answer never pass (real runs)."""
+    tiered_scorer.tasks.update(corpus)
+    rows = [(t.id, name, f(t.gold_body), ok) for t in corpus.values()
+            for forms, ok in ((MARKUP, True), (NEVER_ANSWERED, False)) for name, f in forms.items()]
+    scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
+    table: dict[str, list[int]] = {}
+    for (_, name, _, ok), s in zip(rows, scores):
+        counts = table.setdefault(name, [0, 0])
+        counts[0] += 1
+        counts[1] += s.exact == ok
+    print("\n".join(f"{name:40} {n:5} {good:5}" for name, (n, good) in table.items()))
+    assert all(n == good for n, good in table.values()), table

@@ -3,8 +3,9 @@
 Models answer in many shapes: reasoning first (`<think>…</think>` and its kin, possibly with
 fenced drafts inside), then a fence of any CommonMark form (backticks or tildes, three or more,
 an info string, indented) or none, the body alone, the whole unit (inline or as an `impl`
-block), the whole file echoed back, prose before or after. Reasoning is dropped before
-anything else, so a draft inside it is never graded. The source project undercounted passes
+block), the whole file echoed back, prose before or after, all of it inside chat markup. The
+text is made plain and cut to its answer turn first (normalize.py: a byte-order mark, NULs,
+chat special tokens); reasoning is dropped next, so a draft inside it is never graded. The source project undercounted passes
 ~3.5x until it stopped unwrapping the first braces it saw; here the hole's unit is found by
 kind + name (+ owning archetype) and its brace-matched body taken, with comments and strings
 masked so braces inside them never count. For a partial hole the template's own statements
