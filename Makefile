@@ -1,4 +1,4 @@
-# jacrl — the two entry points are `make ladder` and `make test`; both bootstrap .venv first.
+# jacrl — the entry points are `make ladder` (or `make ladder-smart`) and `make test`; they bootstrap .venv first.
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
