@@ -83,14 +83,13 @@ def run_way(a: argparse.Namespace, way: str) -> dict:
 
 
 def estimate_mb(a: argparse.Namespace, micro: int | None, ckpt: bool) -> int:
-    from jacrl.backends.config import ModelSpec
-    from jacrl.backends.resources import mem_mb
-    from jacrl.training.config import SFTConfig
+    """The mem_mb the workflow asks for an SFT job of this way (jacrl.backends.resources)."""
+    from jacrl.config import load_config
+    from jacrl.backends.resources import job_resources
 
-    s = SFTConfig(batch=a.batch, max_seq=a.max_seq, micro_batch_tokens=micro)
-    rows = s.batch if micro is None else max(1, micro // s.max_seq)
-    spec = ModelSpec(name="bench", path=a.model, dtype=a.dtype, gradient_checkpointing=ckpt)
-    return mem_mb(spec, "sft", min(rows, s.batch), s.max_seq, s.max_seq)
+    model = {"name": "bench", "path": a.model, "dtype": a.dtype, "gradient_checkpointing": ckpt}
+    cfg = load_config({"models": [model], "sft": {"batch": a.batch, "max_seq": a.max_seq, "micro_batch_tokens": micro}})
+    return job_resources(cfg, "bench", "sft")["mem_mb"]
 
 
 def main() -> None:

@@ -30,12 +30,12 @@ from jacrl.backends.base import (
     safetensors_parameters,
     set_threads,
 )
-from jacrl.backends.cpu import BF16_MIN_PARAMS, auto_cpu_dtype
+from jacrl.backends.cpu import auto_cpu_dtype
 from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter
 from jacrl.progress import Progress
 
 
-SMALL_MODEL_PARAMS = BF16_MIN_PARAMS
+SMALL_MODEL_PARAMS = 50_000_000
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 

@@ -16,7 +16,8 @@ backward call, counting from the start of the process: with `dropout > 0` a resu
 other dropout masks than an uninterrupted one.)
 
 The SFT loop itself (`run_sft`) is the one RFT uses too; it drives any backend through its model
-operations: `backward` of the completion tokens' mean negative log-likelihood, then `step`.
+operations: `backward` of the completion tokens' mean negative log-likelihood (`sft_backward`),
+then `step`.
 """
 
 from __future__ import annotations
@@ -106,14 +107,10 @@ def lora_spec(cfg: SFTConfig) -> LoraSpec:
     return LoraSpec(rank=cfg.rank, scale=cfg.scale, dropout=cfg.dropout, layers=cfg.layers)
 
 
-def nll(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
-    """The SFT loss: mean negative log-likelihood over the batch's completion tokens."""
-    return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
-
-
 def nll_share(total_tokens: int) -> LossFn:
-    """One micro-batch's part of `nll` over a batch of `total_tokens` completion tokens: the summed
-    NLL divided by the whole batch's count, so the micro-batches' gradients add up to the batch's."""
+    """The SFT loss of one micro-batch: its summed negative log-likelihood over the whole batch's
+    `total_tokens` completion tokens, so the micro-batches' losses and gradients add up to the
+    batch's mean NLL."""
 
     def loss(t: TokenLogprobs) -> tuple[Any, dict[str, float]]:
         return -(t.logprobs * t.mask).sum() / total_tokens, {}
@@ -137,21 +134,18 @@ def micro_batches(batch: Sequence[SFTExample], max_tokens: int | None) -> list[l
 
 
 def sft_backward(backend: Backend, batch: Sequence[SFTExample], max_tokens: int | None) -> float:
-    """Accumulate the gradient of `nll` over `batch` into the adapter, one micro-batch at a time
+    """Accumulate the gradient of the batch's mean NLL into the adapter, one micro-batch at a time
     (peak memory follows the micro-batch, not the batch); returns the batch's loss."""
-    parts = micro_batches(batch, max_tokens)
-    if len(parts) == 1:
-        return backend.backward([e.prompt_ids for e in batch], [e.completion_ids for e in batch], 1.0, nll)["loss"]
     loss_fn = nll_share(sum(len(e.completion_ids) for e in batch))
     return sum(backend.backward([e.prompt_ids for e in part], [e.completion_ids for e in part], 1.0, loss_fn)["loss"]
-               for part in parts)
+               for part in micro_batches(batch, max_tokens))
 
 
 def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
             on_step: Callable[[StepInfo], None] | None = None, start: int = 0,
             optimizer_state: str | Path | None = None) -> list[float]:
     """LoRA SFT of the backend's adapter (attached, or loaded trainable) on `examples`: each step
-    one batch of `batch_order`, `backward` of `nll` (in micro-batches of `cfg.micro_batch_tokens`),
+    one batch of `batch_order`, `backward` of the mean NLL (in micro-batches of `cfg.micro_batch_tokens`),
     `step` at `sft_lr`. A resumed run gives the
     0-based `start` step and the optimiser saved then, with that step's adapter loaded, and trains
     on the batches and at the learning rates of an uninterrupted run's steps start…iters-1.
