@@ -75,3 +75,23 @@ def test_the_plan_carries_each_jobs_resources(repo):
     assert "gpu=1" in jobs["sft"] and "mem_mb=3333" in jobs["sft"] and "runtime=120" in jobs["sft"]
     assert "gpu=1" in jobs["eval"] and "runtime=11" in jobs["eval"]
     assert "gpu=" not in jobs["tiny_model"]  # not a model job
+
+
+def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_path):
+    smol = ModelSpec(name="s", builtin="smollm2", dtype="bfloat16")
+    shared = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1)
+    assert shared < mem_mb(smol, "grpo", 8, 2400, 192, tmp_path)  # eight padded rows of 2400 tokens
+    assert mem_mb(smol, "grpo", 16, 2400, 192, tmp_path, prompts=2) > shared
+    # eval: grouped-query attention keeps 3 of 9 heads' keys and values; the estimate follows the KV heads
+    shape = BUILTIN_SHAPES["smollm2"]
+    assert shape.kv_width == 2 * 3 * 64
+    kv_mb = 2 * 64 * 2592 * shape.layers * shape.kv_width * 2 / 2**20
+    assert mem_mb(smol, "eval", 64, 2592, 192, tmp_path) > BASE_MB + kv_mb
+
+
+def test_kv_heads_are_read_from_the_model_config(tiny_model):
+    import json
+
+    conf = json.loads((tiny_model / "config.json").read_text())
+    shape = model_shape(ModelSpec(name="t", path=str(tiny_model)))
+    assert shape.kv_heads == conf.get("num_key_value_heads", conf["num_attention_heads"])

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from jacrl.backends.heap import release_free_heap
 from jacrl.backends.lora_format import LoraSpec, write_meta
 
 if TYPE_CHECKING:
@@ -292,7 +293,9 @@ class Backend(ABC):
         its global L2 norm before clipping (None when there was no gradient)."""
         if self._opt is None:
             raise RuntimeError("call configure_optimizer() before step()")
-        return self._step(lr)
+        norm = self._step(lr)
+        release_free_heap()
+        return norm
 
     def save_optimizer(self, path: str | Path) -> Path:
         """Write the optimiser state into folder `path` (to resume training)."""

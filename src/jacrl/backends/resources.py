@@ -4,20 +4,27 @@
 
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
     weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses)
-    activations = training: rows × seq × layers × hidden × bytes × (17, or 2 with gradient
-                  checkpointing) + the attention scores (rows × heads × seq² × bytes, per layer,
-                  or one layer's with checkpointing) + the completion logits (rows ×
-                  completion × vocab × 12 bytes);
-                  eval: the KV cache and one prefill, rows × seq × layers × hidden × bytes × 4
+    activations = training: tokens × layers × hidden × bytes × (17, or 2 with gradient
+                  checkpointing) + the attention scores (heads × query × key positions × bytes,
+                  per layer, or one layer's with checkpointing) + the completion logits (rows ×
+                  completion × vocab × 12 bytes); padded rows (SFT, RFT) are rows × seq tokens
+                  with seq² scores each; a GRPO step's rows share their group's prompt (the
+                  torch backend runs it once): per prompt its tokens and their scores, per row
+                  its completion's tokens, their scores against the whole sequence, and its
+                  copy of the prompt's KV cache;
+                  eval: the KV cache twice (each prompt's own, and the padded static cache decoding
+                  writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each) + one
+                  prompt's float32 logits (seq × vocab × 4)
 
 17 values per hidden unit, layer and token is half the 34 bytes of 16-bit activations per
 token and layer of Korthikanti et al. (their count is in bytes at 2 bytes a value); with
 checkpointing only each layer's input is kept. The precision is the one the job will load: an
 explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps`, else what `auto` picks on this CPU
-(`jacrl.backends.cpu.auto_cpu_dtype`: bfloat16 for a model of ≥ 50 M parameters where the CPU
-computes it natively, float32 otherwise; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
+(`jacrl.backends.cpu.auto_cpu_dtype`: for an eval job bfloat16 for a model of ≥ 50 M parameters
+where the CPU computes it natively, float32 otherwise and for every training job; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
 sequences per forward (SFT and RFT: per micro-batch) and longest sequence, from the config
-sections the rule reads. A job
+sections the rule reads; an eval job decodes up to `MAX_BATCH_ROWS` rows at once (the prompts of
+a chunk, each with its draws), so its bound is that many rows. A job
 that asks for a GPU (`gpus` ≥ 1) keeps its activations there: its host memory is the weights.
 """
 
@@ -57,12 +64,18 @@ class Shape:
     hidden: int
     vocab: int
     heads: int
+    kv_heads: int
+
+    @property
+    def kv_width(self) -> int:
+        """Values a layer's KV cache keeps per token: keys and values of every KV head."""
+        return 2 * self.kv_heads * (self.hidden // self.heads)
 
 
 BUILTIN_SHAPES = {
-    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9),
+    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9, kv_heads=3),
     # an upper bound of the tiny model's configurable size (defaults: 1.1 M, 4 × 128, 2048)
-    "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192, heads=8),
+    "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192, heads=8, kv_heads=8),
 }
 
 
@@ -78,39 +91,55 @@ def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
         counted = safetensors_parameters(folder)
         keys = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
         if counted and all(k in conf for k in keys):
-            shape = Shape(counted, *(conf[k] for k in keys))
+            heads = conf["num_attention_heads"]
+            shape = Shape(counted, *(conf[k] for k in keys), kv_heads=conf.get("num_key_value_heads") or heads)
     if spec.parameters is not None:
-        base = shape or Shape(spec.parameters, 32, 4096, 150_000, 32)  # a 7B-class layout as the bound
-        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab, base.heads)
+        base = shape or Shape(spec.parameters, 32, 4096, 150_000, 32, 32)  # a 7B-class layout as the bound
+        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab, base.heads, base.kv_heads)
     return shape
 
 
-def load_bytes(spec: ModelSpec, parameters: int) -> int:
-    """Bytes per parameter of the precision the job loads."""
+def load_bytes(spec: ModelSpec, parameters: int, kind: RuleKind = "eval") -> int:
+    """Bytes per parameter of the precision a `kind` job loads."""
     if spec.dtype != "auto":
         return DTYPE_BYTES[spec.dtype]
-    return 2 if spec.device in ("cuda", "mps") else DTYPE_BYTES[auto_cpu_dtype(parameters)]
+    return 2 if spec.device in ("cuda", "mps") else DTYPE_BYTES[auto_cpu_dtype(parameters, kind != "eval")]
 
 
-def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".") -> int:
-    """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above."""
+def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".",
+           prompts: int = 0) -> int:
+    """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above.
+    `prompts` > 0: the rows share that many prompts, each scored once (a GRPO step)."""
     if kind in spec.mem_mb:
         return spec.mem_mb[kind]
     shape = model_shape(spec, root)
     if shape is None:
         return FALLBACK_MB
-    nbytes = load_bytes(spec, shape.parameters)
+    nbytes = load_bytes(spec, shape.parameters, kind)
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
-    per_value = rows * seq * shape.layers * shape.hidden * nbytes
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
-        activations = per_value * 4
+        activations = 2 * rows * seq * shape.layers * shape.kv_width * nbytes + seq * shape.vocab * 4
     else:
-        checkpointed = spec.gradient_checkpointing
-        scores = rows * shape.heads * seq * seq * nbytes * (1 if checkpointed else shape.layers)
-        activations = per_value * (2 if checkpointed else 17) + scores + rows * completion * shape.vocab * 12
+        activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
     return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
+
+
+def training_bytes(shape: Shape, nbytes: int, checkpointed: bool, rows: int, seq: int, completion: int,
+                   prompts: int) -> int:
+    """What a backward keeps of `rows` sequences of `seq` tokens (see the module's formula)."""
+    if prompts:
+        head = seq - completion
+        tokens = prompts * head + rows * completion
+        positions = prompts * head * head + rows * completion * seq
+        cache = rows * head * shape.layers * shape.kv_width * nbytes
+    else:
+        tokens, positions, cache = rows * seq, rows * seq * seq, 0
+    kept_layers = 1 if checkpointed else shape.layers
+    hidden = tokens * shape.layers * shape.hidden * nbytes * (2 if checkpointed else 17)
+    scores = shape.heads * positions * nbytes * kept_layers
+    return hidden + scores + cache + rows * completion * shape.vocab * 12
 
 
 def runtime_min(spec: ModelSpec, kind: RuleKind) -> int:
@@ -129,13 +158,13 @@ def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
         per_forward = s.batch if s.micro_batch_tokens is None else max(1, s.micro_batch_tokens // s.max_seq)
         return min(s.batch, per_forward), s.max_seq, s.max_seq
     e = cfg.eval
-    rows = min(MAX_BATCH_ROWS, max(1, e.n, e.policy_n or 0))
-    return rows, cfg.grpo.max_seq + e.max_tokens, e.max_tokens
+    return MAX_BATCH_ROWS, cfg.grpo.max_seq + e.max_tokens, e.max_tokens
 
 
 def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = ".") -> dict[str, int]:
     """The `resources:` of a `kind` job of model `name`: mem_mb, runtime (minutes) and gpu."""
     spec = cfg.model(name)
     rows, seq, completion = job_tokens(cfg, kind)
-    return {"mem_mb": mem_mb(spec, kind, rows, seq, completion, root), "runtime": runtime_min(spec, kind),
+    prompts = cfg.grpo.prompts_per_step if kind == "grpo" else 0
+    return {"mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts), "runtime": runtime_min(spec, kind),
             "gpu": spec.gpu_count}
