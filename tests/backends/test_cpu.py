@@ -50,6 +50,8 @@ def test_auto_on_cpu_is_bf16_for_a_large_model_on_a_bf16_cpu_only(monkeypatch):
     assert resolve_dtype("auto", "cpu", small) == torch.float32  # the tiny model: the same run on every CPU
     assert resolve_dtype("auto", "cpu", None) == torch.float32
     assert resolve_dtype("float32", "cpu", big) == torch.float32  # explicit wins
+    assert resolve_dtype("auto", "cpu", big, training=True) == torch.float32  # training: float32 on every CPU
+    assert resolve_dtype("bfloat16", "cpu", big, training=True) == torch.bfloat16
     _pretend(monkeypatch, False)
     assert resolve_dtype("auto", "cpu", big) == torch.float32
 
@@ -58,6 +60,7 @@ def test_the_memory_estimate_loads_what_the_backend_loads(monkeypatch):
     spec = ModelSpec(name="s", builtin="smollm2")
     _pretend(monkeypatch, True)
     assert load_bytes(spec, 134_515_008) == 2 and load_bytes(spec, 1_000_000) == 4
+    assert all(load_bytes(spec, 134_515_008, kind) == 4 for kind in ("sft", "grpo", "rft"))
     _pretend(monkeypatch, False)
     assert load_bytes(spec, 134_515_008) == 4
     assert load_bytes(ModelSpec(name="s", builtin="smollm2", device="cuda"), 1_000_000) == 2
@@ -70,3 +73,14 @@ def test_the_backend_loads_the_tiny_model_in_float32_on_any_cpu(tiny_model, monk
     _pretend(monkeypatch, True)
     b = load_backend(tiny_model, "torch", threads=1)
     assert b.dtype == torch.float32 and next(b.model.parameters()).dtype == torch.float32
+
+
+def test_a_training_job_loads_float32_where_an_eval_job_loads_bfloat16(tiny_model, monkeypatch):
+    from jacrl.backends import load_backend
+    from jacrl.backends.select import Placement
+
+    _pretend(monkeypatch, True)
+    monkeypatch.setattr(cpu, "BF16_MIN_PARAMS", 0)  # the tiny model counts as large here
+    assert load_backend(tiny_model, "torch", threads=1).dtype == torch.bfloat16
+    trained = load_backend(tiny_model, "torch", threads=1, placement=Placement(training=True))
+    assert trained.dtype == torch.float32 and next(trained.model.parameters()).dtype == torch.float32

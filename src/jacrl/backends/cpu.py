@@ -3,10 +3,15 @@
 bfloat16 on CPU is only a win where the hardware multiplies it: x86 with AVX512-BF16 or AMX-BF16,
 or Arm with the BF16 extension. Elsewhere torch emulates it through float32 and it runs slower
 than float32, so `dtype: auto` keeps float32 there (`TorchBackend`, `resources.load_bytes`).
+Even there it pays for decoding only: decoding streams the weights once per token (half the
+bytes), while a training step's large matmuls and their backward ran slower in bfloat16
+(bench/cpu_precision.py, docs/design.md#measured-facts), so `auto` trains in float32 on every CPU —
+which also makes a CPU run's adapters the same with and without bfloat16 hardware.
 
     cpu_info()          # CpuInfo(model='AMD EPYC ...', flags=frozenset({...}))
     cpu_computes_bf16() # True where the CPU multiplies bfloat16 natively
-    auto_cpu_dtype(134_515_008)  # 'bfloat16' there, else 'float32'
+    auto_cpu_dtype(134_515_008)  # 'bfloat16' there (eval and sampling), else 'float32'
+    auto_cpu_dtype(134_515_008, training=True)  # 'float32'
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ def cpu_computes_bf16() -> bool:
     return cpu_info().native_bf16
 
 
-def auto_cpu_dtype(parameters: int | None) -> str:
-    """What `dtype: auto` loads a model of `parameters` in on this CPU (unknown size: float32)."""
+def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:
+    """What `dtype: auto` loads a model of `parameters` in on this CPU (unknown size: float32)
+    for a job that trains (always float32) or only decodes and scores."""
     big = parameters is not None and parameters >= BF16_MIN_PARAMS
-    return "bfloat16" if big and cpu_computes_bf16() else "float32"
+    return "bfloat16" if big and not training and cpu_computes_bf16() else "float32"

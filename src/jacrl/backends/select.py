@@ -17,16 +17,17 @@ from jacrl.backends.config import BackendName, ModelSpec
 @dataclass(frozen=True)
 class Placement:
     """Where and in what precision the torch backend runs a model (a `ModelSpec`'s `device`,
-    `dtype`, `gradient_checkpointing`); the MLX backend runs on MLX's default device in the
-    folder's own precision."""
+    `dtype`, `gradient_checkpointing`, and whether the job trains: `dtype: auto` trains in
+    float32 on CPU); the MLX backend runs on MLX's default device in the folder's own precision."""
 
     device: str = "auto"
     dtype: str = "auto"
     gradient_checkpointing: bool = False
+    training: bool = False
 
     @classmethod
-    def of(cls, spec: ModelSpec) -> Placement:
-        return cls(spec.device, spec.dtype, spec.gradient_checkpointing)
+    def of(cls, spec: ModelSpec, training: bool = False) -> Placement:
+        return cls(spec.device, spec.dtype, spec.gradient_checkpointing, training)
 
 
 def resolve_backend(name: BackendName | str = "auto") -> str:
@@ -55,15 +56,18 @@ def load_backend(
         from jacrl.backends.torch_backend import TorchBackend
 
         return TorchBackend(model_path, adapter, threads=threads, model_name=model_name, device=placement.device,
-                            dtype=placement.dtype, gradient_checkpointing=placement.gradient_checkpointing)
+                            dtype=placement.dtype, gradient_checkpointing=placement.gradient_checkpointing,
+                            training=placement.training)
     from jacrl.backends.mlx_backend import MLXBackend
 
     return MLXBackend(model_path, adapter, threads=threads, model_name=model_name)
 
 
-def load_model(spec: ModelSpec, threads: int | None = None, adapter: str | Path | None = None) -> Backend:
-    """Load the model a spec names: its folder with its backend, device, precision and checkpointing."""
-    return load_backend(spec.model_dir(), spec.backend, adapter, threads, spec.name, Placement.of(spec))
+def load_model(spec: ModelSpec, threads: int | None = None, adapter: str | Path | None = None,
+               training: bool = False) -> Backend:
+    """Load the model a spec names: its folder with its backend, device, precision and
+    checkpointing, for a job that trains it or one that only decodes and scores."""
+    return load_backend(spec.model_dir(), spec.backend, adapter, threads, spec.name, Placement.of(spec, training))
 
 
 def missing_models(specs: list[ModelSpec], root: str | Path = ".") -> list[str]:

@@ -66,11 +66,11 @@ def resolve_device(device: str | None = "auto") -> str:
     return device
 
 
-def resolve_dtype(dtype: str, device: str, parameters: int | None = None) -> Any:
+def resolve_dtype(dtype: str, device: str, parameters: int | None = None, training: bool = False) -> Any:
     """The torch dtype to load in: `auto` = bfloat16 on a CUDA GPU that supports it (else
-    float16), float16 on MPS; on CPU bfloat16 for a model of ≥ 50 M `parameters` where the CPU
-    computes it natively (AVX512-BF16, AMX or Arm BF16), else float32 (`jacrl.backends.cpu`);
-    else the named one."""
+    float16), float16 on MPS; on CPU float32 for `training`, else bfloat16 for a model of ≥ 50 M
+    `parameters` where the CPU computes it natively (AVX512-BF16, AMX or Arm BF16), else float32
+    (`jacrl.backends.cpu`); else the named one."""
     import torch
 
     if dtype != "auto":
@@ -81,7 +81,7 @@ def resolve_dtype(dtype: str, device: str, parameters: int | None = None) -> Any
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device == "mps":
         return torch.float16
-    return getattr(torch, auto_cpu_dtype(parameters))
+    return getattr(torch, auto_cpu_dtype(parameters, training))
 
 
 class TorchBackend(Backend):
@@ -97,6 +97,7 @@ class TorchBackend(Backend):
         model_name: str | None = None,
         max_batch_rows: int = 64,
         gradient_checkpointing: bool = False,
+        training: bool = False,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -104,7 +105,7 @@ class TorchBackend(Backend):
         self.model_path = require_model_dir(model_path, model_name)
         self.device = resolve_device(device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path))
+        self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path), training)
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
         base.to(self.device).eval()
         for p in base.parameters():

@@ -90,7 +90,7 @@ def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init
     """The model with its trainable adapter (the checkpoint's when resuming from folder `resume`,
     else `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with
     torch's RNG, when resuming)."""
-    b = load_model(model, threads)
+    b = load_model(model, threads, training=True)
     adapter = resume / "adapter" if resume else init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)

@@ -283,7 +283,7 @@ def train_sft(
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads)
+    b = load_model(model, threads, training=True)
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
