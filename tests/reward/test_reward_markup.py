@@ -156,3 +156,15 @@ def test_corpus_every_marked_answer_scores_exact(corpus, tiered_scorer):
         counts[1] += s.exact == ok
     print("\n".join(f"{name:40} {n:5} {good:5}" for name, (n, good) in table.items()))
     assert all(n == good for n, good in table.values()), table
+
+
+def test_rft_scores_with_the_models_special_tokens(tasks):
+    """RFT's scorer cuts the special tokens it is given, as eval's and GRPO's do."""
+    from jacrl.training.rft import reward_score_fn
+
+    t = tasks["fx_total_population"]
+    completion = f"```jac\n{t.gold_body}<|turn_over|>\nuser\nThat was it"
+    cfg = {"cache": False, "workers": 1}
+    own, plain = reward_score_fn(cfg, 1, ("<|turn_over|>",)), reward_score_fn(cfg, 1)
+    assert own([t], [completion]) == own([t], [f"```jac\n{t.gold_body}```"])
+    assert own([t], [completion])[0] > plain([t], [completion])[0]

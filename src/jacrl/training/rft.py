@@ -30,6 +30,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.reward.batch import score_groups
+from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import Task, tasks_arg
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import MetricsWriter
@@ -38,13 +39,14 @@ from jacrl.training.sft import fit_lora, sft_examples
 ScoreFn = Callable[[list[Task], list[str]], list[float]]
 
 
-def reward_score_fn(reward_cfg: Any = None, threads: int | None = None) -> ScoreFn:
-    """Score completions with jacrl.reward (`score_batch(tasks, completions) -> list[Score]`)."""
+def reward_score_fn(reward_cfg: Any = None, threads: int | None = None, special_tokens: Sequence[str] = ()) -> ScoreFn:
+    """Score completions with jacrl.reward (`score_batch(tasks, completions) -> list[Score]`),
+    cutting the model's own `special_tokens` out of them as eval and GRPO do."""
 
     def score(tasks: list[Task], completions: list[str]) -> list[float]:
         from jacrl.reward.batch import RewardScorer
 
-        with RewardScorer(reward_cfg, threads=threads) as scorer:
+        with RewardScorer(reward_cfg, threads=threads, special_tokens=special_tokens) as scorer:
             return [score_value(s) for s in scorer.score_batch(tasks, completions)]
 
     return score
@@ -99,7 +101,8 @@ def train_rft(
     groups = b.generate([t.prompt for t in records], n=cfg.samples, params=params)
     t_sample = time.perf_counter() - t0
 
-    group_scores = score_groups(score_fn or reward_score_fn(reward_cfg, threads), records, groups)
+    score = score_fn or reward_score_fn(reward_cfg, threads, tokenizer_special_tokens(b.hf_tokenizer))
+    group_scores = score_groups(score, records, groups)
     threshold, counts = select_kept([s for g in group_scores for s in g], cfg)
     kept, rows = keep_samples(records, groups, group_scores, threshold)
     report = {"model": str(model.model_dir()), "backend": b.name, "tasks": len(records), "samples_per_task": cfg.samples,
