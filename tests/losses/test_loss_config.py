@@ -278,6 +278,43 @@ def test_no_warning_with_a_renderer_or_for_assistant_echo():
         load({"losses": [{"type": "rl"}, {"type": "echo", "user": {"alpha": 1.0}}], "orchestrator": {"renderer": "chat_template"}})
 
 
+def test_prompt_role_added_by_loss_overrides_without_a_renderer_warns_at_load():
+    envs = [{"id": "jac", "name": "plain"},
+            {"id": "jac", "name": "chatty", "loss_overrides": {"echo": {"user": {"alpha": 0.2}}}}]
+    with pytest.warns(LossConfigWarning) as caught:
+        load({"losses": RL_ECHO, "orchestrator": {"train": {"env": envs}}})
+    messages = [str(w.message) for w in caught if issubclass(w.category, LossConfigWarning)]
+    assert len(messages) == 1
+    assert "env[1] ('chatty')" in messages[0] and "prompt roles ['user']" in messages[0]
+
+
+def test_assistant_only_overrides_do_not_warn():
+    envs = [{"id": "jac", "loss_overrides": {"echo": {"assistant": {"alpha": 0.2}}}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossConfigWarning)
+        load({"losses": RL_ECHO, "orchestrator": {"train": {"env": envs}}})
+
+
+def test_sft_mode_forces_mito():
+    with pytest.warns(LossConfigWarning, match="training_mode = 'sft' forces MITO"):
+        config = load({"training_mode": "sft", "losses": RL_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    assert config.orchestrator.renderer is None
+
+
+def test_sft_mode_with_a_prompt_role_echo_warns_that_it_selects_nothing():
+    losses = [{"type": "echo", "name": "echo", "system": {"alpha": 1.0}}]
+    with pytest.warns(LossConfigWarning) as caught:
+        load({"training_mode": "sft", "losses": losses, "orchestrator": {"renderer": "chat_template"}})
+    messages = [str(w.message) for w in caught]
+    assert any("forces MITO" in m for m in messages)
+    assert any("prompt roles ['system']" in m and "renderer is None" in m for m in messages)
+
+
+def test_rl_mode_keeps_its_renderer():
+    config = load({"losses": RL_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    assert config.orchestrator.renderer == "chat_template"
+
+
 def test_standalone_orchestrator_config_validates_its_envs():
     with pytest.raises(pydantic.ValidationError, match="enabled_losses names 'nope'"):
         OrchestratorConfig.model_validate({"losses": RL_ECHO, "train": {"env": [{"id": "a", "enabled_losses": ["nope"]}]}})

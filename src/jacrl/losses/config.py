@@ -339,7 +339,7 @@ def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConf
                 f"one echo term, but `losses` defines {echoes}; declare envs and choose with `enabled_losses`"
             )
     if orchestrator.renderer is None:
-        _warn_unattributed_prompt_roles(losses)
+        warn_unattributed_prompt_roles(orchestrator, losses)
 
 
 def _check_enabled(where: str, env: EnvConfig, by_name: dict[str, LossTermConfig]) -> list[str]:
@@ -386,19 +386,38 @@ def _check_overrides(where: str, env: EnvConfig, losses: list[LossTermConfig], e
             raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
 
 
-def _warn_unattributed_prompt_roles(losses: list[LossTermConfig]) -> None:
-    """Without a renderer prompt tokens carry no role, so echo on a prompt role selects nothing."""
-    for term in losses:
-        if term.type == "echo":
-            prompt_roles = [role for role in term.roles() if role in PROMPT_ROLES]
-            if prompt_roles:
-                warnings.warn(
-                    f"echo term {term.name!r} supervises prompt roles {prompt_roles} but "
-                    f"orchestrator.renderer is None, so prompt tokens carry no role attribution and "
-                    f"those roles select nothing; set orchestrator.renderer: chat_template",
-                    LossConfigWarning,
-                    stacklevel=3,
-                )
+def _echo_terms_by_env(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> list[tuple[str, EchoLossConfig]]:
+    """(where, echo term) for the echo term each env trains, its `loss_overrides` merged in; every
+    echo term of `losses` when no env is declared."""
+    echoes = [term for term in losses if isinstance(term, EchoLossConfig)]
+    if not orchestrator.train.env:
+        return [(f"echo term {term.name!r}", term) for term in echoes]
+    out = []
+    for index, env in enumerate(orchestrator.train.env):
+        for term in echoes:
+            if env.enabled_losses is not None and term.name not in env.enabled_losses:
+                continue
+            override = env.loss_overrides.get(term.name)
+            merged = EchoLossConfig.model_validate(deep_merge(term.model_dump(), override)) if override else term
+            out.append((f"echo term {term.name!r} in orchestrator.train.env[{index}] ({env.label!r})", merged))
+    return out
+
+
+def warn_unattributed_prompt_roles(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> None:
+    """Without a renderer prompt tokens carry no role, so echo on a prompt role selects nothing: warn
+    for every env whose echo term (with its `loss_overrides`, which may add such a role) has one."""
+    warned: set[tuple[str, tuple[str, ...]]] = set()
+    for where, term in _echo_terms_by_env(orchestrator, losses):
+        prompt_roles = tuple(role for role in term.roles() if role in PROMPT_ROLES)
+        if prompt_roles and (term.name, prompt_roles) not in warned:
+            warned.add((term.name, prompt_roles))
+            warnings.warn(
+                f"{where} supervises prompt roles {list(prompt_roles)} but orchestrator.renderer is None "
+                f"(MITO), so prompt tokens carry no role attribution and those roles select nothing; "
+                f"set orchestrator.renderer: chat_template",
+                LossConfigWarning,
+                stacklevel=4,
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +439,8 @@ class LossFrameworkConfig(StrictModel):
     training_mode: TrainingMode = Field(
         "rl",
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
-        "completion replaces the primary; the other terms (echo, ref_kl) still apply.",
+        "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
+        "(orchestrator.renderer None, with a warning when one was set).",
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="Orchestrator settings.")
@@ -428,6 +448,15 @@ class LossFrameworkConfig(StrictModel):
     @model_validator(mode="after")
     def _propagate_losses(self) -> LossFrameworkConfig:
         check_terms(self.losses, self.training_mode)
+        forced_mito = self.training_mode == "sft" and self.orchestrator.renderer is not None
+        if forced_mito:
+            warnings.warn(
+                f"training_mode = 'sft' forces MITO: orchestrator.renderer {self.orchestrator.renderer!r} is "
+                f"replaced by None (prompts are plain strings without role attribution)",
+                LossConfigWarning,
+                stacklevel=2,
+            )
+            self.orchestrator.renderer = None
         shared = dump_losses(self.losses)
         for section in ("trainer", "orchestrator"):
             sub = getattr(self, section)
@@ -441,4 +470,6 @@ class LossFrameworkConfig(StrictModel):
         self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
         if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
             check_env_losses(self.orchestrator, self.losses)
+        elif forced_mito:  # its own check ran with the renderer it was given
+            warn_unattributed_prompt_roles(self.orchestrator, self.losses)
         return self
