@@ -19,6 +19,7 @@ from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
 from jacrl.ladder.config import ADAPTER_CONDITIONS, GRPO_CONDITIONS, SPLITS, CellKey, arm_conditions, condition_parts
 from jacrl.ladder.plan import grid
+from jacrl.rl.envs import env_task_files
 
 try:
     CFG = load_config(config)
@@ -138,6 +139,12 @@ def grpo_init(wc):
     """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter, raw_grpo none
     (a fresh LoRA)."""
     return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
+
+
+def grpo_env_tasks(wc):
+    """The task files of the run's envs that have their own task set (a split, a rung, a file)."""
+    run = CFG.grpo_run(condition_parts(wc.cond)[1])
+    return [str(p) for p in env_task_files(run.orchestrator.train.env, RL)]
 
 
 def grpo_job_config(wc):

@@ -33,6 +33,7 @@ rule grpo:
         model=policy_model_input,
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
         init=grpo_init,
+        envs=grpo_env_tasks,
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     wildcard_constraints:
