@@ -1,4 +1,5 @@
-# Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base.
+# Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base,
+# and on-policy distillation (opd) of the base toward a teacher.
 
 
 rule sft:
@@ -34,14 +35,16 @@ rule grpo:
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
         init=grpo_init,
         envs=grpo_env_tasks,
+        teacher=opd_teacher_inputs,
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     wildcard_constraints:
-        cond=one_of([*GRPO_CONDITIONS, *ARM_CONDITIONS]),
+        cond=one_of([*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION]),
     params:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=grpo_job_config,
+        teacher=opd_teacher,
     log:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
