@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> dict:
     model = ModelSpec(name="model", path=args.model, backend="torch")
     tasks = read_tasks(args.tasks)[: args.n]
     out = Path(args.out)
-    teacher_dir = train_sft(model, tasks, out / "teacher_sft", SFTConfig(iters=args.sft_iters, save_every=10**6),
+    teacher_dir = train_sft(model, tasks, out / "teacher_sft",
+                            SFTConfig(iters=args.sft_iters, lr=args.sft_lr, save_every=10**6),
                             threads=args.threads)
     loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}]})
     cfg = GRPOConfig(iters=args.iters, lr=args.lr, group_size=args.group, prompts_per_step=len(tasks),
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", required=True, help="task records; the first --n are the train (mem) tasks")
     p.add_argument("--n", type=int, default=1, help="how many tasks")
     p.add_argument("--sft-iters", type=int, default=240, help="gold-SFT steps of the teacher's adapter")
+    p.add_argument("--sft-lr", type=float, default=2e-3, help="gold-SFT learning rate of the teacher's adapter")
     p.add_argument("--iters", type=int, default=60, help="opd steps")
     p.add_argument("--every", type=int, default=10, help="evaluate the student's greedy pass every N steps")
     p.add_argument("--group", type=int, default=4, help="samples per prompt")

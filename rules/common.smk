@@ -4,6 +4,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 # Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
 # slower whenever another job shared the cores); inherited by every job's script.
@@ -140,6 +141,12 @@ def grpo_init(wc):
     """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter, raw_grpo none
     (a fresh LoRA)."""
     return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
+
+
+MULTI_CONDITIONS = ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
+"""The conditions rule grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
+SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION] if c not in MULTI_CONDITIONS]
+"""The conditions rule grpo trains one job each."""
 
 
 def grpo_env_tasks(wc):

@@ -39,7 +39,7 @@ rule grpo:
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     wildcard_constraints:
-        cond=one_of([*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION]),
+        cond=one_of(SINGLE_GRPO_CONDITIONS),
     params:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
@@ -56,3 +56,31 @@ rule grpo:
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/grpo.py"
+
+
+rule grpo_multi:
+    # ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model
+    # (jacrl.rl.multirun), each adapter what its own grpo job would write.
+    priority: 1
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        init="adapters/r{rung}/{model}/sft",
+        envs=lambda wc: sorted({f for c in MULTI_CONDITIONS for f in grpo_env_tasks(SimpleNamespace(cond=c))}),
+    output:
+        [directory(f"adapters/r{{rung}}/{{model}}/{c}") for c in MULTI_CONDITIONS],
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        runs={c: CFG.grpo_job_config(condition_parts(c)[1]) for c in MULTI_CONDITIONS},
+    log:
+        "logs/grpo_multi/r{rung}/{model}.log",
+    benchmark:
+        "benchmarks/grpo_multi/r{rung}/{model}.tsv"
+    threads: TRAIN_THREADS
+    resources:
+        mem_mb=job_mem_mb("grpo"),
+        runtime=lambda wc: job_resources(CFG, wc.model, "grpo")["runtime"] * len(MULTI_CONDITIONS),
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/grpo_multi.py"

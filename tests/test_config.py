@@ -185,3 +185,11 @@ def test_bad_arms_and_plans_are_named(data, needle):
     with pytest.raises(ConfigError) as err:
         load_config(data)
     assert needle in str(err.value)
+
+
+def test_multi_run_refuses_an_arm_whose_losses_differ_naming_it():
+    arms = {"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}, "odd": {"losses": [{"type": "rl", "kl_tau": 0.5}]}}}
+    load_config(arms)  # separate jobs: any losses per arm
+    with pytest.raises(ConfigError, match=r"run 'sft_grpo@odd': its orchestrator.losses .* differ from the trainer's"):
+        load_config({**arms, "ladder": {"multi_run": True}})
+    load_config({"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}}, "ladder": {"multi_run": True}})

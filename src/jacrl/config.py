@@ -22,7 +22,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.evaluation.config import EvalConfig
 from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS,
                                  LadderConfig, Rung, Split, arm_conditions, condition_parts)
-from jacrl.losses.config import LossFrameworkConfig
+from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig, OPDConfig
@@ -134,6 +134,9 @@ class Config(LossFrameworkConfig):
         opd_listed = OPD_CONDITION in self.ladder.conditions
         if opd_listed and self.opd.teacher_adapter == "sft" and str(self.opd.teacher_rung) not in rungs:
             raise ValueError(f"opd.teacher_rung {self.opd.teacher_rung!r} is not among `rungs` {self.rungs}")
+        if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
+            check_same_losses(self.losses, {f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
+                                            for name, arm in self.grpo_arms.items()})
         if self.eval.policy_temperature is None:  # one temperature for every arm's cells, so they compare
             self.eval.policy_temperature = self.grpo.temperature
         return self

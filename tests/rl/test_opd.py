@@ -49,3 +49,31 @@ def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_model):
         Trainer(student, load_config(OPD).losses, "opd")
     with pytest.raises(ValueError, match="needs a teacher"):
         Trainer(student, load_config({}).losses, "rl", teacher=student)
+
+
+def greedy_pass(backend, tasks, scorer):
+    groups = backend.generate_ids([backend.prompt_ids(t.prompt) for t in tasks], n=1,
+                                  params=SamplingParams(temperature=0.0, max_tokens=64), progress=False)
+    return sum(s.exact for s in scorer.score_batch(tasks, [g[0].text for g in groups])) / len(tasks)
+
+
+@pytest.mark.slow
+def test_toward_a_gold_sft_teacher_the_reverse_kl_falls_and_mem_pass_moves_toward_the_teachers(
+        tiny_model, tiny_fixtures, tmp_path):
+    tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
+    spec = model_spec(tiny_model, "torch")
+    teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=120, lr=2e-2, save_every=10**6))
+    cfg = GRPOConfig(iters=24, lr=1e-2, group_size=4, prompts_per_step=1, max_completion=64, max_seq=4096,
+                     temperature=1.0, lora_layers=-1, lora_rank=8, lora_scale=10.0, seed=0, log_reference_kl=False)
+    with RewardScorer({"cache_path": str(tmp_path / "reward.sqlite")}, threads=2) as scorer:
+        student0 = load_backend(tiny_model, "torch", threads=2)
+        start = greedy_pass(student0, tasks, scorer)
+        teacher_pass = greedy_pass(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
+        out = train_grpo(spec, tasks, tmp_path / "opd", cfg, load_config({"training_mode": "opd"}), scorer,
+                         teacher=Teacher(spec, teacher_dir), progress=False)
+        end = greedy_pass(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
+    kl = [r["loss/opd/reverse_kl_k3"] for r in read_metrics(out / "metrics.jsonl")]
+    third = len(kl) // 3
+    assert all(math.isfinite(k) for k in kl)
+    assert sum(kl[-third:]) / third < sum(kl[:third]) / third
+    assert abs(end - teacher_pass) <= abs(start - teacher_pass)

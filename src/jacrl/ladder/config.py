@@ -111,6 +111,12 @@ class LadderConfig(StrictModel):
         "arm of `grpo_arms`; and, when listed, opd (a fresh LoRA on the base distilled on-policy toward the "
         "`opd.teacher_*` teacher).",
     )
+    multi_run: bool = Field(
+        False,
+        description="Train a rung's sft_grpo under the default arm and every arm of `grpo_arms` in one job (rule "
+        "grpo_multi): one process, one loaded base model, one adapter, optimiser and RNG per run, outputs identical "
+        "to separate jobs. Every arm's `losses` must then equal the top-level list.",
+    )
     models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")
     splits: list[Split] = Field(default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks.")

@@ -238,6 +238,17 @@ def check_resume_compatible(saved_terms: Any, current_terms: Any) -> None:
     )
 
 
+def check_same_losses(trainer_losses: list[LossTermConfig], runs: dict[str, list[LossTermConfig]]) -> None:
+    """The multi-run hook: every run a trainer serves must have the trainer's term list (one trainer
+    builds one set of cores); the first run that differs is refused by name."""
+    expected = dump_losses(trainer_losses)
+    for name, losses in runs.items():
+        got = dump_losses(losses)
+        if got != expected:
+            raise ValueError(f"run {name!r}: its orchestrator.losses {got} differ from the trainer's {expected}; "
+                             f"a multi-run trainer serves only runs with the same `losses`")
+
+
 # --------------------------------------------------------------------------------------------
 # Per-env selection
 # --------------------------------------------------------------------------------------------

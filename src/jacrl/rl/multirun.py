@@ -27,7 +27,7 @@ import torch
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.backends.torch_backend import TorchBackend
-from jacrl.losses.config import LossFrameworkConfig, dump_losses
+from jacrl.losses.config import LossFrameworkConfig, check_same_losses, dump_losses
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
@@ -64,14 +64,8 @@ class _RunState:
 
 
 def check_run_losses(trainer_losses: list[Any], runs: list[RunSpec]) -> None:
-    """Refuse, naming it, a run whose `orchestrator.losses` differ from the trainer's term list: one
-    trainer builds one set of cores, so the runs it serves must agree on them."""
-    expected = dump_losses(trainer_losses)
-    for run in runs:
-        got = dump_losses(run.loss_cfg.orchestrator.losses or run.loss_cfg.losses)
-        if got != expected:
-            raise ValueError(f"run {run.name!r}: its orchestrator.losses {got} differ from the trainer's {expected}; "
-                             f"a multi-run trainer serves only runs with the same `losses`")
+    """Refuse, naming it, a run whose `orchestrator.losses` differ from the trainer's term list."""
+    check_same_losses(trainer_losses, {r.name: r.loss_cfg.orchestrator.losses or r.loss_cfg.losses for r in runs})
 
 
 def _prepare(b: TorchBackend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _RunState:
