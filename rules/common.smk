@@ -4,7 +4,6 @@ import os
 import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 # Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
 # slower whenever another job shared the cores); inherited by every job's script.
@@ -149,10 +148,19 @@ SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CON
 """The conditions rule grpo trains one job each."""
 
 
-def grpo_env_tasks(wc):
-    """The task files of the run's envs that have their own task set (a split, a rung, a file)."""
-    run = CFG.grpo_run(condition_parts(wc.cond)[1])
+def env_tasks_of(cond):
+    """The task files of `cond`'s envs that have their own task set (a split, a rung, a file)."""
+    run = CFG.grpo_run(condition_parts(cond)[1])
     return [str(p) for p in env_task_files(run.orchestrator.train.env, RL)]
+
+
+def grpo_env_tasks(wc):
+    return env_tasks_of(wc.cond)
+
+
+def multi_env_tasks(wc):
+    """The env task files of every run of a grpo_multi job."""
+    return sorted({f for cond in MULTI_CONDITIONS for f in env_tasks_of(cond)})
 
 
 def grpo_job_config(wc):

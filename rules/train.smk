@@ -66,7 +66,7 @@ rule grpo_multi:
         model=lambda wc: model_input(wc.model),
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
         init="adapters/r{rung}/{model}/sft",
-        envs=lambda wc: sorted({f for c in MULTI_CONDITIONS for f in grpo_env_tasks(SimpleNamespace(cond=c))}),
+        envs=multi_env_tasks,
     output:
         [directory(f"adapters/r{{rung}}/{{model}}/{c}") for c in MULTI_CONDITIONS],
     params:
