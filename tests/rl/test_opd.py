@@ -62,8 +62,8 @@ def test_toward_a_gold_sft_teacher_the_reverse_kl_falls_and_mem_pass_moves_towar
         tiny_model, tiny_fixtures, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     spec = model_spec(tiny_model, "torch")
-    teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=120, lr=2e-2, save_every=10**6))
-    cfg = GRPOConfig(iters=24, lr=1e-2, group_size=4, prompts_per_step=1, max_completion=64, max_seq=4096,
+    teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=240, save_every=10**6))
+    cfg = GRPOConfig(iters=30, lr=2e-3, group_size=4, prompts_per_step=1, max_completion=64, max_seq=4096,
                      temperature=1.0, lora_layers=-1, lora_rank=8, lora_scale=10.0, seed=0, log_reference_kl=False)
     with RewardScorer({"cache_path": str(tmp_path / "reward.sqlite")}, threads=2) as scorer:
         student0 = load_backend(tiny_model, "torch", threads=2)
