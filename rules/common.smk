@@ -17,8 +17,10 @@ from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
-from jacrl.ladder.config import ADAPTER_CONDITIONS, GRPO_CONDITIONS, SPLITS, CellKey, arm_conditions, condition_parts
+from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SPLITS, CellKey, arm_conditions,
+                                 condition_parts)
 from jacrl.ladder.plan import grid
+from jacrl.rl.envs import env_task_files
 
 try:
     CFG = load_config(config)
@@ -140,9 +142,48 @@ def grpo_init(wc):
     return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
 
 
+MULTI_CONDITIONS = ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
+"""The conditions rule grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
+SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION] if c not in MULTI_CONDITIONS]
+"""The conditions rule grpo trains one job each."""
+
+
+def env_tasks_of(cond):
+    """The task files of `cond`'s envs that have their own task set (a split, a rung, a file)."""
+    run = CFG.grpo_run(condition_parts(cond)[1])
+    return [str(p) for p in env_task_files(run.orchestrator.train.env, RL)]
+
+
+def grpo_env_tasks(wc):
+    return env_tasks_of(wc.cond)
+
+
+def multi_env_tasks(wc):
+    """The env task files of every run of a grpo_multi job."""
+    return sorted({f for cond in MULTI_CONDITIONS for f in env_tasks_of(cond)})
+
+
 def grpo_job_config(wc):
-    """The config a GRPO job reads: the top-level GRPO sections, or its arm's."""
-    return CFG.grpo_job_config(condition_parts(wc.cond)[1])
+    """The config a GRPO job reads: the top-level GRPO sections, or its arm's (opd: under training_mode opd)."""
+    return CFG.grpo_job_config(condition_parts(wc.cond)[1], opd=wc.cond == OPD_CONDITION)
+
+
+def opd_teacher(wc):
+    """The opd job's teacher (its model spec and folder, its adapter folder); None for other conditions."""
+    if wc.cond != OPD_CONDITION:
+        return None
+    name = CFG.opd.teacher_model or wc.model
+    return {"spec": model_spec(name).model_dump(mode="json"), "model_dir": model_dir(name),
+            "adapter": CFG.opd.adapter_path(wc.model)}
+
+
+def opd_teacher_inputs(wc):
+    """What the opd job's teacher needs built: its model (a builtin one) and its adapter (e.g. its SFT)."""
+    teacher = opd_teacher(wc)
+    if teacher is None:
+        return []
+    model = model_input(CFG.opd.teacher_model or wc.model)  # a folder path, or [] for a model outside the DAG
+    return [*([model] if model else []), *([teacher["adapter"]] if teacher["adapter"] else [])]
 
 
 def split_file(rung, split):

@@ -1,4 +1,5 @@
-# Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base.
+# Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base,
+# and on-policy distillation (opd) of the base toward a teacher.
 
 
 rule sft:
@@ -33,14 +34,17 @@ rule grpo:
         model=policy_model_input,
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
         init=grpo_init,
+        envs=grpo_env_tasks,
+        teacher=opd_teacher_inputs,
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     wildcard_constraints:
-        cond=one_of([*GRPO_CONDITIONS, *ARM_CONDITIONS]),
+        cond=one_of(SINGLE_GRPO_CONDITIONS),
     params:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=grpo_job_config,
+        teacher=opd_teacher,
     log:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
@@ -52,3 +56,31 @@ rule grpo:
         gpu=lambda wc: gpu_count(wc.model),
     script:
         "../scripts/grpo.py"
+
+
+rule grpo_multi:
+    # ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model
+    # (jacrl.rl.multirun), each adapter what its own grpo job would write.
+    priority: 1
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        init="adapters/r{rung}/{model}/sft",
+        envs=multi_env_tasks,
+    output:
+        [directory(f"adapters/r{{rung}}/{{model}}/{c}") for c in MULTI_CONDITIONS],
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        runs={c: CFG.grpo_job_config(condition_parts(c)[1]) for c in MULTI_CONDITIONS},
+    log:
+        "logs/grpo_multi/r{rung}/{model}.log",
+    benchmark:
+        "benchmarks/grpo_multi/r{rung}/{model}.tsv"
+    threads: TRAIN_THREADS
+    resources:
+        mem_mb=job_mem_mb("grpo"),
+        runtime=lambda wc: job_resources(CFG, wc.model, "grpo")["runtime"] * len(MULTI_CONDITIONS),
+        gpu=lambda wc: gpu_count(wc.model),
+    script:
+        "../scripts/grpo_multi.py"

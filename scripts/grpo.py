@@ -1,4 +1,6 @@
-# Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo).
+# Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo, opd).
+from pathlib import Path
+
 from transformers import AutoTokenizer
 
 from jacrl.backends.config import ModelSpec
@@ -7,6 +9,7 @@ from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import read_tasks
 from jacrl.rl.loop import train_grpo
+from jacrl.rl.teacher import Teacher
 from jacrl.workflow import logged
 
 with logged(snakemake):
@@ -15,6 +18,9 @@ with logged(snakemake):
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
     # the tokenizer the backend loads from the model folder: its special tokens are cut out of completions
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
+    t = snakemake.params.teacher  # the opd condition's
+    teacher = None if t is None else Teacher(ModelSpec(**{**t["spec"], "path": t["model_dir"], "builtin": None}),
+                                             t["adapter"] and Path(t["adapter"]))
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
-                   init_adapter=snakemake.input.init or None, threads=snakemake.threads)
+                   init_adapter=snakemake.input.init or None, threads=snakemake.threads, teacher=teacher)

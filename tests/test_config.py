@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from jacrl.config import Config, ConfigError, _models_in, cell_provenance, load_config
-from jacrl.ladder.config import CONDITIONS, SPLITS
+from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
 from jacrl.reward.cache import config_digest as config_digest_of_reward
 from jacrl.reward.config import RewardConfig
 from jacrl.strict import StrictModel
@@ -40,11 +40,12 @@ def test_reward_timeout_is_gone_with_a_pointer_to_tasks_timeout():
 
 
 def test_conditions_and_splits_are_one_vocabulary():
-    with pytest.raises(ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo' or 'raw_grpo'.*got 'grpo'"):
+    with pytest.raises(ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd'.*got 'grpo'"):
         load_config({"ladder": {"conditions": ["grpo"]}})
     with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
         load_config({"eval": {"policy_splits": ["train"]}})
-    assert load_config({}).ladder.conditions == list(CONDITIONS) and load_config({}).ladder.splits == list(SPLITS)
+    assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS) and load_config({}).ladder.splits == list(SPLITS)
+    assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
 
 
 CELLS = [(cond, split) for cond in CONDITIONS for split in SPLITS]
@@ -64,7 +65,7 @@ def changed(data: dict, base: dict | None = None) -> set[tuple[str, str]]:
 
 
 ALL = set(CELLS)
-GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo")}
+GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the GRPO loop's knobs and terms
 
 
 @pytest.mark.parametrize("data, cells", [
@@ -86,11 +87,12 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo")}
     ({"eval": {"max_tokens": 99}}, ALL),
     ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
     ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
-    ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo")}),
+    ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}),  # opd: its teacher's SFT
     ({"grpo": {"lr": 1e-3}}, GRPO),
     ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
     ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
-    ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] == "raw_grpo"}),
+    ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
+    ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
 ])
 def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
     assert changed(data) == cells
@@ -101,7 +103,7 @@ def test_rft_warm_start_enters_raw_grpo_cells_only():
     assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
     assert changed({"rft": {"tasks": "pool"}}, RFT_MODEL) == raw  # what RFT sampled from is recorded in the cell
     assert load_config({}).rft.tasks == "rung"
-    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo")}  # RFT has its own iters
+    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}  # RFT has its own iters
     assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
 
 
@@ -183,3 +185,11 @@ def test_bad_arms_and_plans_are_named(data, needle):
     with pytest.raises(ConfigError) as err:
         load_config(data)
     assert needle in str(err.value)
+
+
+def test_multi_run_refuses_an_arm_whose_losses_differ_naming_it():
+    arms = {"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}, "odd": {"losses": [{"type": "rl", "kl_tau": 0.5}]}}}
+    load_config(arms)  # separate jobs: any losses per arm
+    with pytest.raises(ConfigError, match=r"run 'sft_grpo@odd': its orchestrator.losses .* differ from the trainer's"):
+        load_config({**arms, "ladder": {"multi_run": True}})
+    load_config({"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}}, "ladder": {"multi_run": True}})

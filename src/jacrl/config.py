@@ -20,12 +20,12 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from jacrl.backends.config import ModelSpec
 from jacrl.evaluation.config import EvalConfig
-from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, SFT_CONDITIONS, LadderConfig, Rung,
-                                 Split, arm_conditions, condition_parts)
-from jacrl.losses.config import LossFrameworkConfig
+from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS,
+                                 LadderConfig, Rung, Split, arm_conditions, condition_parts)
+from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
-from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig
+from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig, OPDConfig
 from jacrl.strict import RESULT_FREE
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
@@ -67,6 +67,7 @@ class Config(LossFrameworkConfig):
         "`losses`, `training_mode`, `trainer`, `orchestrator` (replaced). An arm `tuned` adds the conditions "
         "sft_grpo@tuned and raw_grpo@tuned, with their own adapters, cells and pivot columns.",
     )
+    opd: OPDConfig = Field(default_factory=OPDConfig, description="The `opd` condition's teacher (on-policy distillation).")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T).")
     ladder: LadderConfig = Field(default_factory=LadderConfig, description="Selectors: which models × rungs × conditions × splits run.")
 
@@ -128,6 +129,14 @@ class Config(LossFrameworkConfig):
                              f"({', '.join(self.grpo_arms) or 'none defined'})")
         if self.ladder.plan == "smart" and "mem" not in self.ladder.splits:
             raise ValueError("ladder.plan smart needs `mem` in ladder.splits: its smoke gate reads the SFT mem cell")
+        if self.opd.teacher_model is not None and self.opd.teacher_model not in names:
+            raise ValueError(f"opd.teacher_model {self.opd.teacher_model!r} is not in `models` ({', '.join(names)})")
+        opd_listed = OPD_CONDITION in self.ladder.conditions
+        if opd_listed and self.opd.teacher_adapter == "sft" and str(self.opd.teacher_rung) not in rungs:
+            raise ValueError(f"opd.teacher_rung {self.opd.teacher_rung!r} is not among `rungs` {self.rungs}")
+        if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
+            check_same_losses(self.losses, {f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
+                                            for name, arm in self.grpo_arms.items()})
         if self.eval.policy_temperature is None:  # one temperature for every arm's cells, so they compare
             self.eval.policy_temperature = self.grpo.temperature
         return self
@@ -148,18 +157,21 @@ class Config(LossFrameworkConfig):
 
     @property
     def conditions(self) -> list[str]:
-        """Every condition a cell can have: the four, then the GRPO conditions of each named arm."""
+        """Every condition a cell can have: the five (opd included), then the GRPO conditions of each named arm."""
         return [*CONDITIONS, *arm_conditions(list(self.grpo_arms))]
 
     def grpo_run(self, arm: str | None) -> LossFrameworkConfig:
         """What a GRPO run of `arm` reads (`grpo` and the loss keys): the top level, or the named arm."""
         return self if arm is None else self.grpo_arms[arm]
 
-    def grpo_job_config(self, arm: str | None) -> dict[str, Any]:
-        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level."""
+    def grpo_job_config(self, arm: str | None, opd: bool = False) -> dict[str, Any]:
+        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level
+        (for the `opd` condition: the top level's under training_mode opd)."""
         dumped = self.model_dump(mode="json", include={"threads", "reward", *GRPO_SECTIONS})
         if arm is not None:
             dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
+        if opd:
+            dumped["training_mode"] = "opd"
         return dumped
 
     def cell_config(self, model: str, cond: str, split: Split) -> dict[str, Any]:
@@ -188,11 +200,31 @@ class Config(LossFrameworkConfig):
             everything = run.result_settings()
             grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
             parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
+        if base == OPD_CONDITION:
+            parts.update(self._opd_parts(model))
         if base == "raw_grpo":
             parts[f"grpo fresh LoRA{mark}"] = {k: getattr(run.grpo, k) for k in FRESH_LORA}
             if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
                 sft = {k: v for k, v in self.sft.result_settings().items() if k != "iters"}
                 parts["rft"] = {"rft": self.rft.result_settings(), "sft": sft}
+        return parts
+
+
+    def _opd_parts(self, model: str) -> dict[str, Any]:
+        """An opd cell's parts: the top-level GRPO sections under training_mode opd with the teacher, the
+        fresh LoRA, and what the teacher is (its model; its SFT knobs when its adapter is the SFT one)."""
+        everything = self.result_settings()
+        grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
+        teacher = self.model(self.opd.teacher_model or model)
+        parts: dict[str, Any] = {
+            "grpo opd": {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "training_mode": "opd",
+                         "opd": self.opd.result_settings()},
+            "grpo fresh LoRA": {k: getattr(self.grpo, k) for k in FRESH_LORA},
+            f"model {teacher.name}": {**teacher.result_settings(),
+                                       **({"tiny": self.tiny.result_settings()} if teacher.builtin == "tiny" else {})},
+        }
+        if self.opd.teacher_adapter == "sft":
+            parts["sft"] = self.sft.result_settings()
         return parts
 
 

@@ -168,7 +168,7 @@ def test_unknown_term_type_is_rejected():
         ({"losses": RL_ECHO[:1] + [{"type": "echo", "user": {"alpha": 1}, "filter": {"import_path": "a.b", "kwarg": {}}}]}, "kwarg"),
         ({"losses": [{"type": "ref_kl", "beat": 1}, {"type": "rl"}]}, "beat"),
         ({"orchestrator": {"renderr": "chat_template"}}, "renderr"),
-        ({"orchestrator": {"train": {"env": [{"id": "a", "enabled_loss": ["rl"]}]}}}, "enabled_loss"),
+        ({"orchestrator": {"train": {"env": [{"id": "jac", "name": "a", "enabled_loss": ["rl"]}]}}}, "enabled_loss"),
         ({"trainer": {"los": []}}, "los"),
     ],
 )
@@ -192,56 +192,56 @@ def envs(*entries, losses=RL_ECHO, **extra):
 
 def test_enabled_losses_must_be_defined_terms():
     rejects(
-        envs({"id": "a", "enabled_losses": ["rl", "ecko"]}),
+        envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "ecko"]}),
         "orchestrator.train.env[0] ('a').enabled_losses names 'ecko'",
         "defined: rl, echo",
     )
 
 
 def test_enabled_losses_without_duplicates():
-    rejects(envs({"id": "a", "enabled_losses": ["rl", "rl"]}), "lists a term twice")
+    rejects(envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "rl"]}), "lists a term twice")
 
 
 def test_env_names_must_be_unique():
-    rejects(envs({"id": "a", "name": "x"}, {"id": "b", "name": "x"}), "env name 'x' is also used")
+    rejects(envs({"id": "jac", "name": "x"}, {"id": "jac", "name": "x"}), "env name 'x' is also used")
 
 
 TWO_ECHOES = RL_ECHO + [{"type": "echo", "name": "echo2", "user": {"alpha": 1}}]
 
 
 def test_at_most_one_echo_term_per_env():
-    rejects(envs({"id": "a", "enabled_losses": ["rl", "echo", "echo2"]}, losses=TWO_ECHOES), "at most one echo term per env")
-    rejects(envs({"id": "a"}, losses=TWO_ECHOES), "enabled_losses = None enables every term")
+    rejects(envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "echo", "echo2"]}, losses=TWO_ECHOES), "at most one echo term per env")
+    rejects(envs({"id": "jac", "name": "a"}, losses=TWO_ECHOES), "enabled_losses = None enables every term")
     rejects({"losses": TWO_ECHOES}, "one implicit env")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossConfigWarning)
-        ok = load(envs({"id": "a", "enabled_losses": ["rl", "echo"]}, {"id": "b", "enabled_losses": ["echo2"]}, losses=TWO_ECHOES))
+        ok = load(envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "echo"]}, {"id": "jac", "name": "b", "enabled_losses": ["echo2"]}, losses=TWO_ECHOES))
     assert len(ok.orchestrator.train.env) == 2
 
 
 def test_loss_overrides_keys_must_be_defined_echo_terms():
-    rejects(envs({"id": "a", "loss_overrides": {"rl": {"kl_tau": 0.1}}}), "loss_overrides key 'rl' is not a defined echo term")
-    rejects(envs({"id": "a", "loss_overrides": {"ehco": {}}}), "loss_overrides key 'ehco'", "echo terms: echo")
+    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"rl": {"kl_tau": 0.1}}}), "loss_overrides key 'rl' is not a defined echo term")
+    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"ehco": {}}}), "loss_overrides key 'ehco'", "echo terms: echo")
 
 
 def test_loss_overrides_must_target_an_enabled_term():
     rejects(
-        envs({"id": "a", "enabled_losses": ["rl"], "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}}}),
+        envs({"id": "jac", "name": "a", "enabled_losses": ["rl"], "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}}}),
         "overrides a term this env does not enable",
     )
 
 
 def test_loss_overrides_must_give_a_valid_echo_term():
-    rejects(envs({"id": "a", "loss_overrides": {"echo": {"assistant": {"alpha": "lots"}}}}), "loss_overrides['echo'] gives an invalid echo term")
-    rejects(envs({"id": "a", "loss_overrides": {"echo": {"assistant": {"alfa": 1}}}}), "alfa")
-    rejects(envs({"id": "a", "loss_overrides": {"echo": {"name": "other"}}}), "loss_overrides['echo'].name cannot be overridden")
+    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"echo": {"assistant": {"alpha": "lots"}}}}), "loss_overrides['echo'] gives an invalid echo term")
+    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"echo": {"assistant": {"alfa": 1}}}}), "alfa")
+    rejects(envs({"id": "jac", "loss_overrides": {"echo": {"name": "other"}}}), "loss_overrides['echo'].name cannot be overridden")
 
 
 def test_loss_overrides_deep_merge_into_the_env_plan():
     config = load(
         envs(
-            {"id": "x", "name": "math", "enabled_losses": ["rl"]},
-            {"id": "y", "name": "chat", "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}, "user": {"alpha": 2.0}}}},
+            {"id": "jac", "name": "math", "enabled_losses": ["rl"]},
+            {"id": "jac", "name": "chat", "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}, "user": {"alpha": 2.0}}}},
             renderer="chat_template",
         )
     )
@@ -255,7 +255,7 @@ def test_loss_overrides_deep_merge_into_the_env_plan():
 
 
 def test_echo_only_env_has_no_primary():
-    config = load(envs({"id": "a", "enabled_losses": ["echo"]}, {"id": "b"}))
+    config = load(envs({"id": "jac", "name": "a", "enabled_losses": ["echo"]}, {"id": "jac", "name": "b"}))
     plans = EnvLossPlans.from_config(config)
     assert not plans["a"].primary_enabled and plans["b"].primary_enabled
 
@@ -278,9 +278,46 @@ def test_no_warning_with_a_renderer_or_for_assistant_echo():
         load({"losses": [{"type": "rl"}, {"type": "echo", "user": {"alpha": 1.0}}], "orchestrator": {"renderer": "chat_template"}})
 
 
+def test_prompt_role_added_by_loss_overrides_without_a_renderer_warns_at_load():
+    envs = [{"id": "jac", "name": "plain"},
+            {"id": "jac", "name": "chatty", "loss_overrides": {"echo": {"user": {"alpha": 0.2}}}}]
+    with pytest.warns(LossConfigWarning) as caught:
+        load({"losses": RL_ECHO, "orchestrator": {"train": {"env": envs}}})
+    messages = [str(w.message) for w in caught if issubclass(w.category, LossConfigWarning)]
+    assert len(messages) == 1
+    assert "env[1] ('chatty')" in messages[0] and "prompt roles ['user']" in messages[0]
+
+
+def test_assistant_only_overrides_do_not_warn():
+    envs = [{"id": "jac", "loss_overrides": {"echo": {"assistant": {"alpha": 0.2}}}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LossConfigWarning)
+        load({"losses": RL_ECHO, "orchestrator": {"train": {"env": envs}}})
+
+
+def test_sft_mode_forces_mito():
+    with pytest.warns(LossConfigWarning, match="training_mode = 'sft' forces MITO"):
+        config = load({"training_mode": "sft", "losses": RL_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    assert config.orchestrator.renderer is None
+
+
+def test_sft_mode_with_a_prompt_role_echo_warns_that_it_selects_nothing():
+    losses = [{"type": "echo", "name": "echo", "system": {"alpha": 1.0}}]
+    with pytest.warns(LossConfigWarning) as caught:
+        load({"training_mode": "sft", "losses": losses, "orchestrator": {"renderer": "chat_template"}})
+    messages = [str(w.message) for w in caught]
+    assert any("forces MITO" in m for m in messages)
+    assert any("prompt roles ['system']" in m and "renderer is None" in m for m in messages)
+
+
+def test_rl_mode_keeps_its_renderer():
+    config = load({"losses": RL_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    assert config.orchestrator.renderer == "chat_template"
+
+
 def test_standalone_orchestrator_config_validates_its_envs():
     with pytest.raises(pydantic.ValidationError, match="enabled_losses names 'nope'"):
-        OrchestratorConfig.model_validate({"losses": RL_ECHO, "train": {"env": [{"id": "a", "enabled_losses": ["nope"]}]}})
+        OrchestratorConfig.model_validate({"losses": RL_ECHO, "train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["nope"]}]}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ CONFIG = {
         "renderer": "chat_template",
         "train": {
             "env": [
-                {"id": "rl-env", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
-                {"id": "chat-env", "name": "chat", "enabled_losses": ["rl", "echo"]},
-                {"id": "demo-env", "name": "demos", "enabled_losses": ["echo"]},
+                {"id": "jac", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
+                {"id": "jac", "name": "chat", "enabled_losses": ["rl", "echo"]},
+                {"id": "jac", "name": "demos", "enabled_losses": ["echo"]},
             ]
         },
     },

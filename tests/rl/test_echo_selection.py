@@ -128,8 +128,8 @@ def test_per_env_overrides_change_the_alpha_for_that_env_only():
                 "renderer": "chat_template",
                 "train": {
                     "env": [
-                        {"id": "a"},
-                        {"id": "b", "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}}},
+                        {"id": "jac", "name": "a"},
+                        {"id": "jac", "name": "b", "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}}},
                     ]
                 },
             },

@@ -24,8 +24,8 @@ CONFIG = {
     "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 0.5}, "user": {"alpha": 1.0}},
                {"type": "ref_kl", "beta": 0.1}],
     "orchestrator": {"renderer": "chat_template", "train": {"env": [
-        {"id": "rl-env", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
-        {"id": "demo-env", "name": "demos", "enabled_losses": ["echo"]}]}},
+        {"id": "jac", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
+        {"id": "jac", "name": "demos", "enabled_losses": ["echo"]}]}},
 }
 
 

@@ -14,9 +14,9 @@ def plans(training_mode="rl"):
             "orchestrator": {
                 "train": {
                     "env": [
-                        {"id": "math", "enabled_losses": ["rl"]},
-                        {"id": "chat", "enabled_losses": ["rl", "echo"]},
-                        {"id": "demos", "enabled_losses": ["echo"]},
+                        {"id": "jac", "name": "math", "enabled_losses": ["rl"]},
+                        {"id": "jac", "name": "chat", "enabled_losses": ["rl", "echo"]},
+                        {"id": "jac", "name": "demos", "enabled_losses": ["echo"]},
                     ]
                 }
             },

@@ -500,9 +500,14 @@ class TorchBackend(Backend):
             yield
 
     def keep_reference(self, path: str | Path) -> None:
+        self._unmerged("keep a reference adapter")
+        self._reference = self.adapter_weights(path)
+
+    def adapter_weights(self, path: str | Path) -> dict[str, Any]:
+        """The adapter folder `path` (either format) as tensors under the loaded adapter's parameter
+        names; it must have the same modules and shapes."""
         import torch
 
-        self._unmerged("keep a reference adapter")
         params = dict(self.model.named_parameters())
         lora = {name for name in params if ".lora_" in name}
         kept = {}
@@ -510,11 +515,25 @@ class TorchBackend(Backend):
             for part, w in (("lora_A", a), ("lora_B", b)):
                 name = f"base_model.model.{module}.{part}.default.weight"
                 if name not in lora or tuple(params[name].shape) != w.shape:
-                    raise ValueError(f"{path}: reference adapter module {module} does not match the loaded adapter")
+                    raise ValueError(f"{path}: adapter module {module} does not match the loaded adapter")
                 kept[name] = torch.from_numpy(w).to(params[name].device, params[name].dtype)
         if set(kept) != lora:
-            raise ValueError(f"{path}: the reference adapter lacks {len(lora - set(kept))} of the loaded adapter's LoRA matrices")
-        self._reference = kept
+            raise ValueError(f"{path}: the adapter lacks {len(lora - set(kept))} of the loaded adapter's LoRA matrices")
+        return kept
+
+    def lora_weights(self) -> dict[str, Any]:
+        """A copy of the adapter's current LoRA matrices (what `set_lora_weights` puts back)."""
+        return {name: p.detach().clone() for name, p in self.model.named_parameters() if ".lora_" in name}
+
+    def set_lora_weights(self, weights: dict[str, Any]) -> None:
+        """Copy `weights` (from `lora_weights` or `adapter_weights`) into the adapter, in place: the
+        parameters stay the same objects, so an optimiser made over them still holds them."""
+        import torch
+
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, w in weights.items():
+                params[name].copy_(w)
 
     @contextmanager
     def _kept_reference(self) -> Iterator[None]:

@@ -15,8 +15,9 @@ from jacrl.strict import StrictModel
 
 GRPOCondition = Literal["sft_grpo", "raw_grpo"]
 """GRPO from the rung's SFT adapter, or from the base (or its RFT warm start) with a fresh LoRA."""
-Condition = Literal["base", "sft", GRPOCondition]
-"""How a cell's model was trained: not at all, gold-SFT, or one of the GRPO conditions."""
+Condition = Literal["base", "sft", GRPOCondition, "opd"]
+"""How a cell's model was trained: not at all, gold-SFT, one of the GRPO conditions, or on-policy
+distillation of a fresh LoRA on the base toward a teacher (`opd`)."""
 Split = Literal["gen", "mem"]
 """gen = the fixed holdout, mem = the rung's own train tasks."""
 Rung = Union[int, Literal["all"]]
@@ -29,6 +30,9 @@ ADAPTER_CONDITIONS: tuple[Condition, ...] = tuple(c for c in CONDITIONS if c != 
 SFT_CONDITIONS: tuple[Condition, ...] = ("sft", "sft_grpo")
 """Conditions whose adapter is, or starts from, the rung's gold-SFT adapter."""
 SPLITS: tuple[Split, ...] = get_args(Split)
+OPD_CONDITION = "opd"
+"""Trained by the GRPO loop under training_mode opd (docs/design.md#loss-framework); not in the default ladder."""
+DEFAULT_CONDITIONS: tuple[Condition, ...] = tuple(c for c in CONDITIONS if c != OPD_CONDITION)
 
 ARM_MARK = "@"
 """`sft_grpo@tuned`: a GRPO condition run under the named arm `tuned` of `grpo_arms`."""
@@ -57,8 +61,8 @@ def _check_condition(cond: str) -> str:
     base, arm = condition_parts(cond)
     if base in CONDITIONS and (arm is None or (base in GRPO_CONDITIONS and re.fullmatch(ARM_NAME, arm))):
         return cond
-    raise ValueError("Input should be 'base', 'sft', 'sft_grpo' or 'raw_grpo', or a GRPO condition under an arm "
-                     "of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)")
+    raise ValueError("Input should be 'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd', or a GRPO condition under an "
+                     "arm of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)")
 
 
 LadderCondition = Annotated[str, AfterValidator(_check_condition)]
@@ -101,10 +105,17 @@ class LadderConfig(StrictModel):
     )
     smart: SmartPlanConfig = Field(default_factory=SmartPlanConfig, description="The smart plan's gate and elbow rule.")
     conditions: list[LadderCondition] = Field(
-        default_factory=lambda: list(CONDITIONS),
+        default_factory=lambda: list(DEFAULT_CONDITIONS),
         description="Conditions of the full plan: base (no training), sft (gold-SFT), sft_grpo (GRPO from the SFT "
         "adapter), raw_grpo (GRPO from the base or its RFT warm start), and sft_grpo@<arm> / raw_grpo@<arm> for an "
-        "arm of `grpo_arms`.",
+        "arm of `grpo_arms`; and, when listed, opd (a fresh LoRA on the base distilled on-policy toward the "
+        "`opd.teacher_*` teacher).",
+    )
+    multi_run: bool = Field(
+        False,
+        description="Train a rung's sft_grpo under the default arm and every arm of `grpo_arms` in one job (rule "
+        "grpo_multi): one process, one loaded base model, one adapter, optimiser and RNG per run, outputs identical "
+        "to separate jobs. Every arm's `losses` must then equal the top-level list.",
     )
     models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")

@@ -16,10 +16,13 @@ list is rejected. Each train env picks its terms with `enabled_losses` and may d
 from __future__ import annotations
 
 import copy
+import re
 import warnings
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from jacrl.strict import StrictModel
 
@@ -32,8 +35,9 @@ PROMPT_ROLES = ("system", "user", "tool")
 PRIMARY_TYPES = ("rl", "custom")
 """Term types that are a run's primary objective; at most one per run."""
 
-TrainingMode = Literal["rl", "sft"]
-"""What drives training: the primary loss term (`rl`) or a masked NLL on the completion (`sft`)."""
+TrainingMode = Literal["rl", "sft", "opd"]
+"""What drives training: the primary loss term (`rl`), a masked NLL on the completion (`sft`), or the
+per-token reverse KL of the policy's samples to a teacher (`opd`, on-policy distillation)."""
 
 
 class LossConfigWarning(UserWarning):
@@ -234,6 +238,17 @@ def check_resume_compatible(saved_terms: Any, current_terms: Any) -> None:
     )
 
 
+def check_same_losses(trainer_losses: list[LossTermConfig], runs: dict[str, list[LossTermConfig]]) -> None:
+    """The multi-run hook: every run a trainer serves must have the trainer's term list (one trainer
+    builds one set of cores); the first run that differs is refused by name."""
+    expected = dump_losses(trainer_losses)
+    for name, losses in runs.items():
+        got = dump_losses(losses)
+        if got != expected:
+            raise ValueError(f"run {name!r}: its orchestrator.losses {got} differ from the trainer's {expected}; "
+                             f"a multi-run trainer serves only runs with the same `losses`")
+
+
 # --------------------------------------------------------------------------------------------
 # Per-env selection
 # --------------------------------------------------------------------------------------------
@@ -250,12 +265,73 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
-class EnvConfig(StrictModel):
-    """One training environment of the orchestrator and the loss terms that apply to its samples."""
+ENV_KINDS = ("jac", "demos")
+"""What produces an env's rollouts: `jac` samples the policy and scores it with the Jac reward;
+`demos` takes the tasks' gold completions, teacher-forced (an imitation env: echo trains on them)."""
 
-    id: str = Field(min_length=1, description="Environment id (what produces the tasks and rewards).")
+TRAIN_SPLITS = ("trainpool", "valid")
+"""Splits an env may draw tasks from (the holdout is the `gen` evaluation and never trains)."""
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """An env's `id`, parsed: `<kind>` or `<kind>:<tasks>`."""
+
+    kind: str
+    """`jac` or `demos` (ENV_KINDS)."""
+    tasks: str | None
+    """None = the run's own train tasks (the rung's); a split (`trainpool`, `valid`); a rung (`r3`,
+    `rall`); or a JSONL file of task records (a path ending in `.jsonl`)."""
+
+    def task_file(self, rl_dir: str | Path = "dataset/rl") -> Path | None:
+        """The JSONL file of this env's tasks; None = the run's own tasks."""
+        if self.tasks is None:
+            return None
+        if self.tasks in TRAIN_SPLITS:
+            return Path(rl_dir) / f"{self.tasks}.jsonl"
+        if re.fullmatch(r"r(\d+|all)", self.tasks):
+            return Path(rl_dir) / "rungs" / self.tasks / "train.jsonl"
+        return Path(self.tasks)
+
+
+def parse_env_id(value: str) -> EnvSource:
+    """`jac`, `jac:trainpool`, `demos:r3`, `jac:path/to/tasks.jsonl` → EnvSource; anything else raises."""
+    kind, _, tasks = value.partition(":")
+    if kind not in ENV_KINDS:
+        raise ValueError(
+            f"env id {value!r} must start with what produces its rollouts, one of {', '.join(ENV_KINDS)} "
+            f"(e.g. `jac`, `jac:trainpool`, `demos:r3`, `demos:path/to/tasks.jsonl`)"
+        )
+    if not tasks:
+        return EnvSource(kind, None)
+    if tasks == "holdout" or tasks.endswith("holdout.jsonl"):
+        raise ValueError(f"env id {value!r}: the holdout is the gen evaluation's and never trains")
+    if tasks in TRAIN_SPLITS or re.fullmatch(r"r(\d+|all)", tasks) or tasks.endswith(".jsonl"):
+        return EnvSource(kind, tasks)
+    raise ValueError(
+        f"env id {value!r}: after `{kind}:` give a split ({', '.join(TRAIN_SPLITS)}), a rung (r3, rall) "
+        f"or a task file ending in .jsonl"
+    )
+
+
+class EnvConfig(StrictModel):
+    """One training environment of the orchestrator: what produces its rollouts, its share of each
+    step's prompts, and the loss terms that apply to its samples."""
+
+    id: str = Field(
+        min_length=1,
+        description="What produces this env's rollouts: `jac` (sample the policy, score with the Jac reward) or "
+        "`demos` (the tasks' gold completions, teacher-forced), over the run's own train tasks, or after a colon "
+        "a split (`jac:trainpool`), a rung (`demos:r3`, `jac:rall`) or a JSONL task file (`demos:my/tasks.jsonl`).",
+    )
     name: str | None = Field(
         None, description="Unique label of this env in the run; rollouts carry it. Defaults to `id`."
+    )
+    share: float = Field(
+        1.0,
+        gt=0,
+        description="Relative share of each step's prompts (normalised over the envs); prompts are dealt to the "
+        "envs in proportion, in a fixed order over the run.",
     )
     enabled_losses: list[str] | None = Field(
         None,
@@ -267,6 +343,16 @@ class EnvConfig(StrictModel):
         description="Per-term parameters deep-merged into a named echo term for this env only, e.g. "
         "{echo: {assistant: {alpha: 0.1}}}.",
     )
+
+    @field_validator("id")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        parse_env_id(value)
+        return value
+
+    @property
+    def source(self) -> EnvSource:
+        return parse_env_id(self.id)
 
     @property
     def label(self) -> str:
@@ -331,6 +417,7 @@ def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConf
         labels[env.label] = index
         echoes = _check_enabled(where, env, by_name)
         _check_overrides(where, env, losses, echoes)
+        _check_demos(where, env, by_name, echoes)
     if not envs:
         echoes = [term.name for term in losses if term.type == "echo"]
         if len(echoes) > 1:
@@ -339,7 +426,7 @@ def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConf
                 f"one echo term, but `losses` defines {echoes}; declare envs and choose with `enabled_losses`"
             )
     if orchestrator.renderer is None:
-        _warn_unattributed_prompt_roles(losses)
+        warn_unattributed_prompt_roles(orchestrator, losses)
 
 
 def _check_enabled(where: str, env: EnvConfig, by_name: dict[str, LossTermConfig]) -> list[str]:
@@ -364,6 +451,20 @@ def _check_enabled(where: str, env: EnvConfig, by_name: dict[str, LossTermConfig
     return echoes
 
 
+def _check_demos(where: str, env: EnvConfig, by_name: dict[str, LossTermConfig], echoes: list[str]) -> None:
+    """A demonstrations env is trained by echo only: its tokens were not sampled, so a policy-gradient
+    primary has no sampling probabilities or advantages to work with."""
+    if env.source.kind != "demos":
+        return
+    enabled = env.enabled_losses if env.enabled_losses is not None else list(by_name)
+    primaries = [name for name in enabled if by_name[name].type in PRIMARY_TYPES]
+    if primaries or not echoes:
+        raise ValueError(
+            f"{where}: a `demos` env is trained by echo only; set its enabled_losses to an echo term "
+            f"(it enables {enabled})"
+        )
+
+
 def _check_overrides(where: str, env: EnvConfig, losses: list[LossTermConfig], echoes: list[str]) -> None:
     """Check that each of an env's `loss_overrides` names an echo term it enables and stays a valid one."""
     by_name = {term.name: term for term in losses}
@@ -386,19 +487,38 @@ def _check_overrides(where: str, env: EnvConfig, losses: list[LossTermConfig], e
             raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
 
 
-def _warn_unattributed_prompt_roles(losses: list[LossTermConfig]) -> None:
-    """Without a renderer prompt tokens carry no role, so echo on a prompt role selects nothing."""
-    for term in losses:
-        if term.type == "echo":
-            prompt_roles = [role for role in term.roles() if role in PROMPT_ROLES]
-            if prompt_roles:
-                warnings.warn(
-                    f"echo term {term.name!r} supervises prompt roles {prompt_roles} but "
-                    f"orchestrator.renderer is None, so prompt tokens carry no role attribution and "
-                    f"those roles select nothing; set orchestrator.renderer: chat_template",
-                    LossConfigWarning,
-                    stacklevel=3,
-                )
+def _echo_terms_by_env(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> list[tuple[str, EchoLossConfig]]:
+    """(where, echo term) for the echo term each env trains, its `loss_overrides` merged in; every
+    echo term of `losses` when no env is declared."""
+    echoes = [term for term in losses if isinstance(term, EchoLossConfig)]
+    if not orchestrator.train.env:
+        return [(f"echo term {term.name!r}", term) for term in echoes]
+    out = []
+    for index, env in enumerate(orchestrator.train.env):
+        for term in echoes:
+            if env.enabled_losses is not None and term.name not in env.enabled_losses:
+                continue
+            override = env.loss_overrides.get(term.name)
+            merged = EchoLossConfig.model_validate(deep_merge(term.model_dump(), override)) if override else term
+            out.append((f"echo term {term.name!r} in orchestrator.train.env[{index}] ({env.label!r})", merged))
+    return out
+
+
+def warn_unattributed_prompt_roles(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> None:
+    """Without a renderer prompt tokens carry no role, so echo on a prompt role selects nothing: warn
+    for every env whose echo term (with its `loss_overrides`, which may add such a role) has one."""
+    warned: set[tuple[str, tuple[str, ...]]] = set()
+    for where, term in _echo_terms_by_env(orchestrator, losses):
+        prompt_roles = tuple(role for role in term.roles() if role in PROMPT_ROLES)
+        if prompt_roles and (term.name, prompt_roles) not in warned:
+            warned.add((term.name, prompt_roles))
+            warnings.warn(
+                f"{where} supervises prompt roles {list(prompt_roles)} but orchestrator.renderer is None "
+                f"(MITO), so prompt tokens carry no role attribution and those roles select nothing; "
+                f"set orchestrator.renderer: chat_template",
+                LossConfigWarning,
+                stacklevel=4,
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -420,7 +540,10 @@ class LossFrameworkConfig(StrictModel):
     training_mode: TrainingMode = Field(
         "rl",
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
-        "completion replaces the primary; the other terms (echo, ref_kl) still apply.",
+        "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
+        "(orchestrator.renderer None, with a warning when one was set). `opd`: the per-token reverse KL of the "
+        "policy's own samples to a teacher model replaces the primary (docs/design.md#loss-framework); the "
+        "other terms still apply.",
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="Orchestrator settings.")
@@ -428,6 +551,15 @@ class LossFrameworkConfig(StrictModel):
     @model_validator(mode="after")
     def _propagate_losses(self) -> LossFrameworkConfig:
         check_terms(self.losses, self.training_mode)
+        forced_mito = self.training_mode == "sft" and self.orchestrator.renderer is not None
+        if forced_mito:
+            warnings.warn(
+                f"training_mode = 'sft' forces MITO: orchestrator.renderer {self.orchestrator.renderer!r} is "
+                f"replaced by None (prompts are plain strings without role attribution)",
+                LossConfigWarning,
+                stacklevel=2,
+            )
+            self.orchestrator.renderer = None
         shared = dump_losses(self.losses)
         for section in ("trainer", "orchestrator"):
             sub = getattr(self, section)
@@ -441,4 +573,6 @@ class LossFrameworkConfig(StrictModel):
         self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
         if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
             check_env_losses(self.orchestrator, self.losses)
+        elif forced_mito:  # its own check ran with the renderer it was given
+            warn_unattributed_prompt_roles(self.orchestrator, self.losses)
         return self

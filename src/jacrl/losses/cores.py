@@ -126,6 +126,39 @@ def sft_core(inputs: LossInputs) -> LossOutputs:
     return LossOutputs(loss, {"tokens": mask.sum(), "nll": loss.detach()})
 
 
+def opd_core(inputs: LossInputs) -> LossOutputs:
+    """On-policy distillation: the per-token reverse KL of the policy to the teacher on the policy's
+    own samples. The primary when training_mode = opd.
+
+    With ℓ the policy's and ℓᵀ the teacher's log-probability of a sampled completion token, k1 = ℓ − ℓᵀ
+    is a one-sample estimate of KL(π_θ(·|x<t) ‖ π_T(·|x<t)) at that prefix. Its gradient at a fixed
+    prefix is E_{x_t∼π_θ}[(ℓ − ℓᵀ) ∇ℓ] (the score-function form; E[∇ℓ] = 0), so per token
+        L = sg(ℓ − ℓᵀ) · exp(ℓ − sg(ℓ)),   summed over the completion mask, divided by its count:
+    its value is the mean k1 (the reverse-KL estimate) and its gradient is REINFORCE with the
+    per-token advantage −(ℓ − ℓᵀ) and no discount over later tokens — the estimator of on-policy
+    distillation in Lu & Thinking Machines (2025), the reverse-KL, student-sampled case of GKD
+    (Agarwal et al. 2024) on sampled tokens instead of the full vocabulary. Teacher = policy gives a
+    zero loss and a zero gradient.
+    """
+    if inputs.teacher_logprobs is None:
+        raise ValueError("the opd core needs LossInputs.teacher_logprobs: the teacher's log-probabilities "
+                         "of the sampled tokens (Trainer(teacher=...))")
+    logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
+    m = mask.to(logprobs.dtype)
+    n = _count(mask)
+    k1 = (logprobs - inputs.teacher_logprobs).detach()
+    loss = (m * k1 * torch.exp(logprobs - logprobs.detach())).sum() / n
+    with torch.no_grad():
+        d = -k1  # log π_T − log π_θ
+        metrics = {
+            "tokens": mask.sum(),
+            "reverse_kl": (m * k1).sum() / n,
+            "reverse_kl_k3": (m * (torch.exp(d) - d - 1)).sum() / n,
+            "teacher_nll": -(m * inputs.teacher_logprobs).sum() / n,
+        }
+    return LossOutputs(loss, metrics)
+
+
 def import_object(import_path: str, *, field: str = "import_path") -> Any:
     """Import `package.module.attr`, with an error naming the config field when it fails."""
     module_name, _, attr = import_path.rpartition(".")

@@ -32,13 +32,16 @@ class LossInputs:
     """Bool: tokens an echo term supervises (independent of `loss_mask`; the two may overlap)."""
     echo_weights: Tensor | None = None
     """Per-token echo alpha (meaningful where `echo_mask` is set)."""
+    teacher_logprobs: Tensor | None = None
+    """Log-probabilities of the same tokens under the teacher (training_mode opd), no gradient."""
     term_rows: Mapping[str, Tensor] | None = None
     """Per-term bool vector over the batch rows: which samples a term applies to. None, or a term
     missing from it, means every row."""
 
     def __post_init__(self) -> None:
         shape = self.trainer_logprobs.shape
-        for name in ("inference_logprobs", "advantages", "loss_mask", "ref_logprobs", "echo_mask", "echo_weights"):
+        for name in ("inference_logprobs", "advantages", "loss_mask", "ref_logprobs", "echo_mask", "echo_weights",
+                     "teacher_logprobs"):
             value = getattr(self, name)
             if value is not None and value.shape != shape:
                 raise ValueError(f"LossInputs.{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
@@ -48,7 +51,8 @@ class LossInputs:
                 raise ValueError(f"LossInputs.{name} must be a bool tensor, got {value.dtype}")
         device = self.trainer_logprobs.device
         tensors = {name: getattr(self, name) for name in ("inference_logprobs", "advantages", "loss_mask",
-                                                           "ref_logprobs", "echo_mask", "echo_weights")}
+                                                           "ref_logprobs", "echo_mask", "echo_weights",
+                                                           "teacher_logprobs")}
         tensors |= {f"term_rows[{name!r}]": rows for name, rows in (self.term_rows or {}).items()}
         for name, value in tensors.items():
             if value is not None and value.device != device:

@@ -25,6 +25,8 @@ class EnvLossPlan:
     env: str
     terms: tuple[LossTermConfig, ...]
     training_mode: str = "rl"
+    demos: bool = False
+    """The env's rollouts are demonstrations (gold completions, not samples): echo trains them, never the primary."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -37,9 +39,11 @@ class EnvLossPlan:
 
     @property
     def primary_enabled(self) -> bool:
-        """Whether the completion is trained by the primary. In sft mode the masked-NLL core is the
-        primary and is not a list term, so it always applies."""
-        return self.training_mode == "sft" or any(term.type in PRIMARY_TYPES for term in self.terms)
+        """Whether the completion is trained by the primary. In sft and opd mode the mode's core is the
+        primary and is not a list term, so it always applies, except to demonstrations."""
+        if self.demos:
+            return False
+        return self.training_mode in ("sft", "opd") or any(term.type in PRIMARY_TYPES for term in self.terms)
 
     def enables(self, name: str) -> bool:
         return name in self.names
@@ -60,7 +64,7 @@ def plan_env(
         if override:
             term = EchoLossConfig.model_validate(deep_merge(term.model_dump(), override))
         terms.append(term)
-    return EnvLossPlan(env.label, tuple(terms), training_mode)
+    return EnvLossPlan(env.label, tuple(terms), training_mode, demos=env.source.kind == "demos")
 
 
 class EnvLossPlans(Mapping[str, EnvLossPlan]):

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from jacrl.ladder.config import Rung
 from jacrl.losses.config import LossFrameworkConfig
 from jacrl.strict import RESULT_FREE, StrictModel
 
@@ -73,3 +74,27 @@ class GRPOArm(LossFrameworkConfig):
     Its conditions `sft_grpo@<name>` and `raw_grpo@<name>` get their own adapters and cells."""
 
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The top-level `grpo` with this arm's keys over it.")
+
+
+class OPDConfig(StrictModel):
+    """The `opd` ladder condition: the GRPO loop under training_mode opd, a fresh LoRA on the base (the
+    top-level `grpo` knobs and loss terms; the primary is replaced by the reverse KL to the teacher)."""
+
+    teacher_model: str | None = Field(
+        None, description="The teacher: a `models:` name (it must share the student's tokenizer); None = the student's model."
+    )
+    teacher_adapter: str = Field(
+        "sft",
+        min_length=1,
+        description="`sft`: the teacher model's gold-SFT adapter at `teacher_rung` (built by rule sft); `none`: the "
+        "teacher's base; anything else: an adapter folder.",
+    )
+    teacher_rung: Rung = Field("all", description="The rung of the teacher's SFT adapter (`teacher_adapter: sft`).")
+
+    def adapter_path(self, model: str) -> str | None:
+        """The teacher's adapter folder for a student of `model`."""
+        if self.teacher_adapter == "none":
+            return None
+        if self.teacher_adapter == "sft":
+            return f"adapters/r{self.teacher_rung}/{self.teacher_model or model}/sft"
+        return self.teacher_adapter

@@ -10,8 +10,9 @@ from jacrl.rl.batch import Rollout
 
 def keeps_zero_advantage(plan: EnvLossPlan) -> bool:
     """An env whose primary is disabled (echo-only) trains on echo, not on the advantage, so a zero
-    advantage does not make its samples useless."""
-    return not plan.primary_enabled
+    advantage does not make its samples useless; nor does it in opd mode, whose primary reads the
+    teacher, not the advantage."""
+    return not plan.primary_enabled or plan.training_mode == "opd"
 
 
 ZERO_ADVANTAGE = 1e-9

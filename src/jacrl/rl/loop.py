@@ -33,7 +33,9 @@ from jacrl.progress import Progress, summary
 from jacrl.reward.batch import Scorer
 from jacrl.reward.task import Task
 from jacrl.rl.config import GRPOConfig
+from jacrl.rl.envs import build_envs
 from jacrl.rl.orchestrator import Orchestrator
+from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
 from jacrl.training.metrics import MetricsWriter, read_metrics
 from jacrl.training.schedule import lr_at
@@ -125,8 +127,12 @@ def train_grpo(
     ckpt_dir: str | Path | None = None,
     progress: bool = True,
     stop_after: int | None = None,
+    rl_dir: str | Path = "dataset/rl",
+    teacher: Teacher | None = None,
 ) -> Path:
     """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
+    An env with its own task set (a split or rung) reads it under `rl_dir`. Under training_mode opd
+    `teacher` scores the policy's samples (the `opd` condition: a fresh LoRA on the base).
 
     `stop_after` ends the run (without writing the output) after that many steps of this call —
     what a kill does; used to test resume.
@@ -134,6 +140,8 @@ def train_grpo(
     out = Path(out_adapter_dir)
     ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
     start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model.model_dir()}"
+    if teacher is not None:  # another teacher is another objective: its checkpoint is not resumed
+        start_from += f" teacher:{teacher.describe()}"
     state = _read_checkpoint(ckpt, cfg, loss_cfg, start_from)
     start = state["step"] if state else 0
     rows: list[dict] = read_metrics(ckpt / "metrics.jsonl")[:start] if state else []
@@ -142,9 +150,12 @@ def train_grpo(
     b = prepare_backend(model, cfg, threads, init_adapter, ckpt if state else None, reference)
     if state:
         log.info("resuming GRPO from %s at step %d/%d", ckpt, start, cfg.iters)
-    orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer)
+    envs = build_envs(loss_cfg.orchestrator.train.env, tasks, rl_dir)
+    orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer,
+                        envs=envs)
     trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
-                      log_reference_kl=cfg.log_reference_kl)
+                      log_reference_kl=cfg.log_reference_kl,
+                      teacher=None if teacher is None else load_teacher(teacher, b, threads))
 
     def save(step: int) -> None:
         _save_checkpoint(ckpt, b, step, cfg, loss_cfg, start_from, rows, reference)
@@ -167,10 +178,11 @@ def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int
     for done_here, step in enumerate(range(start, cfg.iters), start=1):
         row = _train_step(orch, trainer, cfg, step)
         rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
-        bar.set_postfix(r=f"{row['reward/mean']:.3f}", pass_=f"{row['reward/pass_rate']:.2f}",
+        nan = float("nan")  # a step of demonstrations only samples nothing
+        bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
                         loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
-                        σ0=f"{row['groups/zero_variance_frac']:.2f}", trunc=f"{row['samples/truncated_frac']:.2f}",
-                        tok_s=f"{row['tokens_per_s']:.0f}")
+                        σ0=f"{row.get('groups/zero_variance_frac', nan):.2f}",
+                        trunc=f"{row.get('samples/truncated_frac', nan):.2f}", tok_s=f"{row['tokens_per_s']:.0f}")
         bar.update(1)
         if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
             save(step + 1)

@@ -1,9 +1,10 @@
 """The orchestrator: prompts → groups of completions → rewards → advantages → a train batch.
 
-Each step draws prompts from the envs (by default one env over the rung's train tasks),
-samples a group per prompt with the backend (keeping the sampling logprobs and truncation
-flags), scores every completion with the reward's batch API, turns group rewards into
-advantages, filters, and builds the padded batch the trainer consumes.
+Each step deals its prompts to the envs by their shares (by default one env over the rung's train
+tasks). A `jac` env's prompts are sampled, a group each, with the backend (keeping the sampling
+logprobs and truncation flags), scored with the reward's batch API, and their group rewards turned
+into advantages; a `demos` env's prompts get their gold completion. The rollouts are filtered and
+built into the padded batch the trainer consumes.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import numpy as np
 
 from jacrl.backends.base import Backend, Completion, SamplingParams
 from jacrl.losses.config import PROMPT_ROLES
-from jacrl.losses.plan import DEFAULT_ENV, EnvLossPlans
+from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.audit import flagged_pass_share
 from jacrl.reward.batch import Scorer, score_groups
 from jacrl.reward.task import Task
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
+from jacrl.rl.envs import TrainEnv, deal
 from jacrl.rl.filters import zero_advantage_filter
 from jacrl.rl.render import RenderedPrompt, render_prompt
+from jacrl.training.sft import gold_completion
 
 
 def group_advantages(rewards: list[float], mode: str = "std", eps: float = 1e-4) -> list[float]:
@@ -42,14 +45,16 @@ def group_advantages(rewards: list[float], mode: str = "std", eps: float = 1e-4)
     return [c / (std + eps) for c in centred]
 
 
+def task_at(n_tasks: int, j: int, seed: int) -> int:
+    """The task index of an env's `j`-th prompt: a fresh seeded permutation every epoch, consumed in
+    order. A pure function of `j`, so a resumed run draws exactly the prompts it would have."""
+    epoch, pos = divmod(j, n_tasks)
+    return int(np.random.default_rng([seed, epoch]).permutation(n_tasks)[pos])
+
+
 def prompt_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Task indices for `step`: a fresh seeded permutation every epoch, consumed in order. A pure
-    function of the step, so a resumed run draws exactly the prompts it would have."""
-    out = []
-    for j in range(step * per_step, (step + 1) * per_step):
-        epoch, pos = divmod(j, n_tasks)
-        out.append(int(np.random.default_rng([seed, epoch]).permutation(n_tasks)[pos]))
-    return out
+    """Task indices of `step` for a run with one env."""
+    return [task_at(n_tasks, j, seed) for j in range(step * per_step, (step + 1) * per_step)]
 
 
 @dataclass
@@ -60,12 +65,15 @@ class StepData:
 
 class Orchestrator:
     def __init__(self, tasks: list[Task], backend: Backend, scorer: Scorer, cfg: GRPOConfig, plans: EnvLossPlans,
-                 renderer: str | None = None):
-        if not tasks:
+                 renderer: str | None = None, envs: list[TrainEnv] | None = None):
+        """`envs` (jacrl.rl.envs.build_envs) are the run's envs with their task sets; None = every env
+        of `plans` samples the run's `tasks` with the Jac reward, equal shares."""
+        if not tasks and envs is None:
             raise ValueError("GRPO needs at least one train task")
-        self.tasks, self.backend, self.scorer, self.cfg, self.plans = tasks, backend, scorer, cfg, plans
-        self.envs = list(plans) or [DEFAULT_ENV]
-        self._prompts = {t.id: self._render(t.prompt, renderer) for t in tasks}
+        self.backend, self.scorer, self.cfg, self.plans = backend, scorer, cfg, plans
+        self.envs = envs if envs is not None else [TrainEnv(label, "jac", tuple(tasks), 1.0) for label in plans]
+        self._prompts = {t.id: self._render(t.prompt, renderer) for env in self.envs for t in env.tasks}
+        self._dealt: list[int] = []
         self._warned: set[str] = set()
 
     def _render(self, prompt: str, renderer: str | None) -> RenderedPrompt:
@@ -83,58 +91,86 @@ class Orchestrator:
         cut = lambda xs: None if xs is None else list(xs[-keep:])  # noqa: E731
         return RenderedPrompt(cut(rendered.token_ids), rendered.text, cut(rendered.roles), cut(rendered.tool_names))
 
-    def env_of(self, prompt_index: int) -> str:
-        """Prompts are dealt to the envs round-robin by their index over the whole run (not their
-        slot in a step, which with one prompt per step would feed the first env only)."""
-        return self.envs[prompt_index % len(self.envs)]
+    def prompts_of(self, step: int) -> list[tuple[TrainEnv, Task]]:
+        """The (env, task) of each prompt of `step`: prompts are dealt to the envs by their share over
+        the whole run (jacrl.rl.envs.deal); each env walks its own task set in seeded epochs."""
+        per = self.cfg.prompts_per_step
+        if len(self._dealt) < (step + 1) * per:
+            self._dealt = deal([env.share for env in self.envs], (step + 1) * per)
+        before = [0] * len(self.envs)
+        for i in self._dealt[: step * per]:
+            before[i] += 1
+        out = []
+        for i in self._dealt[step * per : (step + 1) * per]:
+            env = self.envs[i]
+            out.append((env, env.tasks[task_at(len(env.tasks), before[i], self.cfg.seed)]))
+            before[i] += 1
+        return out
 
     def step(self, step: int) -> StepData:
         cfg = self.cfg
-        idx = prompt_order(len(self.tasks), step, cfg.prompts_per_step, cfg.seed)
-        tasks = [self.tasks[i] for i in idx]
+        prompts = self.prompts_of(step)
+        sampled = [(env, t) for env, t in prompts if env.kind == "jac"]
+        tasks = [t for _, t in sampled]
 
         t0 = time.perf_counter()
         params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_completion,
                                 seed=cfg.seed * 1_000_003 + step * 1009)
-        prompts = [self._prompts[t.id].token_ids for t in tasks]
-        groups = self.backend.generate_ids(prompts, n=cfg.group_size, params=params, progress=False)
+        groups = (self.backend.generate_ids([self._prompts[t.id].token_ids for t in tasks], n=cfg.group_size,
+                                            params=params, progress=False) if tasks else [])
         t1 = time.perf_counter()
-        group_scores = score_groups(self.scorer.score_batch, tasks, groups)
+        group_scores = score_groups(self.scorer.score_batch, tasks, groups) if tasks else []
         t2 = time.perf_counter()
 
         rollouts: list[Rollout] = []
-        rewards_all, zero_var = [], 0
-        for slot, (t, group, scored) in enumerate(zip(tasks, groups, group_scores)):
+        zero_var = 0
+        for (env, t), group, scored in zip(sampled, groups, group_scores):
             rewards = [s.score for s in scored]
-            rewards_all.extend(rewards)
             zero_var += int(max(rewards) - min(rewards) == 0)
-            env = self.env_of(step * cfg.prompts_per_step + slot)
             for c, adv in zip(group, group_advantages(rewards, cfg.advantage, cfg.eps)):
-                rollouts.append(self._rollout(t, c, adv, env))
+                rollouts.append(self._rollout(t, c, adv, env.label))
+        rollouts += [self._demonstration(t, env.label) for env, t in prompts if env.kind == "demos"]
         kept = zero_advantage_filter(rollouts, self.plans) if cfg.filter_zero_advantage else rollouts
         batch = build_batch(kept, self.plans, self.backend.pad_token_id) if kept else None
         if batch is not None:
             self._warn_unselected_prompt_roles(kept, batch)
+        metrics = self._sample_metrics(groups, group_scores, zero_var)
+        metrics |= {f"env/{env.label}/prompts": float(sum(e is env for e, _ in prompts)) for env in self.envs}
+        metrics |= {"samples/kept": float(len(kept)), "time/sample_s": t1 - t0, "time/reward_s": t2 - t1}
+        return StepData(batch, metrics)
+
+    def _sample_metrics(self, groups: list[list[Completion]], group_scores: list[list], zero_var: int) -> dict[str, float]:
+        """Reward and sample statistics of the step's sampled groups (none when it sampled none: a
+        step of demonstrations only)."""
         completions = [c for g in groups for c in g]
         scores = [s for g in group_scores for s in g]
-        masked = sum(int(c.truncated) for c in completions) if cfg.mask_truncated else 0
-        metrics = {
-            "reward/mean": fmean(rewards_all),
-            "reward/std": pstdev(rewards_all),
+        if not completions:
+            return {}
+        rewards = [s.score for s in scores]
+        masked = sum(int(c.truncated) for c in completions) if self.cfg.mask_truncated else 0
+        return {
+            "reward/mean": fmean(rewards),
+            "reward/std": pstdev(rewards),
             "reward/pass_rate": fmean(float(s.exact) for s in scores),
             "reward/runs_rate": fmean(float(s.runs) for s in scores),
             # passes whose body reads files, opens sockets, spawns processes…: reward hacking shows here
             "reward/flagged_pass_share": flagged_pass_share(scores),
-            "groups/zero_variance_frac": zero_var / len(tasks),
+            "groups/zero_variance_frac": zero_var / len(groups),
             "samples/truncated_frac": fmean(float(c.truncated) for c in completions),
             "samples/truncated_masked": float(masked),
             "samples/truncated_masked_frac": masked / len(completions),
             "samples/completion_tokens": fmean(len(c.token_ids) for c in completions),
-            "samples/kept": float(len(kept)),
-            "time/sample_s": t1 - t0,
-            "time/reward_s": t2 - t1,
         }
-        return StepData(batch, metrics)
+
+    def _demonstration(self, task: Task, env: str) -> Rollout:
+        """A `demos` env's rollout: the task's gold completion (what gold-SFT teaches), teacher-forced
+        after the same prompt, cut at max_completion. No sampling probabilities, no advantage: only
+        echo trains on it."""
+        prompt = self._prompts[task.id]
+        ids = self.backend.completion_ids(gold_completion(task))[: self.cfg.max_completion]
+        return Rollout(env=env, prompt_ids=list(prompt.token_ids), completion_ids=ids,
+                       completion_logprobs=[0.0] * len(ids), advantage=0.0,
+                       prompt_roles=prompt.roles, prompt_tool_names=prompt.tool_names)
 
     def _rollout(self, task: Task, completion: Completion, advantage: float, env: str) -> Rollout:
         prompt = self._prompts[task.id]

@@ -53,19 +53,34 @@ def reference_kl(trainer_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Ten
 
 class Trainer:
     def __init__(self, backend: Backend, losses: Sequence[Any], training_mode: str = "rl", temperature: float = 1.0,
-                 log_reference_kl: bool = True):
-        self.backend = backend
+                 log_reference_kl: bool = True, teacher: Backend | None = None):
+        """`teacher` scores the policy's tokens for training_mode opd (jacrl.rl.teacher.load_teacher)."""
+        if (training_mode == "opd") != (teacher is not None):
+            raise ValueError("training_mode 'opd' needs a teacher, and only it takes one")
+        self.backend, self.teacher = backend, teacher
         self.terms: list[LossTerm] = build_terms(list(losses), training_mode)
         self.temperature = temperature
         self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
 
-    def inputs(self, batch: TrainBatch, t: TokenLogprobs, starts: list[int]) -> LossInputs:
-        """The loss inputs of one forward: the backend's logprobs placed at their positions, the
-        batch's tensors moved to the logprobs' device."""
+    def inputs(self, batch: TrainBatch, t: TokenLogprobs, starts: list[int],
+               teacher_lp: torch.Tensor | None = None) -> LossInputs:
+        """The loss inputs of one forward: the backend's (and the teacher's) logprobs placed at their
+        positions, the batch's tensors moved to the logprobs' device."""
         seq = batch.input_ids.shape[1]
         trainer_lp = place(t.logprobs, starts, seq)
         ref_lp = None if t.ref_logprobs is None else place(t.ref_logprobs.to(trainer_lp), starts, seq)
-        return batch.loss_inputs(trainer_lp, ref_lp)
+        teacher = None if teacher_lp is None else place(teacher_lp.to(trainer_lp), starts, seq)
+        return batch.loss_inputs(trainer_lp, ref_lp, teacher)
+
+    def teacher_logprobs(self, heads: list[list[int]], tails: list[list[int]]) -> torch.Tensor | None:
+        """The teacher's logprobs of every row's tail at the sampling temperature, right-padded (no gradient)."""
+        if self.teacher is None:
+            return None
+        rows = self.teacher.logprobs(heads, tails, self.temperature)
+        out = torch.zeros(len(rows), max(len(r) for r in rows))
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.from_numpy(row)
+        return out
 
     def train_step(self, batch: TrainBatch, lr: float) -> dict[str, float]:
         lengths = batch.attention_mask.sum(dim=1).tolist()
@@ -73,9 +88,10 @@ class Trainer:
         starts = first_supervised(batch)
         heads, tails = [s[:k] for s, k in zip(seqs, starts)], [s[k:] for s, k in zip(seqs, starts)]
         extra: dict[str, float] = {}
+        teacher_lp = self.teacher_logprobs(heads, tails)
 
         def loss_fn(t: TokenLogprobs) -> tuple[torch.Tensor, dict[str, float]]:
-            inputs = self.inputs(batch, t, starts)
+            inputs = self.inputs(batch, t, starts, teacher_lp)
             result = compute_loss(self.terms, inputs)
             if inputs.ref_logprobs is not None:
                 extra["kl/reference"] = reference_kl(inputs.trainer_logprobs, inputs.ref_logprobs, inputs.loss_mask)

@@ -1,0 +1,23 @@
+# Rule grpo_multi: a rung's sft_grpo under every arm, in one process over one loaded base model.
+from pathlib import Path
+
+from transformers import AutoTokenizer
+
+from jacrl.backends.config import ModelSpec
+from jacrl.config import load_config
+from jacrl.reward.batch import RewardScorer
+from jacrl.reward.normalize import tokenizer_special_tokens
+from jacrl.reward.task import read_tasks
+from jacrl.rl.multirun import RunSpec, train_grpo_runs
+from jacrl.workflow import logged
+
+with logged(snakemake):
+    configs = {cond: load_config(raw) for cond, raw in snakemake.params.runs.items()}
+    tasks = read_tasks(snakemake.input.tasks)
+    runs = [RunSpec(cond, tasks, Path(out), cfg.grpo, cfg, Path(snakemake.input.init))
+            for (cond, cfg), out in zip(configs.items(), snakemake.output)]
+    model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
+    special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
+    reward = next(iter(configs.values())).reward  # the reward section is shared by every arm
+    with RewardScorer(reward, threads=snakemake.threads, special_tokens=special) as scorer:
+        train_grpo_runs(model, runs, scorer, threads=snakemake.threads)

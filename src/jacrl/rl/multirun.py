@@ -1,0 +1,125 @@
+"""One trainer process serving several GRPO runs over one loaded base model.
+
+The base model is loaded once; each run has its own adapter weights, optimiser (its own Adam
+state over the same LoRA parameter objects), reference adapter, torch RNG state, orchestrator and
+metrics. Steps are taken in turn — step s of every run, then step s + 1 — and before a run's step
+its state is put into the model (its LoRA matrices copied in, its optimiser and reference made
+current, its RNG restored), after it taken out. Each run therefore computes exactly what it would
+alone: its adapter and report are byte-identical to `train_grpo` with the same seeds, its
+metrics equal but for the wall-time fields.
+
+The seed's MultiRunManager hook: every run's `orchestrator.losses` must equal the trainer's term
+list (the first run's `trainer.losses`); a run that differs is refused by name before anything loads.
+
+Runs start from an adapter folder each (sft_grpo: a rung's SFT adapter; a rung's arms share one),
+all with the same modules and shapes. The torch backend only. There are no checkpoints: a killed
+multi-run job starts its runs over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from jacrl.backends.config import ModelSpec
+from jacrl.backends.select import load_model
+from jacrl.backends.torch_backend import TorchBackend
+from jacrl.losses.config import LossFrameworkConfig, check_same_losses, dump_losses
+from jacrl.losses.plan import EnvLossPlans
+from jacrl.progress import Progress
+from jacrl.reward.batch import Scorer
+from jacrl.reward.task import Task
+from jacrl.rl.config import GRPOConfig
+from jacrl.rl.envs import build_envs
+from jacrl.rl.loop import _train_step, _write_output, summarise
+from jacrl.rl.orchestrator import Orchestrator
+from jacrl.rl.trainer import Trainer
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run the shared trainer serves: what `train_grpo` would be called with."""
+
+    name: str
+    tasks: list[Task]
+    out: Path
+    cfg: GRPOConfig
+    loss_cfg: LossFrameworkConfig
+    init_adapter: Path
+
+
+@dataclass
+class _RunState:
+    weights: dict[str, Any]
+    opt: Any
+    max_grad_norm: float | None
+    reference: dict[str, Any] | None
+    rng: torch.Tensor
+    orch: Orchestrator
+    trainer: Trainer
+    rows: list[dict] = field(default_factory=list)
+
+
+def check_run_losses(trainer_losses: list[Any], runs: list[RunSpec]) -> None:
+    """Refuse, naming it, a run whose `orchestrator.losses` differ from the trainer's term list."""
+    check_same_losses(trainer_losses, {r.name: r.loss_cfg.orchestrator.losses or r.loss_cfg.losses for r in runs})
+
+
+def _prepare(b: TorchBackend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _RunState:
+    """A run's state as `prepare_backend` would leave a model of its own: its starting adapter, its
+    reference (`grpo.reference: start` = that adapter), a fresh optimiser."""
+    b.set_lora_weights(b.adapter_weights(run.init_adapter))
+    b._reference = b.adapter_weights(run.init_adapter) if run.cfg.reference == "start" else None
+    b.configure_optimizer(run.cfg.lr, max_grad_norm=run.cfg.max_grad_norm)
+    lc = run.loss_cfg
+    orch = Orchestrator(run.tasks, b, scorer, run.cfg, EnvLossPlans.from_config(lc), renderer=lc.orchestrator.renderer,
+                        envs=build_envs(lc.orchestrator.train.env, run.tasks, rl_dir))
+    trainer = Trainer(b, lc.trainer.losses or lc.losses, lc.training_mode, run.cfg.temperature,
+                      log_reference_kl=run.cfg.log_reference_kl)
+    return _RunState(b.lora_weights(), b._opt, b._max_grad_norm, b._reference, torch.get_rng_state(), orch, trainer)
+
+
+def _swap_in(b: TorchBackend, st: _RunState) -> None:
+    b.set_lora_weights(st.weights)
+    b._opt, b._max_grad_norm, b._reference = st.opt, st.max_grad_norm, st.reference
+    torch.set_rng_state(st.rng)
+
+
+def _swap_out(b: TorchBackend, st: _RunState) -> None:
+    st.weights, st.rng = b.lora_weights(), torch.get_rng_state()
+
+
+def train_grpo_runs(model: ModelSpec, runs: list[RunSpec], scorer: Scorer, threads: int | None = None,
+                    progress: bool = True, rl_dir: str | Path = "dataset/rl") -> list[Path]:
+    """Train every run of `runs` in one process over one loaded `model`; returns their output folders."""
+    if not runs:
+        raise ValueError("a multi-run trainer needs at least one run")
+    check_run_losses(runs[0].loss_cfg.trainer.losses or runs[0].loss_cfg.losses, runs)
+    b = load_model(model, threads)
+    if not isinstance(b, TorchBackend):
+        raise ValueError(f"multi-run serves the torch backend only, not {b.name!r}")
+    b.load_adapter(runs[0].init_adapter, trainable=True)
+    states = [_prepare(b, run, scorer, rl_dir) for run in runs]
+    total = sum(run.cfg.iters for run in runs)
+    bar = Progress(total=total, desc=f"grpo × {len(runs)} runs ({b.name})", unit="step", disable=not progress)
+    for step in range(max(run.cfg.iters for run in runs)):
+        for run, st in zip(runs, states):
+            if step >= run.cfg.iters:
+                continue
+            _swap_in(b, st)
+            row = _train_step(st.orch, st.trainer, run.cfg, step)
+            _swap_out(b, st)
+            st.rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+            bar.update(1)
+    bar.close()
+    for run, st in zip(runs, states):
+        _swap_in(b, st)
+        report = {"steps": len(st.rows), "resumed_at": 0, "start_from": str(run.init_adapter), "backend": b.name,
+                  "tasks": [t.id for t in run.tasks], "grpo": run.cfg.model_dump(mode="json"),
+                  "losses": dump_losses(run.loss_cfg.losses), "summary": summarise(st.rows)}
+        _write_output(run.out, b, st.rows, report)
+    return [run.out for run in runs]
+
