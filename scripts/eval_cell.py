@@ -6,6 +6,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import Placement, load_backend
 from jacrl.config import cell_provenance, load_config
 from jacrl.evaluation.cell import evaluate_cell
+from jacrl.evaluation.labels import cell_line
 from jacrl.io import write_text
 from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
@@ -27,5 +28,4 @@ with logged(snakemake):
             meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version()}
             cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")
-            summary(f"{one['split']}: {cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  "
-                    f"run {cell['run_pct']}%")
+            summary(f"{one['split']}: {cell['tasks']} tasks: {cell_line(cell)}")

@@ -207,8 +207,9 @@ def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None
         write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
     if rows:
         s = report["summary"]
-        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, pass rate "
-                f"{s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} (first → last fifth of the steps)")
+        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, sampled pass "
+                f"rate (T {report['grpo']['temperature']:g}) {s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} "
+                "(first → last fifth of the steps)")
 
 
 def summarise(rows: list[dict]) -> dict:
