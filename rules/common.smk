@@ -19,11 +19,16 @@ from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
 from jacrl.ladder.config import ADAPTER_CONDITIONS, GRPO_CONDITIONS, SPLITS, CellKey, arm_conditions, condition_parts
 from jacrl.ladder.plan import grid
+from jacrl.training.tracking import TRACKING_ENV
 
 try:
     CFG = load_config(config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+
+# Every job's tracker (jacrl.training.tracking): read from the environment, so that turning
+# curves on or off changes no rule's params and reruns nothing.
+os.environ[TRACKING_ENV] = CFG.tracking
 
 RL = "dataset/rl"
 MODELS = [m.name for m in CFG.models]

@@ -7,6 +7,7 @@ from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import read_tasks
 from jacrl.rl.loop import train_grpo
+from jacrl.training.tracking import job_tracker
 from jacrl.workflow import logged
 
 with logged(snakemake):
@@ -17,4 +18,5 @@ with logged(snakemake):
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
-                   init_adapter=snakemake.input.init or None, threads=snakemake.threads)
+                   init_adapter=snakemake.input.init or None, threads=snakemake.threads,
+                   tracker=job_tracker(snakemake.output[0]))

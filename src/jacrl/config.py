@@ -29,6 +29,7 @@ from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig
 from jacrl.strict import RESULT_FREE
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
+from jacrl.training.tracking import Tracking
 
 GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
 """The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
@@ -45,6 +46,12 @@ class Config(LossFrameworkConfig):
         None, ge=1, json_schema_extra=RESULT_FREE,
         description="Threads of one SFT, RFT or GRPO job; None = `threads`. On a small model a second thread buys "
         "little (tiny-model SFT: 1.27× faster on 2 threads at 1.5× the CPU), so 1 lets two jobs share 2 cores.",
+    )
+    tracking: Tracking = Field(
+        "none", json_schema_extra=RESULT_FREE,
+        description="Live training curves: SFT, RFT and GRPO also send every metrics.jsonl row, as they write it, to "
+        "TensorBoard (results/tracking/tensorboard/) or MLflow (a SQLite store, results/tracking/mlflow.db); each "
+        "needs its optional extra (`pip install -e '.[tensorboard]'`). Turning it on or off reruns no job.",
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
     splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Holdout / train pool / valid split settings.")

@@ -7,7 +7,9 @@
 
 Checkpoints live beside the output (`<out>.ckpt/`), outside Snakemake's declared output, so a
 killed job restarted (with or without `--rerun-incomplete`) resumes from the last one and ends
-at the same step count. The checkpoint is removed once the final adapter is written.
+at the same step count. The checkpoint is removed once the final adapter is written. While the
+run goes, each step's row is also appended to `<out>.ckpt.metrics.jsonl` (removed with the
+checkpoint) and sent to the job's tracker (`jacrl.training.tracking`), so it can be watched.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.tracking import Tracker
 from jacrl.training.schedule import lr_at
 
 STATE = "state.json"
@@ -125,8 +128,10 @@ def train_grpo(
     ckpt_dir: str | Path | None = None,
     progress: bool = True,
     stop_after: int | None = None,
+    tracker: Tracker | None = None,
 ) -> Path:
-    """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
+    """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo);
+    each step's metrics row also goes to `tracker` as it is made (live curves).
 
     `stop_after` ends the run (without writing the output) after that many steps of this call —
     what a kill does; used to test resume.
@@ -149,24 +154,31 @@ def train_grpo(
     def save(step: int) -> None:
         _save_checkpoint(ckpt, b, step, cfg, loss_cfg, start_from, rows, reference)
 
-    if not _run_steps(orch, trainer, cfg, start, rows, save, progress, stop_after):
+    live = ckpt.with_name(ckpt.name + ".metrics.jsonl")  # followable while it runs; the output's copy is final
+    with MetricsWriter(live, tracker) as writer:
+        writer.restore(rows)
+        done = _run_steps(orch, trainer, cfg, start, rows, save, writer, progress, stop_after)
+    if not done:
         return ckpt
     report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
               "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
               "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
     _write_output(out, b, rows, report)
     shutil.rmtree(ckpt, ignore_errors=True)
+    live.unlink(missing_ok=True)
     return out
 
 
 def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int, rows: list[dict],
-               save: Callable[[int], None], progress: bool, stop_after: int | None) -> bool:
-    """Steps `start`…iters-1, each one's metrics appended to `rows`, `save(step)` every
-    `save_every` steps; False when `stop_after` steps of this call ended the run first."""
+               save: Callable[[int], None], live: MetricsWriter, progress: bool, stop_after: int | None) -> bool:
+    """Steps `start`…iters-1, each one's metrics appended to `rows` and logged to `live` (and so its
+    tracker), `save(step)` every `save_every` steps; False when `stop_after` steps of this call ended
+    the run first."""
     bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress)
     for done_here, step in enumerate(range(start, cfg.iters), start=1):
         row = _train_step(orch, trainer, cfg, step)
         rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+        live.log(**rows[-1])
         bar.set_postfix(r=f"{row['reward/mean']:.3f}", pass_=f"{row['reward/pass_rate']:.2f}",
                         loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
                         σ0=f"{row['groups/zero_variance_frac']:.2f}", trunc=f"{row['samples/truncated_frac']:.2f}",
