@@ -1,8 +1,12 @@
 """A GRPO train step's forward + backward (and its reference forward): every row padded whole vs one
 prompt forward per group with the KV cache repeated per row. Same rows, side by side in one run.
 
-    .venv/bin/python bench/shared_prompt.py [--model models/tiny] [--adapter adapters/r3/tiny/sft] \
-        [--tasks dataset/rl/rungs/r3/train.jsonl] [--group 8] [--prompts 3] [--repeats 3] [--threads 1]
+    .venv/bin/python bench/shared_prompt.py [--backend torch|mlx] [--model models/tiny] \
+        [--adapter adapters/r3/tiny/sft] [--tasks dataset/rl/rungs/r3/train.jsonl] [--group 8] [--prompts 3] \
+        [--repeats 3] [--threads 1]
+
+On MLX the whole-row path is the one its backend took before it shared prompts: each row run whole,
+a gradient per row; the shared path is its backend's now: a gradient per group.
 
 The rows are real: each task's chat-rendered prompt and `--group` completions sampled from the model
 at T 0.8 (cap 128 tokens). Each repeat times both paths on the same rows, alternating which goes
@@ -48,8 +52,35 @@ def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     return time.perf_counter() - t0, lp.detach()
 
 
+def mlx_step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
+    """MLX's train-step scoring: the reference forward, then a forward + backward per group (per row, whole)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import numpy as np
+
+    from jacrl.backends.mlx_backend import prompt_groups
+
+    groups = prompt_groups(heads, tails) if path == "shared" else [[i] for i in range(len(heads))]
+    count = sum(map(len, tails))
+    score = lambda model, g: backend._group_logprobs(model, heads, tails, 1.0, g)  # noqa: E731
+    t0 = time.perf_counter()
+    lps = [lp for g in groups for lp in score(backend.model, g)]
+    mx.eval(lps)
+    backend.model.train()
+    for g in groups:
+        _, grads = nn.value_and_grad(backend.model, lambda m, g=g: sum(lp.sum() for lp in score(m, g)) / count)(backend.model)
+        mx.eval(grads)
+    backend.model.eval()
+    order = [i for g in groups for i in g]
+    rows = {i: np.array(lp) for i, lp in zip(order, lps)}
+    width = max(map(len, tails))
+    padded = np.stack([np.pad(rows[i], (0, width - len(rows[i]))) for i in range(len(heads))])
+    return time.perf_counter() - t0, torch.from_numpy(padded)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=["torch", "mlx"], default="torch")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--adapter", help="a LoRA adapter to train (default: a fresh rank-8 LoRA)")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
@@ -60,7 +91,7 @@ def main() -> None:
     a = p.parse_args()
     from jacrl.backends.lora_format import LoraSpec
 
-    backend = load_backend(a.model, "torch", threads=a.threads)
+    backend = load_backend(a.model, a.backend, threads=a.threads)
     if a.adapter:
         backend.load_adapter(a.adapter, trainable=True)
     else:
@@ -71,13 +102,13 @@ def main() -> None:
         order = ["padded", "shared"] if r % 2 == 0 else ["shared", "padded"]
         lps = {}
         for path in order:
-            seconds, lps[path] = step(backend, path, heads, tails)
+            seconds, lps[path] = (mlx_step if a.backend == "mlx" else step)(backend, path, heads, tails)
             times[path].append(seconds)
     diff = float((lps["padded"] - lps["shared"]).abs().max())
     padded, shared = (statistics.median(times[k]) for k in ("padded", "shared"))
     prompt_tokens = sum(len(h) for h in heads) // len(heads)
     completion_tokens = sum(map(len, tails)) / len(tails)
-    print(f"{a.model}: {a.prompts} prompts × {a.group} rows, prompt {prompt_tokens} tokens, "
+    print(f"{a.model} ({a.backend}): {a.prompts} prompts × {a.group} rows, prompt {prompt_tokens} tokens, "
           f"completions {completion_tokens:.0f} tokens on average, {a.threads} thread(s)")
     print(f"padded rows  {padded:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['padded'])})")
     print(f"shared prompt {shared:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['shared'])})")

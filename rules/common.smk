@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from jacrl.backends.config import BUILTIN_MODEL_DIRS
+from jacrl.backends.determinism import job_environment
 from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
@@ -21,11 +22,19 @@ from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDIT
                                  condition_parts)
 from jacrl.ladder.plan import grid
 from jacrl.rl.envs import env_task_files
+from jacrl.training.tracking import TRACKING_ENV
 
 try:
     CFG = load_config(config)
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+
+# Every job's tracker (jacrl.training.tracking): read from the environment, so that turning
+# curves on or off changes no rule's params and reruns nothing.
+os.environ[TRACKING_ENV] = CFG.tracking
+# `determinism: strict` pins kernel paths through variables torch reads when it loads: put in this
+# process's environment, they reach every job's fresh Python before its first `import torch`.
+os.environ.update(job_environment(CFG.determinism))
 
 RL = "dataset/rl"
 MODELS = [m.name for m in CFG.models]

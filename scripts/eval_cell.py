@@ -3,9 +3,11 @@
 import json
 
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.determinism import determinism_record
 from jacrl.backends.select import Placement, load_backend
 from jacrl.config import cell_provenance, load_config
 from jacrl.evaluation.cell import evaluate_cell
+from jacrl.evaluation.labels import cell_line
 from jacrl.io import write_text
 from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
@@ -24,8 +26,8 @@ with logged(snakemake):
     special = tokenizer_special_tokens(backend.hf_tokenizer)  # cut out of completions with the chat tokens
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         for one, tasks, cell_out, samples_out in jobs:
-            meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version()}
+            meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version(),
+                    "determinism": determinism_record()}
             cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")
-            summary(f"{one['split']}: {cell['tasks']} tasks: pass@1 {cell['pass1_pct']}%  pass@k {cell['passk_pct']}%  "
-                    f"run {cell['run_pct']}%")
+            summary(f"{one['split']}: {cell['tasks']} tasks: {cell_line(cell)}")

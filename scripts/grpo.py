@@ -10,6 +10,7 @@ from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.reward.task import read_tasks
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.teacher import Teacher
+from jacrl.training.tracking import job_tracker
 from jacrl.workflow import logged
 
 with logged(snakemake):
@@ -23,4 +24,5 @@ with logged(snakemake):
                                              t["adapter"] and Path(t["adapter"]))
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
-                   init_adapter=snakemake.input.init or None, threads=snakemake.threads, teacher=teacher)
+                   init_adapter=snakemake.input.init or None, threads=snakemake.threads, teacher=teacher,
+                   tracker=job_tracker(snakemake.output[0]))

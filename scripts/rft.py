@@ -3,9 +3,10 @@ from jacrl.backends.config import ModelSpec
 from jacrl.reward.config import RewardConfig
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.rft import train_rft
+from jacrl.training.tracking import job_tracker
 from jacrl.workflow import logged
 
 with logged(snakemake):
     train_rft(ModelSpec(**snakemake.params.spec), snakemake.input.tasks, snakemake.output[0],
               RFTConfig(**snakemake.params.cfg), reward_cfg=RewardConfig(**snakemake.params.reward),
-              threads=snakemake.threads, sft_cfg=SFTConfig(**snakemake.params.sft))
+              threads=snakemake.threads, sft_cfg=SFTConfig(**snakemake.params.sft), tracker=job_tracker(snakemake.output[0]))

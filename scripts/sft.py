@@ -2,8 +2,10 @@
 from jacrl.backends.config import ModelSpec
 from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
+from jacrl.training.tracking import job_tracker
 from jacrl.workflow import logged
 
 with logged(snakemake):
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
-    train_sft(model, snakemake.input.tasks, snakemake.output[0], SFTConfig(**snakemake.params.cfg), threads=snakemake.threads)
+    train_sft(model, snakemake.input.tasks, snakemake.output[0], SFTConfig(**snakemake.params.cfg), threads=snakemake.threads,
+              tracker=job_tracker(snakemake.output[0]))

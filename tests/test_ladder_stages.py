@@ -135,7 +135,7 @@ def test_the_gate_stops_the_run_with_its_message(tmp_path_factory):
     work = workdir(tmp_path_factory, "gate", sft={"iters": 1})  # one SFT step cannot memorise a body
     console = snakemake(work, *TARGETS, "--config", 'ladder={"plan": "smart"}', ok=False)
     [line] = [ln for ln in console.splitlines() if ln.startswith("SmokeGateFailed: ")]
-    assert line.startswith("SmokeGateFailed: smoke gate: r1/tiny/sft/mem passed 0/1 (0 %; the gate asks 100 %).")
+    assert line.startswith("SmokeGateFailed: smoke gate: r1/tiny/sft/mem passed 0/1 greedy (0 %; the gate asks 100 %).")
     assert "sft.iters" in line
     # nothing after the gate ran: no other rung, no base cell, no plan, no GRPO
     assert adapters(work) == ["r1/tiny/sft"]

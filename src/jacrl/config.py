@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.determinism import Determinism
 from jacrl.evaluation.config import EvalConfig
 from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS,
                                  LadderConfig, Rung, Split, arm_conditions, condition_parts)
@@ -29,6 +30,7 @@ from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig, OPDConfig
 from jacrl.strict import RESULT_FREE
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
+from jacrl.training.tracking import Tracking
 
 GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
 """The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
@@ -45,6 +47,19 @@ class Config(LossFrameworkConfig):
         None, ge=1, json_schema_extra=RESULT_FREE,
         description="Threads of one SFT, RFT or GRPO job; None = `threads`. On a small model a second thread buys "
         "little (tiny-model SFT: 1.27× faster on 2 threads at 1.5× the CPU), so 1 lets two jobs share 2 cores.",
+    )
+    determinism: Determinism = Field(
+        "default",
+        description="`strict`: the same bytes on any x86-64 CPU (tiny model, adapters, cells) for float32 torch on "
+        "CPU — ATen's kernels pinned to the baseline build, MKL to its compatible path, oneDNN to SSE4.1, one "
+        "intra-op thread, deterministic algorithms (jacrl.backends.determinism); slower. `default`: the CPU's "
+        "fastest paths, repeatable on the same machine only. Cells record it either way.",
+    )
+    tracking: Tracking = Field(
+        "none", json_schema_extra=RESULT_FREE,
+        description="Live training curves: SFT, RFT and GRPO also send every metrics.jsonl row, as they write it, to "
+        "TensorBoard (results/tracking/tensorboard/) or MLflow (a SQLite store, results/tracking/mlflow.db); each "
+        "needs its optional extra (`pip install -e '.[tensorboard]'`). Turning it on or off reruns no job.",
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
     splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Holdout / train pool / valid split settings.")
@@ -193,6 +208,8 @@ class Config(LossFrameworkConfig):
             f"model {model}": {**spec.result_settings(), **built},
             f"eval {split}": self.eval.cell_settings(split),
         }
+        if self.determinism == "strict":  # absent by default, so the default's cells keep their hashes
+            parts["determinism"] = self.determinism
         if base in SFT_CONDITIONS:
             parts["sft"] = self.sft.result_settings()
         if base in GRPO_CONDITIONS:

@@ -65,3 +65,72 @@ def test_repeated_prompts_take_the_shared_path(backend, monkeypatch):
     distinct = [2, 4, 5]  # three different prompts: one padded forward
     backend._token_logprobs([prompts[i] for i in distinct], [completions[i] for i in distinct], 1.0)
     assert called == ["shared", "padded"]
+
+
+@pytest.fixture(scope="module")
+def mlx_backend(tiny_model):
+    mx = pytest.importorskip("mlx.core", reason="MLX is not installed (mlx[cpu] on Linux)")
+    b = load_backend(tiny_model, "mlx")
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    key = mx.random.key(0)
+    for _, module in b._lora_modules():  # B starts at zero, which would leave A without a gradient
+        key, sub = mx.random.split(key)
+        module.lora_b = mx.random.normal(module.lora_b.shape, key=sub) * 0.05
+    return b
+
+
+def mlx_scored(backend, path, prompts, completions, temperature):
+    """MLX's logprobs (each row run whole, or rows grouped by prompt) and the LoRA gradients of a
+    weighted sum of them."""
+    import mlx.core as mx
+    import mlx.nn as nn
+    import numpy as np
+    from mlx.utils import tree_flatten
+
+    from jacrl.backends.mlx_backend import prompt_groups
+
+    weights = np.linspace(-1.0, 1.0, sum(len(c) for c in completions), dtype=np.float32)
+    cuts = np.cumsum([0, *[len(c) for c in completions]])
+
+    def rows(model):
+        if path == "padded":
+            return [backend._row_logprobs(model, p, c, temperature) for p, c in zip(prompts, completions)]
+        out = [None] * len(completions)
+        for group in prompt_groups(prompts, completions):
+            for i, lp in zip(group, backend._group_logprobs(model, prompts, completions, temperature, group)):
+                out[i] = lp
+        return out
+
+    def total(model):
+        return sum((lp * mx.array(weights[cuts[i]:cuts[i + 1]])).sum() for i, lp in enumerate(rows(model)))
+
+    _, grads = nn.value_and_grad(backend.model, total)(backend.model)
+    lps = rows(backend.model)
+    mx.eval(lps, grads)
+    return [np.array(lp) for lp in lps], {n: np.array(g) for n, g in tree_flatten(grads)}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_mlx_shared_prompt_rows_match_rows_run_whole(mlx_backend, temperature):
+    import numpy as np
+
+    prompts, completions = rows(mlx_backend)
+    lp_s, grads_s = mlx_scored(mlx_backend, "shared", prompts, completions, temperature)
+    lp_p, grads_p = mlx_scored(mlx_backend, "padded", prompts, completions, temperature)
+    assert [len(x) for x in lp_s] == [len(c) for c in completions]
+    for s, p in zip(lp_s, lp_p):
+        assert np.allclose(s, p, atol=1e-5), np.abs(s - p).max()
+        assert (s < 0).all()
+    assert set(grads_s) == set(grads_p) and any("lora" in n for n in grads_p)
+    for name, g in grads_p.items():
+        assert np.abs(g).sum() > 0, name
+        assert np.linalg.norm(grads_s[name] - g) <= 1e-4 * np.linalg.norm(g), name
+
+
+def test_mlx_public_logprobs_share_the_prompt_and_agree(mlx_backend):
+    import numpy as np
+
+    prompts, completions = rows(mlx_backend)
+    public = mlx_backend.logprobs(prompts, completions)
+    whole = [np.array(mlx_backend._row_logprobs(mlx_backend.model, p, c, 1.0)) for p, c in zip(prompts, completions)]
+    assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(public, whole))

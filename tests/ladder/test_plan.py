@@ -33,7 +33,7 @@ MEMORISED = {"1": (1, 1), "3": (3, 3), "all": (12, 12)}
 
 def test_the_gate_passes_sft_that_memorises_its_rung():
     [check] = smoke_gate([cell("1", "mem", 1, 1)], smoke_min=1.0)
-    assert check.ok and check.line() == "r1/tiny/sft/mem passed 1/1 (100 %; the gate asks 100 %)"
+    assert check.ok and check.line() == "r1/tiny/sft/mem passed 1/1 greedy (100 %; the gate asks 100 %)"
 
 
 def test_the_gate_stops_in_one_line_saying_what_failed_and_what_to_check():
@@ -41,7 +41,7 @@ def test_the_gate_stops_in_one_line_saying_what_failed_and_what_to_check():
     with pytest.raises(SmokeGateFailed) as err:
         smoke_gate(cells, smoke_min=1.0)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("smoke gate: r1/big/sft/mem passed 1/2 (50 %; the gate asks 100 %)")
+    assert "\n" not in msg and msg.startswith("smoke gate: r1/big/sft/mem passed 1/2 greedy (50 %; the gate asks 100 %)")
     assert "r1/tiny" not in msg  # the model that passed is not named
     assert "adapters/r1/big/sft/metrics.jsonl" in msg and "sft.iters" in msg
     assert smoke_gate(cells, smoke_min=0.5)  # a lower bar passes both
@@ -132,7 +132,7 @@ def test_the_plan_heads_ladder_md(tmp_path):
     md = show_ladder(rows, tmp_path / "l.md", tmp_path / "l.csv", tmp_path / "l.png", plan_path=tmp_path / "plan.json")
     head = md.split("## tiny · gen")[0]
     assert head.startswith("# The Jac RL ladder\n\n## The plan (`ladder.plan: smart`)")
-    assert "- Smoke gate: r1/tiny/sft/mem passed 1/1 (needs ≥ 100 %)." in head
+    assert "- Smoke gate: r1/tiny/sft/mem passed 1/1 greedy (needs ≥ 100 %)." in head
     assert "- **tiny: elbow r3** (mem) — gen is flat" in head and ELBOW_RULE in head
     assert "raw_grpo at r1 only" in head and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head
     assert "## The plan" not in show_ladder(rows, tmp_path / "m.md", tmp_path / "m.csv", tmp_path / "m.png")

@@ -74,6 +74,9 @@ def test_a_greedy_only_cell_shows_no_pass_at_k_or_verified():
     from jacrl.ladder.pivot import format_cell
 
     row = {"pass1_pct": 10.0, "ci_lo": 4.0, "ci_hi": 19.0, "passk_pct": 10.0, "verified_pct": 10.0, "near_pct": 2.0,
-           "isolation": "strict"}
-    assert format_cell(pd.Series({**row, "samples": 0})) == "10.0 [4–19] · near 2.0"
-    assert format_cell(pd.Series({**row, "samples": 2})) == "10.0 [4–19] · k 10.0 · ver 10.0 · near 2.0"
+           "isolation": "strict", "k": 8, "temperature": 0.8}
+    assert format_cell(pd.Series({**row, "samples": 0})) == "greedy 10.0 [4–19] · near 2.0"
+    assert format_cell(pd.Series({**row, "samples": 2})) == \
+        "greedy 10.0 [4–19] · pass@2 (T 0.8) 10.0 · verified@2 (T 0.8) 10.0 · near 2.0"
+    sampled = {**row, "samples": 2, "policy_samples": 4, "policy_temperature": 0.3, "policy_pass_pct": 25.0}
+    assert format_cell(pd.Series(sampled)).endswith("· near 2.0 · sampled (T 0.3) 25.0")

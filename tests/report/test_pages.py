@@ -27,13 +27,15 @@ def test_ladder_page_shows_the_pivot_and_the_paired_tests(cells, tmp_path):
         body = [r for r in html_rows if r and r[0] in frame.index]  # past pandas' header rows
         assert body == [[idx, *frame.loc[idx]] for idx in frame.index]
     gen = pivots[0].loc["r1"]
-    assert gen["sft_grpo"].startswith("75.0 [") and "ver 75.0" in gen["sft_grpo"] and "T0.3" in gen["sft_grpo"]
+    assert gen["sft_grpo"].startswith("greedy 75.0 [") and "pass@2 (T 0.8) 75.0" in gen["sft_grpo"]
+    assert "verified@2 (T 0.8) 75.0" in gen["sft_grpo"] and "sampled (T 0.3)" in gen["sft_grpo"]
     assert "flagged 33%" in gen["sft_grpo"] and "⚠ isolation weak" in gen["sft_grpo"]
     tests = page.tables["paired-tests"]
     assert tests[0] == list(paired_tests(df).columns) and len(tests) == 1 + len(paired_tests(df))
-    assert ["tiny", "gen", "r1", "sft_grpo", "sft", "sampled@T0.3"] in [r[:6] for r in tests]
+    assert ["tiny", "gen", "r1", "sft_grpo", "sft", "sampled (T 0.3)"] in [r[:6] for r in tests]
     numbers = page.tables["cells"]
     assert numbers[0][:5] == ["tag", "model", "split", "rung", "cond"] and len(numbers) == 1 + len(cells)
+    assert {"greedy pass@1 %", "pass@k % (samples at T)", "T (eval samples)"} <= set(numbers[0])
     assert len(page.scripts) == 1 and "localeCompare" in page.scripts[0]
 
 
@@ -64,7 +66,8 @@ def test_samples_page_lists_every_completion_escaped(cells, samples, tmp_path):
     assert any("stderr_tail: Error: <stderr>" in p for p in page.pres)
     assert any("flags: file, module:os" in p for p in page.pres)
     summary = page.tables["table0"]
-    assert summary[0][:2] == ["tasks", "pass1_pct"] and summary[1][-1] == "weak"
+    assert summary[0][:4] == ["tasks", "greedy pass@1 %", "pass@2 (T 0.8) %", "verified@2 (T 0.8) %"]
+    assert summary[1][-1] == "weak"
 
 
 def test_samples_page_offers_the_values_it_filters_on(cells, samples):

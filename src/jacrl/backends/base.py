@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from jacrl.backends.determinism import apply_strict, is_strict
 from jacrl.backends.heap import release_free_heap
 from jacrl.backends.lora_format import LoraSpec, write_meta
 
@@ -100,7 +101,12 @@ def safetensors_parameters(folder: str | Path) -> int | None:
 
 
 def set_threads(threads: int | None) -> None:
-    """Cap torch's intra-op threads (MLX on CPU has no such knob). None leaves the default."""
+    """Cap torch's intra-op threads (MLX on CPU has no such knob). None leaves the default. Under
+    `determinism: strict` one thread whatever is asked, with its other pins checked
+    (`jacrl.backends.determinism`): a thread count is one of the things that changes the bytes."""
+    if is_strict():
+        apply_strict()
+        return
     if not threads:
         return
     import torch

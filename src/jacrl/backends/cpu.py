@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from jacrl.backends.determinism import is_strict
+
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """/proc/cpuinfo flags of native bfloat16 arithmetic: x86 AVX512-BF16 and AMX-BF16, Arm's FEAT_BF16."""
 MAC_BF16_KEY = "hw.optional.arm.FEAT_BF16"
@@ -91,6 +93,7 @@ def cpu_computes_bf16() -> bool:
 
 def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:
     """What `dtype: auto` loads a model of `parameters` in on this CPU (unknown size: float32)
-    for a job that trains (always float32) or only decodes and scores."""
-    big = parameters is not None and parameters >= BF16_MIN_PARAMS
+    for a job that trains (always float32) or only decodes and scores (under `determinism:
+    strict` always float32, as whether a CPU has bfloat16 differs by CPU)."""
+    big = parameters is not None and parameters >= BF16_MIN_PARAMS and not is_strict()
     return "bfloat16" if big and not training and cpu_computes_bf16() else "float32"

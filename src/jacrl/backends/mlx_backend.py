@@ -28,6 +28,7 @@ from jacrl.backends.base import (
     TokenLogprobs,
     TokenRows,
     check_draws,
+    pad_right,
     require_model_dir,
 )
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter
@@ -140,30 +141,54 @@ class MLXBackend(Backend):
 
     # ---- scoring -----------------------------------------------------------------------------
     def _row_logprobs(self, model: Any, prompt: Sequence[int], completion: Sequence[int], temperature: float) -> Any:
-        """Logprobs [C] of one completion's tokens given its prompt, as an MLX array."""
+        """Logprobs [C] of one completion's tokens given its prompt, as an MLX array (the row run whole)."""
         import mlx.core as mx
 
         seq = mx.array([list(prompt) + list(completion)])
         p, c = len(prompt), len(completion)
         logits = model(seq[:, :-1])[0, p - 1 : p - 1 + c, :].astype(mx.float32)
-        if temperature != 1.0:
-            logits = logits / max(temperature, 1e-6)
-        logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return mx.take_along_axis(logp, mx.array(list(completion))[:, None], axis=-1)[:, 0]
+        return _token_logprobs(logits, mx.array(list(completion)), temperature)
+
+    def _shared_logprobs(self, model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]],
+                         temperature: float) -> list[Any]:
+        """Logprobs of rows that share `prompt`, as the torch backend scores a group: one forward of
+        the prompt, its KV cache repeated once per row, then the rows' completions (right-padded) on
+        top of it. Gradients reach the prompt's forward through the cache. A model whose cache
+        cannot be copied (sliding windows, recurrent layers) runs every row whole."""
+        import mlx.core as mx
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        cache = make_prompt_cache(model)
+        if len(completions) == 1 or not all(type(c) is KVCache for c in cache):
+            return [self._row_logprobs(model, prompt, c, temperature) for c in completions]
+        rows = len(completions)
+        tails = mx.array(pad_right(completions, self.pad_token_id))
+        logits = mx.repeat(model(mx.array([list(prompt)]), cache=cache)[:, -1:, :], rows, axis=0)  # predicts token 0
+        if tails.shape[1] > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
+            for c in cache:
+                k, v, offset = c.state
+                c.state = (mx.repeat(k, rows, axis=0), mx.repeat(v, rows, axis=0), offset)
+            logits = mx.concatenate([logits, model(tails[:, :-1], cache=cache)], axis=1)
+        lp = _token_logprobs(logits.astype(mx.float32), tails, temperature)
+        return [lp[r, : len(c)] for r, c in enumerate(completions)]
+
+    def _group_logprobs(self, model: Any, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float,
+                        group: list[int]) -> list[Any]:
+        """The rows `group` (one prompt) of a batch, scored with their prompt shared."""
+        return self._shared_logprobs(model, prompt_ids[group[0]], [completion_ids[i] for i in group], temperature)
 
     def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
                  adapter: bool = True) -> list[np.ndarray]:
         import mlx.core as mx
 
-        if len(prompt_ids) != len(completion_ids):
-            raise ValueError("prompt_ids and completion_ids differ in length")
-        out = []
+        out: list[np.ndarray | None] = [None] * len(completion_ids)
         with self.adapter_disabled() if not adapter else _nothing():
-            for p, c in zip(prompt_ids, completion_ids):
-                lp = self._row_logprobs(self.model, p, c, temperature)
-                mx.eval(lp)
-                out.append(np.array(lp, dtype=np.float32))
-        return out
+            for group in prompt_groups(prompt_ids, completion_ids):
+                lps = self._group_logprobs(self.model, prompt_ids, completion_ids, temperature, group)
+                mx.eval(lps)
+                for i, lp in zip(group, lps):
+                    out[i] = np.array(lp, dtype=np.float32)
+        return out  # type: ignore[return-value]
 
     # ---- training ----------------------------------------------------------------------------
     def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:
@@ -196,26 +221,29 @@ class MLXBackend(Backend):
 
         self._pass += 1
         self.model.train()
-        values = []
-        for i, (p, c) in enumerate(rows):
-            mx.random.seed(self._pass * 100_003 + i)  # same dropout masks in both passes
-            lp = self._row_logprobs(self.model, p, c, temperature)
-            mx.eval(lp)
-            values.append(np.array(lp, dtype=np.float32))
+        groups = prompt_groups(prompt_ids, completion_ids)
+        values: list[np.ndarray | None] = [None] * len(rows)
+        for n, group in enumerate(groups):
+            mx.random.seed(self._pass * 100_003 + n)  # same dropout masks in both passes
+            lps = self._group_logprobs(self.model, prompt_ids, completion_ids, temperature, group)
+            mx.eval(lps)
+            for i, lp in zip(group, lps):
+                values[i] = np.array(lp, dtype=np.float32)
         lp_t = torch.from_numpy(_pad(values, T)).requires_grad_(True)
         loss, metrics = loss_fn(TokenLogprobs(lp_t, torch.from_numpy(mask), ref))
         loss.backward()
         g = lp_t.grad.detach().float().numpy()
 
-        for i, (p, c) in enumerate(rows):
-            g_row = mx.array(g[i, : len(c)])
-            if not np.any(g[i, : len(c)]):
+        for n, group in enumerate(groups):
+            weights = [mx.array(g[i, : len(completion_ids[i])]) for i in group]
+            if not any(np.any(g[i, : len(completion_ids[i])]) for i in group):
                 continue
 
-            def surrogate(model: Any, p=p, c=c, g_row=g_row) -> Any:
-                return (self._row_logprobs(model, p, c, temperature) * g_row).sum()
+            def surrogate(model: Any, group=group, weights=weights) -> Any:
+                lps = self._group_logprobs(model, prompt_ids, completion_ids, temperature, group)
+                return sum((lp * w).sum() for lp, w in zip(lps, weights))
 
-            mx.random.seed(self._pass * 100_003 + i)
+            mx.random.seed(self._pass * 100_003 + n)
             _, grads = nn.value_and_grad(self.model, surrogate)(self.model)
             self._grads = grads if self._grads is None else tree_map(lambda a, b: a + b, self._grads, grads)
             mx.eval(self._grads)
@@ -383,6 +411,26 @@ class MLXBackend(Backend):
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
+
+
+def prompt_groups(prompt_ids: TokenRows, completion_ids: TokenRows) -> list[list[int]]:
+    """Row indices grouped by prompt, in order of first appearance (a GRPO group shares one)."""
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError("prompt_ids and completion_ids differ in length")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompt_ids):
+        groups.setdefault(tuple(p), []).append(i)
+    return list(groups.values())
+
+
+def _token_logprobs(logits: Any, targets: Any, temperature: float) -> Any:
+    """log p(target) per position of float32 `logits` [..., V] at `temperature`."""
+    import mlx.core as mx
+
+    if temperature != 1.0:
+        logits = logits / max(temperature, 1e-6)
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return mx.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
 
 def _pad(rows: Sequence[np.ndarray], T: int) -> np.ndarray:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from jacrl.backends.base import Backend, Completion, Draw, SamplingParams
 from jacrl.evaluation.config import EvalConfig
+from jacrl.evaluation.labels import metric_labels
 from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
 from jacrl.io import write_jsonl
 from jacrl.reward.batch import Scorer, score_groups
@@ -65,4 +66,5 @@ def evaluate_cell(tasks: list[Task], backend: Backend, scorer: Scorer, cfg: Eval
     metrics, records = score_cell(tasks, generated, scorer, cfg.k)
     write_jsonl(samples_out, records)
     policy_t = cfg.policy_temperature if metrics["policy_samples"] else None
-    return {**meta, "temperature": cfg.temperature, "policy_temperature": policy_t, **metrics}
+    cell = {**meta, "temperature": cfg.temperature, "policy_temperature": policy_t, **metrics}
+    return {**cell, "labels": metric_labels(cell)}  # what each percentage is: greedy, or sampled at which T

@@ -7,12 +7,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from jacrl.evaluation.labels import GREEDY, metric_labels, policy_label
 from jacrl.io import atomic_path, read_jsonl, write_text
 from jacrl.ladder.config import SPLITS, condition_order, condition_parts
 from jacrl.ladder.plan import plan_markdown
 from jacrl.ladder.rows import check_one_config, rung_sort_key
 from jacrl.ladder.stats import mcnemar_exact, min_detectable_difference, sign_test, wilson_half_width
 
+CELL_LEGEND = (
+    "greedy = pass@1 % of the greedy completion [Wilson 95 % CI] · pass@k (T t) = pass@k % of the n samples at "
+    "the eval temperature t · verified@n (T t) = % whose first of those samples that compiles and runs passes "
+    "(both absent from greedy-only cells) · near = greedy near-pass % · sampled (T t) = sampled pass % at the "
+    "GRPO temperature t."
+)
 POWER_METHOD = (
     "mdd = the smallest pass@1 difference the exact McNemar test detects with 80 % power at α = 0.05 on these "
     "tasks: exact power of the conditional binomial test summed over the binomial number of discordant tasks, "
@@ -30,12 +37,14 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def format_cell(r: pd.Series) -> str:
-    text = f"{r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
+    """One pivot cell: each number after its label (`jacrl.evaluation.labels`), greedy or sampled at which T."""
+    labels = metric_labels(r)
+    text = f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
     if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
-        text += f" · k {r.passk_pct:.1f} · ver {r.verified_pct:.1f}"
+        text += f" · {labels['passk_pct']} {r.passk_pct:.1f} · {labels['verified_pct']} {r.verified_pct:.1f}"
     text += f" · near {r.near_pct:.1f}"
     if pd.notna(r.get("policy_pass_pct")):
-        text += f" · T{r.policy_temperature:g} {r.policy_pass_pct:.1f}"
+        text += f" · {policy_label(r.policy_temperature)} {r.policy_pass_pct:.1f}"
     if r.get("flagged_passes"):
         text += f" · flagged {100 * r.flagged_pass_share:.0f}%"
     if r.get("isolation") != "strict":
@@ -84,12 +93,12 @@ def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
     key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
     m = mcnemar_exact({k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref["pass1_by_task"].items()})
     mdd = min_detectable_difference(m.n, (m.only_a + m.only_b) / m.n) if m.n else None
-    out = [{**key, "metric": "pass@1", "tasks": m.n, "wins": m.only_a, "losses": m.only_b,
+    out = [{**key, "metric": GREEDY, "tasks": m.n, "wins": m.only_a, "losses": m.only_b,
             "p_value": round(m.p_value, 4), "mdd_pp": "none" if mdd is None else round(100 * mdd, 1)}]
     a, b = _policy_rates(r), _policy_rates(ref)
     if a and b:
         s = sign_test(a, b)
-        out.append({**key, "metric": f"sampled@T{r['policy_temperature']:g}", "tasks": s.n, "wins": s.only_a,
+        out.append({**key, "metric": policy_label(r["policy_temperature"]), "tasks": s.n, "wins": s.only_a,
                     "losses": s.only_b, "p_value": round(s.p_value, 4), "mdd_pp": None})
     return out
 
@@ -110,9 +119,7 @@ def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
 def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
     """ladder.md: the smart plan first when there is one (`jacrl.ladder.plan`), then the tables and the tests."""
     lines = ["# The Jac RL ladder", "", *(plan_markdown(plan) if plan else []),
-             "Cells: greedy pass@1 % [Wilson 95 % CI] · pass@k % · ver = verified@n % (the first of the n samples "
-             "that compiles and runs; both absent from greedy-only cells) · near-pass % · T<t> = sampled pass % "
-             "at the GRPO temperature. "
+             f"Cells: {CELL_LEGEND} "
              "`gen` = the fixed holdout, `mem` = the rung's own train tasks.", ""]
     gen = df[df["split"] == "gen"]
     if len(gen):
@@ -125,8 +132,8 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
     tests = paired_tests(df)
     if len(tests):
         lines += ["## Paired comparisons (same tasks)", "",
-                  "pass@1: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
-                  "reverse. sampled@T: exact sign test on each task's sampled pass rate; wins = tasks where it is "
+                  f"{GREEDY}: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
+                  "reverse. sampled (T t): exact sign test on each task's sampled pass rate; wins = tasks where it is "
                   f"higher. {POWER_METHOD} A p-value above 0.05 with an mdd above the effect you care about means "
                   "too few tasks, not no effect.", "",
                   tests.astype({"mdd_pp": object}).fillna("—").to_markdown(index=False), ""]
@@ -134,8 +141,8 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    cols = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "pass1", "pass1_pct", "ci_lo", "ci_hi",
-            "passk_pct", "verified_pct", "near_pct", "norm_pct", "run_pct", "policy_temperature", "policy_pass_pct",
+    cols = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "temperature", "pass1", "pass1_pct", "ci_lo",
+            "ci_hi", "passk_pct", "verified_pct", "near_pct", "norm_pct", "run_pct", "policy_temperature", "policy_pass_pct",
             "avg_osim", "avg_idiom", "idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
     return df[[c for c in cols if c in df.columns]].round(4).to_csv(index=False)
 
@@ -159,16 +166,16 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
                 p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
                 xs = [x[r] + (off - (len(conds) - 1) / 2) * 0.06 for r in p["rung"]]
                 bars = ax.errorbar(xs, p["pass1_pct"], yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
-                                   marker="o", capsize=3, label=cond)
+                                   marker="o", capsize=3, label=f"{cond} greedy")
                 if "verified_pct" in p:
                     ax.plot(xs, p["verified_pct"], linestyle="--", marker="x", color=bars[0].get_color(),
-                            label=f"{cond} verified@n")
+                            label=f"{cond} {metric_labels(p.iloc[0])['verified_pct']}")
             ax.set_xticks(range(len(rungs)), [f"r{r}" for r in rungs])
             ax.set_xlim(-0.5, max(len(rungs), 1) - 0.5)
             ax.set_ylim(-3, 103)
             ax.set_title(f"{model} · {split}")
             ax.set_xlabel("rung (train tasks)")
-            ax.set_ylabel("pass@1 % (Wilson 95 % CI); dashed: verified@n")
+            ax.set_ylabel("greedy pass@1 % (Wilson 95 % CI); dashed: sampled verified@n")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()

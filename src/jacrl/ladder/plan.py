@@ -54,7 +54,7 @@ class SmokeCheck:
 
     def line(self) -> str:
         share = 100 * self.passed / self.tasks if self.tasks else 0.0
-        return f"{self.tag} passed {self.passed}/{self.tasks} ({share:.0f} %; the gate asks {100 * self.smoke_min:.0f} %)"
+        return f"{self.tag} passed {self.passed}/{self.tasks} greedy ({share:.0f} %; the gate asks {100 * self.smoke_min:.0f} %)"
 
 
 def smoke_gate(cells: list[dict], smoke_min: float) -> list[SmokeCheck]:
@@ -201,7 +201,7 @@ def plan_markdown(plan: dict[str, Any]) -> list[str]:
     """The plan as the head of ladder.md: the gate, the rule, each elbow and why, the jobs saved."""
     smart, full = plan["jobs"]["smart"], plan["jobs"]["full"]
     per_rule = " · ".join(f"{rule} {smart[rule]}/{full[rule]}" for rule in smart if rule != "total" and full[rule])
-    gate = "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']}" for s in plan["smoke"])
+    gate = "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']} greedy" for s in plan["smoke"])
     lines = ["## The plan (`ladder.plan: smart`)", "",
              "Staged as the source recommends instead of the blind grid: a smoke gate, base and sft on every rung, "
              "then GRPO only at each model's elbow and one raw control.", "",

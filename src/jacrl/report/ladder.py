@@ -12,21 +12,21 @@ from pathlib import Path
 
 import pandas as pd
 
+from jacrl.evaluation.labels import COLUMNS
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import read_jsonl, write_text
-from jacrl.ladder.pivot import POWER_METHOD, paired_tests, pivot_tables, rows_frame, to_csv
+from jacrl.ladder.pivot import CELL_LEGEND, POWER_METHOD, paired_tests, pivot_tables, rows_frame, to_csv
 from jacrl.ladder.stats import wilson_half_width
 from jacrl.report.html import frame_browse, frame_html, page
 
 LEGEND = (
-    "Each cell: greedy pass@1 % [Wilson 95 % CI] · k = pass@k % · ver = verified@n % (the first of the n samples "
-    f"that compiles and runs) · near = near-pass % (runs, output similarity ≥ {NEAR_PASS:g}, not exact) · T<t> = sampled pass % "
-    "at the GRPO temperature · flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
-    "weak or mixed sandbox isolation. gen = the fixed holdout, mem = the rung's own train tasks."
+    f"Each cell: {CELL_LEGEND} flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
+    f"weak or mixed sandbox isolation. near-pass: runs, output similarity ≥ {NEAR_PASS:g}, not exact. "
+    "gen = the fixed holdout, mem = the rung's own train tasks."
 )
 TESTS_NOTE = (
-    "pass@1: exact McNemar test; wins = tasks the condition passes and the reference fails, losses = the reverse. "
-    "sampled@T: exact sign test on each task's sampled pass rate. " + POWER_METHOD +
+    "greedy pass@1: exact McNemar test; wins = tasks the condition passes and the reference fails, losses = the reverse. "
+    "sampled (T t): exact sign test on each task's sampled pass rate. " + POWER_METHOD +
     " A p-value above 0.05 with an mdd above the effect you care about means too few tasks, not no effect."
 )
 
@@ -47,7 +47,7 @@ def ladder_html(rows: list[dict]) -> str:
     if len(tests):
         parts += ["<h2>Paired comparisons (same tasks)</h2>", f'<p class="note">{escape(TESTS_NOTE)}</p>',
                   frame_browse("paired-tests", tests)]
-    numbers = pd.read_csv(io.StringIO(to_csv(df)), keep_default_na=False, na_values=[""])
+    numbers = pd.read_csv(io.StringIO(to_csv(df)), keep_default_na=False, na_values=[""]).rename(columns=COLUMNS)
     parts += ["<h2>Every cell (numbers)</h2>", frame_browse("cells", numbers)]
     return page("The Jac RL ladder", "\n".join(parts), browse=True)
 

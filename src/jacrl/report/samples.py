@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from jacrl.evaluation.labels import metric_labels
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import read_jsonl, write_text
 from jacrl.ladder.rows import cell_tag, read_cell
@@ -77,7 +78,7 @@ def sample_row(rec: dict) -> str:
 def samples_html(cell: dict, records: list[dict]) -> str:
     """The page of one cell: its headline numbers, then every completion."""
     tag = cell_tag(cell.get("rung"), cell.get("model"), cell.get("cond"), cell.get("split"))
-    summary = pd.DataFrame([{k: "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}])
+    summary = pd.DataFrame([{summary_header(k, cell): "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}])
     rows = [sample_row(r) for r in records]
     cols = {name: sorted({_select_value(r, name) for r in records}) for name, _ in SELECTS}
     body = [frame_html(summary, index=False),
@@ -86,6 +87,13 @@ def samples_html(cell: dict, records: list[dict]) -> str:
             controls("samples", [(name, col, cols[name]) for name, col in SELECTS]),
             browse_table("samples", HEADER, rows)]
     return page(f"Completions · {tag}", "\n".join(body), browse=True)
+
+
+def summary_header(key: str, cell: dict) -> str:
+    """A summary column's header: a percentage by what it measures in this cell (`greedy pass@1 %`,
+    `pass@8 (T 0.8) %`), any other key as it is."""
+    label = metric_labels(cell).get(key)
+    return f"{label} %" if label else key
 
 
 def _select_value(rec: dict, name: str) -> str:

@@ -7,7 +7,9 @@
 
 Checkpoints live beside the output (`<out>.ckpt/`), outside Snakemake's declared output, so a
 killed job restarted (with or without `--rerun-incomplete`) resumes from the last one and ends
-at the same step count. The checkpoint is removed once the final adapter is written.
+at the same step count. The checkpoint is removed once the final adapter is written. While the
+run goes, each step's row is also appended to `<out>.ckpt.metrics.jsonl` (removed with the
+checkpoint) and sent to the job's tracker (`jacrl.training.tracking`), so it can be watched.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
 from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.tracking import Tracker
 from jacrl.training.schedule import lr_at
 
 STATE = "state.json"
@@ -129,10 +132,12 @@ def train_grpo(
     stop_after: int | None = None,
     rl_dir: str | Path = "dataset/rl",
     teacher: Teacher | None = None,
+    tracker: Tracker | None = None,
 ) -> Path:
     """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
     An env with its own task set (a split or rung) reads it under `rl_dir`. Under training_mode opd
-    `teacher` scores the policy's samples (the `opd` condition: a fresh LoRA on the base).
+    `teacher` scores the policy's samples (the `opd` condition: a fresh LoRA on the base). Each
+    step's metrics row also goes to `tracker` as it is made (live curves).
 
     `stop_after` ends the run (without writing the output) after that many steps of this call —
     what a kill does; used to test resume.
@@ -160,24 +165,31 @@ def train_grpo(
     def save(step: int) -> None:
         _save_checkpoint(ckpt, b, step, cfg, loss_cfg, start_from, rows, reference)
 
-    if not _run_steps(orch, trainer, cfg, start, rows, save, progress, stop_after):
+    live = ckpt.with_name(ckpt.name + ".metrics.jsonl")  # followable while it runs; the output's copy is final
+    with MetricsWriter(live, tracker) as writer:
+        writer.restore(rows)
+        done = _run_steps(orch, trainer, cfg, start, rows, save, writer, progress, stop_after)
+    if not done:
         return ckpt
     report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
               "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
               "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
     _write_output(out, b, rows, report)
     shutil.rmtree(ckpt, ignore_errors=True)
+    live.unlink(missing_ok=True)
     return out
 
 
 def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int, rows: list[dict],
-               save: Callable[[int], None], progress: bool, stop_after: int | None) -> bool:
-    """Steps `start`…iters-1, each one's metrics appended to `rows`, `save(step)` every
-    `save_every` steps; False when `stop_after` steps of this call ended the run first."""
+               save: Callable[[int], None], live: MetricsWriter, progress: bool, stop_after: int | None) -> bool:
+    """Steps `start`…iters-1, each one's metrics appended to `rows` and logged to `live` (and so its
+    tracker), `save(step)` every `save_every` steps; False when `stop_after` steps of this call ended
+    the run first."""
     bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress)
     for done_here, step in enumerate(range(start, cfg.iters), start=1):
         row = _train_step(orch, trainer, cfg, step)
         rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+        live.log(**rows[-1])
         nan = float("nan")  # a step of demonstrations only samples nothing
         bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
                         loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
@@ -219,8 +231,9 @@ def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None
         write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
     if rows:
         s = report["summary"]
-        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, pass rate "
-                f"{s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} (first → last fifth of the steps)")
+        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, sampled pass "
+                f"rate (T {report['grpo']['temperature']:g}) {s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} "
+                "(first → last fifth of the steps)")
 
 
 def summarise(rows: list[dict]) -> dict:

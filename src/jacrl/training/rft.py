@@ -35,6 +35,7 @@ from jacrl.reward.task import Task, tasks_arg
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import MetricsWriter
 from jacrl.training.sft import fit_lora, sft_examples
+from jacrl.training.tracking import Tracker
 
 ScoreFn = Callable[[list[Task], list[str]], list[float]]
 
@@ -84,11 +85,12 @@ def train_rft(
     threads: int | None = None,
     sft_cfg: SFTConfig | None = None,
     score_fn: ScoreFn | None = None,
+    tracker: Tracker | None = None,
 ) -> Path:
     """Warm-start `model` by rejection-sampling fine-tuning on `tasks` (a rung's, or the train pool).
 
     LoRA knobs come from `sft_cfg` (default SFTConfig) with `cfg.iters` steps; `score_fn`
-    defaults to the real reward with `reward_cfg`.
+    defaults to the real reward with `reward_cfg`; the SFT loss curve also goes to `tracker`.
     """
     cfg = cfg or RFTConfig()
     sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters})
@@ -112,7 +114,7 @@ def train_rft(
               "config": cfg.model_dump(by_alias=True), "sft": sft_cfg.model_dump()}
     out = Path(out_model_dir)
     with atomic_dir(out) as tmp:
-        losses = _warm_start(b, kept, sft_cfg, model.model_dir(), tmp)
+        losses = _warm_start(b, kept, sft_cfg, model.model_dir(), tmp, tracker)
         report.update(loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None,
                       seconds={"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)})
         (tmp / "rft_report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -137,11 +139,12 @@ def keep_samples(records: Sequence[Task], groups: Sequence[Sequence[Completion]]
     return [(by_id[i], text) for i, text in kept_pairs], rows
 
 
-def _warm_start(b: Backend, kept: list[tuple[Task, str]], sft_cfg: SFTConfig, base_dir: Path, tmp: Path) -> list[float]:
+def _warm_start(b: Backend, kept: list[tuple[Task, str]], sft_cfg: SFTConfig, base_dir: Path, tmp: Path,
+                tracker: Tracker | None) -> list[float]:
     """LoRA-SFT on the kept completions and the fused model into `tmp` (the base's weights when
     nothing was kept), with the loss curve; returns the losses."""
     losses: list[float] = []
-    with MetricsWriter(tmp / "metrics.jsonl") as metrics:
+    with MetricsWriter(tmp / "metrics.jsonl", tracker) as metrics:
         if kept:
             examples = sft_examples(b, [t.prompt for t, _ in kept], [text for _, text in kept])
             losses = fit_lora(b, examples, sft_cfg, metrics)

@@ -44,6 +44,7 @@ from jacrl.reward.task import Task, tasks_arg
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import MetricsWriter, read_metrics
 from jacrl.training.schedule import lr_at
+from jacrl.training.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +245,7 @@ def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metric
     if state:
         b.load_adapter(ckpt / "adapter", trainable=True)
         torch.set_rng_state(torch.load(ckpt / "rng.pt")["torch_rng"])
-        for row in read_metrics(ckpt / "metrics.jsonl")[:start]:
-            metrics.log(**row)
+        metrics.restore(read_metrics(ckpt / "metrics.jsonl")[:start])
         log.info("resuming SFT from %s at step %d/%d", ckpt, start, cfg.iters)
     else:
         b.attach_lora(lora_spec(cfg), seed=cfg.seed)
@@ -271,9 +271,10 @@ def train_sft(
     threads: int | None = None,
     ckpt_dir: str | Path | None = None,
     stop_after: int | None = None,
+    tracker: Tracker | None = None,
 ) -> Path:
     """Gold-SFT a LoRA adapter of `model` on `tasks` (records or a JSONL path) and save it to
-    `out_adapter_dir`.
+    `out_adapter_dir`; each step's metrics also go to `tracker` (live curves).
 
     Checkpoints go to `ckpt_dir` (default `<out>.ckpt`). `stop_after` ends the run after that many
     steps of this call, without writing the output (what a kill does; used to test resume).
@@ -290,7 +291,7 @@ def train_sft(
     identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t.id for t in records],
                 "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
     try:
-        _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0)
+        _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, tracker)
     except _Stopped:  # the half-written output folder is gone, the checkpoint stays
         return ckpt
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -298,9 +299,9 @@ def train_sft(
 
 
 def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[Task], cfg: SFTConfig, ckpt: Path,
-                   identity: dict, stop_after: int | None, t0: float) -> None:
+                   identity: dict, stop_after: int | None, t0: float, tracker: Tracker | None) -> None:
     with atomic_dir(out) as tmp:
-        with MetricsWriter(tmp / "metrics.jsonl") as metrics:
+        with MetricsWriter(tmp / "metrics.jsonl", tracker) as metrics:
             losses = fit_resumable(b, examples, cfg, metrics, ckpt, identity, stop_after)
         b.save_adapter(tmp)
         report = {
