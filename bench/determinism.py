@@ -2,14 +2,18 @@
 model, rung 1's SFT adapter and its mem cell, built once per (mode, kernel path) in a fresh folder.
 
     .venv/bin/python bench/determinism.py [--out /tmp/jacrl-determinism] [--modes strict default] \
-        [--paths avx2 avx512] [--cores 2]
+        [--paths avx2 avx512] [--cores 2] [--short]
+
+`--short` runs each stage shorter (20 pre-training steps, 10 SFT steps, 64-token completions): the
+same model, corpus, code paths and settings otherwise, for loaded cores where strict's full tiny
+model alone takes hours.
 
 A CPU with other kernel paths is stood in for by forcing them in the environment Snakemake starts
 with (ATen's capability and MKL's instruction set: `avx2` is what an AVX2-only CPU takes, `avx512`
 what this one takes by itself); strict then pins them over that, as it would on any CPU. The
 tasks are built once and copied into each folder (they are byte-identical anywhere already).
 Prints a row per run: the sha256 of model.safetensors, adapter_model.safetensors and the cell
-(but its `code_version`), and each job's seconds from benchmarks/.
+(but its `code_version`), and each job's wall and CPU seconds from benchmarks/.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 PATHS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
          "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512"}}
 TARGETS = ["models/tiny", "adapters/r1/tiny/sft", "results/cells/r1/tiny/sft/mem.json"]
+SHORT = ['tiny={"pretrain_steps": 20}', 'sft={"iters": 10}', 'eval={"max_tokens": 64}']
 JOBS = {"tiny_model": "benchmarks/tiny_model.tsv", "sft": "benchmarks/sft/r1/tiny.tsv", "eval": "benchmarks/eval/r1/tiny/sft/mem.tsv"}
 
 
@@ -48,11 +53,12 @@ def cell_sha(path: Path) -> str:
     return hashlib.sha256(json.dumps(cell, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def seconds(workdir: Path) -> dict[str, float]:
+def seconds(workdir: Path) -> dict[str, dict[str, float]]:
     out = {}
     for job, rel in JOBS.items():
         with open(workdir / rel) as fh:
-            out[job] = float(next(csv.DictReader(fh, delimiter="\t"))["s"])
+            row = next(csv.DictReader(fh, delimiter="\t"))
+            out[job] = {"s": float(row["s"]), "cpu_s": float(row["cpu_time"])}
     return out
 
 
@@ -62,9 +68,10 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["strict", "default"])
     ap.add_argument("--paths", nargs="+", default=["avx2", "avx512"], choices=list(PATHS))
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--short", action="store_true", help="shorter stages (see above)")
     args = ap.parse_args()
     base = {k: v for k, v in os.environ.items() if k not in PATHS["avx2"]}
-    config = ['ladder={"splits": ["mem"]}']
+    config = ['ladder={"splits": ["mem"]}', *(SHORT if args.short else [])]
     seed = args.out / "tasks"
     if not (seed / "dataset/rl/rungs/r1/train.jsonl").exists():
         snakemake(seed, ["dataset/rl/rungs/r1/train.jsonl", "dataset/rl/holdout.jsonl"], config, base, args.cores)
