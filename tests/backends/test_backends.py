@@ -108,6 +108,11 @@ def test_adapter_save_load_round_trip(tiny_model, backend, tmp_path):
     assert _max_diff(before, fresh.logprobs(P, C)) == 0.0
 
 
+FUSED_TOL = 5e-5
+"""float32 rounding of W + BA against W·x + B(A·x): up to 1.05e-5 in a logprob on one x86 CPU (MLX's
+CPU kernels), under 1e-5 on another; an adapter left unfused would differ by more than 1e-3."""
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fuse_equals_adapter_on(tiny_model, backend, tmp_path):
     b = _trained(tiny_model, backend)
@@ -115,7 +120,7 @@ def test_fuse_equals_adapter_on(tiny_model, backend, tmp_path):
     on = b.logprobs(P, C)
     b.fuse(tmp_path / "fused")
     fused = load_backend(tmp_path / "fused", backend, threads=2)
-    assert _max_diff(on, fused.logprobs(P, C)) < 1e-5
+    assert _max_diff(on, fused.logprobs(P, C)) < FUSED_TOL
     assert _max_diff(on, b.logprobs(P, C)) == 0.0, "fusing must leave the backend's adapter in place"
 
 
@@ -127,7 +132,7 @@ def test_merged_adapter_samples_and_scores_as_the_adapter(tiny_model, backend, t
     on, drawn = b.logprobs(P, C), b.generate(PROMPTS, n=1, params=greedy, progress=False)
     b.merge_adapter()
     assert b.merged and not any("lora" in type(m).__name__.lower() for _, m in b.model.named_modules())
-    assert _max_diff(on, b.logprobs(P, C)) < 1e-5
+    assert _max_diff(on, b.logprobs(P, C)) < FUSED_TOL
     again = b.generate(PROMPTS, n=1, params=greedy, progress=False)
     assert [g[0].token_ids for g in again] == [g[0].token_ids for g in drawn]
     base = load_backend(tiny_model, backend, threads=2)
