@@ -19,7 +19,7 @@ import logging
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,10 +171,7 @@ def train_grpo(
         done = _run_steps(orch, trainer, cfg, start, rows, save, writer, progress, stop_after)
     if not done:
         return ckpt
-    report = {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
-              "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
-              "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
-    _write_output(out, b, rows, report)
+    _write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
     shutil.rmtree(ckpt, ignore_errors=True)
     live.unlink(missing_ok=True)
     return out
@@ -188,8 +185,8 @@ def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int
     bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress)
     for done_here, step in enumerate(range(start, cfg.iters), start=1):
         row = _train_step(orch, trainer, cfg, step)
-        rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
-        live.log(**rows[-1])
+        rows.append(row)
+        live.log(**row)
         nan = float("nan")  # a step of demonstrations only samples nothing
         bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
                         loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
@@ -205,8 +202,16 @@ def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int
     return True
 
 
+def run_report(rows: list[dict], start: int, start_from: str | None, b: Backend, tasks: Sequence[Task],
+               cfg: GRPOConfig, loss_cfg: LossFrameworkConfig) -> dict[str, Any]:
+    """What `grpo_report.json` says of a finished run."""
+    return {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
+            "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
+            "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
+
+
 def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int) -> dict[str, Any]:
-    """One GRPO step (sample → reward → batch → train) and its metrics row."""
+    """One GRPO step (sample → reward → batch → train) and its metrics row (floats to 6 places)."""
     data = orch.step(step)
     t0 = time.perf_counter()
     row: dict[str, Any] = {"step": step + 1, "lr": grpo_lr(step, cfg), **data.metrics}
@@ -218,7 +223,7 @@ def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int
         tokens = 0.0
     row["time/train_s"] = time.perf_counter() - t0
     row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
-    return row
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
 
 
 def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:

@@ -27,14 +27,14 @@ import torch
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.backends.torch_backend import TorchBackend
-from jacrl.losses.config import LossFrameworkConfig, check_same_losses, dump_losses
+from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.reward.task import Task
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import _train_step, _write_output, summarise
+from jacrl.rl.loop import _train_step, _write_output, run_report
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 
@@ -98,7 +98,7 @@ def train_grpo_runs(model: ModelSpec, runs: list[RunSpec], scorer: Scorer, threa
     if not runs:
         raise ValueError("a multi-run trainer needs at least one run")
     check_run_losses(runs[0].loss_cfg.trainer.losses or runs[0].loss_cfg.losses, runs)
-    b = load_model(model, threads)
+    b = load_model(model, threads, training=True)
     if not isinstance(b, TorchBackend):
         raise ValueError(f"multi-run serves the torch backend only, not {b.name!r}")
     b.load_adapter(runs[0].init_adapter, trainable=True)
@@ -112,14 +112,12 @@ def train_grpo_runs(model: ModelSpec, runs: list[RunSpec], scorer: Scorer, threa
             _swap_in(b, st)
             row = _train_step(st.orch, st.trainer, run.cfg, step)
             _swap_out(b, st)
-            st.rows.append({k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()})
+            st.rows.append(row)
             bar.update(1)
     bar.close()
     for run, st in zip(runs, states):
         _swap_in(b, st)
-        report = {"steps": len(st.rows), "resumed_at": 0, "start_from": str(run.init_adapter), "backend": b.name,
-                  "tasks": [t.id for t in run.tasks], "grpo": run.cfg.model_dump(mode="json"),
-                  "losses": dump_losses(run.loss_cfg.losses), "summary": summarise(st.rows)}
+        report = run_report(st.rows, 0, str(run.init_adapter), b, run.tasks, run.cfg, run.loss_cfg)
         _write_output(run.out, b, st.rows, report)
     return [run.out for run in runs]
 
