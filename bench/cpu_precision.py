@@ -40,7 +40,7 @@ def _spec(model: str, dtype: str):
 def eval_part(a: argparse.Namespace) -> dict:
     from jacrl.backends import SamplingParams
     from jacrl.backends.select import load_model
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
 
     b = load_model(_spec(a.model, a.dtype), threads=a.threads)
     tasks = read_tasks(HOLDOUT)[: a.prompts]
@@ -53,7 +53,7 @@ def eval_part(a: argparse.Namespace) -> dict:
 
 def sft_part(a: argparse.Namespace) -> dict:
     from jacrl.backends.select import load_model
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.sft import fit_lora, gold_completion, sft_examples
 
@@ -74,7 +74,7 @@ def nll_part(a: argparse.Namespace) -> dict:
     import numpy as np
 
     from jacrl.backends.select import load_model
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.sft import gold_completion, sft_examples
 
     b = load_model(_spec(a.model, "float32"), threads=a.threads, adapter=a.adapter)
@@ -87,7 +87,7 @@ def nll_part(a: argparse.Namespace) -> dict:
 def grpo_part(a: argparse.Namespace) -> dict:
     from jacrl.config import load_config
     from jacrl.reward.batch import RewardScorer
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.rl.loop import train_grpo
     from jacrl.training.metrics import read_metrics
 

@@ -12,7 +12,7 @@ import time
 
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.backends.base import Draw
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 
 
 def draws(n: int, policy_n: int, max_tokens: int) -> list[Draw]:

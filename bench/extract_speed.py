@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from jacrl.reward import extract  # noqa: E402
-from jacrl.reward.task import load_tasks  # noqa: E402
+from jacrl.tasks.record import load_tasks  # noqa: E402
 
 TASK = "fx_stack_push"  # an obj method with a whole-file template
 UNIT = "def push(x: int) -> bool"

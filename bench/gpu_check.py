@@ -41,7 +41,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from jacrl.reward.task import HOLE, Task  # noqa: E402
+from jacrl.tasks.record import HOLE, Task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "backends" / "fixtures"
@@ -107,7 +107,7 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     from jacrl.evaluation.cell import evaluate_cell
     from jacrl.evaluation.config import EvalConfig
     from jacrl.reward.batch import RewardScorer
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.rl.loop import train_grpo
     from jacrl.training.config import SFTConfig
     from jacrl.training.metrics import read_metrics

@@ -29,7 +29,7 @@ from jacrl.config import load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.losses.plan import EnvLossPlans  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.reward.task import Task, read_tasks  # noqa: E402
+from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.config import GRPOConfig  # noqa: E402
 from jacrl.rl.loop import _train_step, prepare_backend  # noqa: E402
 from jacrl.rl.orchestrator import Orchestrator  # noqa: E402

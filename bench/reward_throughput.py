@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from jacrl.reward.batch import TASK_TIMEOUT, RewardScorer, default_workers  # noqa: E402
+from jacrl.reward.batch import RewardScorer, default_workers  # noqa: E402
 from jacrl.reward.config import RewardConfig  # noqa: E402
 from jacrl.reward.extract import extract_body  # noqa: E402
 from jacrl.reward.forkserver import ForkServerRunner  # noqa: E402
@@ -45,7 +45,7 @@ from jacrl.reward.sandbox import jac_executable  # noqa: E402
 from jacrl.reward.score import score_run  # noqa: E402
 from jacrl.reward.sandbox import RunResult  # noqa: E402
 from jacrl.reward.splice import splice  # noqa: E402
-from jacrl.reward.task import Task, load_tasks  # noqa: E402
+from jacrl.tasks.record import Task, load_tasks  # noqa: E402
 
 N_TASKS, GROUP = 16, 4
 
@@ -105,7 +105,7 @@ def source_design(task: Task, completion: str, cfg: RewardConfig) -> float:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "snippet.jac").write_text(program)
         try:
-            p = subprocess.run([jac, "run", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=task.timeout or TASK_TIMEOUT)
+            p = subprocess.run([jac, "run", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=task.run_timeout)
             code, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired:
             code, out, err = -9, "", ""

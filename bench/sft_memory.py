@@ -36,7 +36,7 @@ def child(a: argparse.Namespace) -> None:
 
     from jacrl.backends.config import ModelSpec
     from jacrl.backends.select import load_model
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.sft import gold_completion, lora_spec, sft_backward, sft_examples
 

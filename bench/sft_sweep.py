@@ -33,7 +33,7 @@ def spec(model: str):
 
 
 def holdout_nll(backend, n: int = 16) -> float:
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.sft import gold_completion, sft_examples
 
     tasks = read_tasks(HOLDOUT)[:n]
@@ -43,7 +43,7 @@ def holdout_nll(backend, n: int = 16) -> float:
 
 def sweep_sft(a: argparse.Namespace) -> None:
     from jacrl.backends.select import load_model
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.sft import fit_lora, gold_completion, sft_examples
 
@@ -71,7 +71,7 @@ def sweep_grpo(a: argparse.Namespace) -> None:
     from jacrl.backends.select import load_model
     from jacrl.config import load_config
     from jacrl.reward.batch import RewardScorer, score_groups
-    from jacrl.reward.task import read_tasks
+    from jacrl.tasks.record import read_tasks
 
     b = load_model(spec(a.model), threads=a.threads, adapter=a.adapter)
     tasks = read_tasks(RUNG)[: a.tasks]

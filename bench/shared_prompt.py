@@ -23,7 +23,7 @@ import time
 import torch
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 
 
 def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:

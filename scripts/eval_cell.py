@@ -12,7 +12,7 @@ from jacrl.io import write_text
 from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.workflow import code_version, logged
 
 with logged(snakemake):

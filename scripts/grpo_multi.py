@@ -7,7 +7,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.rl.multirun import RunSpec, train_grpo_runs
 from jacrl.workflow import logged
 

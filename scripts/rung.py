@@ -1,6 +1,6 @@
 # Rule rung: the first N tasks of the train pool (nested by construction).
 from jacrl.progress import summary
-from jacrl.reward.task import read_tasks, write_tasks
+from jacrl.tasks.record import read_tasks, write_tasks
 from jacrl.tasks.splits import rung_tasks
 from jacrl.workflow import logged
 

@@ -1,7 +1,7 @@
 # Rule splits: tasks.jsonl → holdout / trainpool / valid (+ a summary table).
 from jacrl.tasks.config import SplitsConfig
 from jacrl.io import write_text
-from jacrl.reward.task import read_tasks, write_tasks
+from jacrl.tasks.record import read_tasks, write_tasks
 from jacrl.tasks.report import splits_summary
 from jacrl.tasks.splits import make_splits
 from jacrl.workflow import logged

@@ -7,7 +7,7 @@ from pathlib import Path
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
 
 # bench/ is scripts, not a package: the module is loaded from its file.

@@ -11,7 +11,7 @@ from jacrl.evaluation.cell import evaluate_cell
 from jacrl.evaluation.config import EvalConfig
 from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 
 BROKEN = "```jac\nthis is not jac {\n```"
 CHEAT = '```jac\nx = open("dataset/rl/tasks.jsonl").read();\n```'

@@ -8,7 +8,7 @@ import yaml
 
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics

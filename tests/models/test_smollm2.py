@@ -13,7 +13,7 @@ import pytest
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.models import smollm2
 from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, sha256_file
 from fixtures.models import model_spec

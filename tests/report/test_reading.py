@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jacrl.io import write_jsonl
 from jacrl.ladder.__main__ import main
-from jacrl.reward.task import write_tasks
+from jacrl.tasks.record import write_tasks
 from fixtures.tasks import task
 
 TASKS = [task("a", family="graphs", osp=True, gold_body="    visit [-->];\n"),

@@ -9,7 +9,7 @@ import pytest
 from reward_helpers import CORPUS, FIXTURES, REPO
 
 from jacrl.reward.batch import RewardScorer
-from jacrl.reward.task import Task, load_tasks
+from jacrl.tasks.record import Task, load_tasks
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]

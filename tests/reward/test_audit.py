@@ -10,7 +10,7 @@ from reward_helpers import CORPUS
 
 from jacrl.reward.audit import FLAGS, MODULES, audit_flags, flagged_pass_share
 from jacrl.reward.score import Score
-from jacrl.reward.task import load_tasks
+from jacrl.tasks.record import load_tasks
 
 # body → the flags it must carry (at least these); each is an attack the sandbox must contain.
 HOSTILE: dict[str, tuple[str, set[str]]] = {

@@ -15,7 +15,7 @@ from jacrl.reward import batch
 from jacrl.reward.batch import RewardScorer, RunnerPool
 from jacrl.reward.extract import extract_body
 from jacrl.reward.forkserver import ForkServerRunner, RunError
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 KB = 1024
 FACTOR = 500

@@ -22,7 +22,7 @@ from jacrl.reward.extract import (
     normalize_body,
 )
 from jacrl.reward.splice import splice
-from jacrl.reward.task import HOLE, Task
+from jacrl.tasks.record import HOLE, Task
 
 GOLD_TOTAL = "s = 0;\nfor c in cities {\n    s += c.population;\n}\nreturn s;"
 

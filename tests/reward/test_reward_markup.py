@@ -17,7 +17,7 @@ from jacrl.reward import interop
 from jacrl.reward.__main__ import score_main
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import CHAT_TOKENS, chat_markup, tokenizer_special_tokens
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 DECOY = '```jac\nprint("decoy");\n```'
 MARKUP = {  # form: completion of a gold body `g`, as decoders of each chat format print it

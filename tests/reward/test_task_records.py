@@ -12,7 +12,7 @@ from reward_helpers import FIXTURES, fence
 from jacrl.backends.base import Completion
 from jacrl.io import JsonlError
 from jacrl.reward.batch import score_groups
-from jacrl.reward.task import Task, load_tasks, read_tasks, tasks_arg, write_tasks
+from jacrl.tasks.record import Task, load_tasks, read_tasks, tasks_arg, write_tasks
 
 TASK_FILES = [FIXTURES / "tasks.jsonl", CORPUS / "holdout.jsonl", CORPUS / "trainpool.jsonl"]
 

@@ -10,7 +10,7 @@ import pytest
 
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo

@@ -5,7 +5,7 @@ import pytest
 
 from jacrl.backends import load_backend
 from jacrl.io import read_jsonl
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.rl.interop import PROMPT_TEXT, use_our_prompts, write_data
 
 

@@ -11,7 +11,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.batch import RewardScorer
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fixtures.tasks import task
 
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 TASKS = [task(f"short-{i}", prompt=p) for i, p in
          enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])]

@@ -14,7 +14,7 @@ import pytest
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.models.config import TinyModelConfig
 from jacrl.training.config import SFTConfig
-from jacrl.reward.task import Task, read_tasks
+from jacrl.tasks.record import Task, read_tasks
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.training.sft import train_sft
 from fixtures.models import model_spec

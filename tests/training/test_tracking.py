@@ -9,7 +9,7 @@ import pytest
 
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.config import SFTConfig

@@ -16,7 +16,7 @@ from jacrl.evaluation.labels import metric_labels
 from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
 from jacrl.io import write_jsonl
 from jacrl.reward.batch import Scorer, score_groups
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → completions in sample order
 

@@ -16,7 +16,7 @@ from statistics import fmean
 from typing import Literal
 
 from jacrl.evaluation.passk import pass_at_k
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 NEAR_PASS = 0.9
 Kind = Literal["greedy", "sample", "policy"]

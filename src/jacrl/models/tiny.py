@@ -24,7 +24,7 @@ from jacrl.models.config import TinyModelConfig
 from jacrl.io import atomic_dir
 from jacrl.models.config import CHAT_TEMPLATE, END_OF_TEXT, EOS_TOKEN, IM_START, MANIFEST, SPECIAL_TOKENS
 from jacrl.progress import Progress, summary
-from jacrl.reward.task import read_tasks
+from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import MetricsWriter
 from jacrl.training.schedule import lr_at
 

@@ -17,7 +17,7 @@ from statistics import fmean
 
 from jacrl.io import read_jsonl
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
-from jacrl.reward.task import Task, load_tasks
+from jacrl.tasks.record import Task, load_tasks
 
 CELL_RE = re.compile(r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$")
 STEPS = (("sft", "base"), ("sft_grpo", "sft"), ("raw_grpo", "base"))

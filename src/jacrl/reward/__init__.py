@@ -17,8 +17,8 @@ _EXPORTS = {
     "RewardScorer": "jacrl.reward.batch",
     "score_batch": "jacrl.reward.batch",
     "Score": "jacrl.reward.score",
-    "Task": "jacrl.reward.task",
-    "load_tasks": "jacrl.reward.task",
+    "Task": "jacrl.tasks.record",
+    "load_tasks": "jacrl.tasks.record",
     "extract_body": "jacrl.reward.extract",
 }
 __all__ = list(_EXPORTS)

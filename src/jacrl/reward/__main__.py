@@ -33,7 +33,7 @@ def add_score_arguments(s: argparse.ArgumentParser) -> None:
 def score(a: argparse.Namespace) -> int:
     from jacrl.reward.batch import RewardScorer
     from jacrl.reward.config import load_reward_config
-    from jacrl.reward.task import load_tasks
+    from jacrl.tasks.record import load_tasks
 
     cfg = load_reward_config(a.config)
     updates = {k: v for k, v in {"scheme": a.scheme, "runner": a.runner}.items() if v}

@@ -37,11 +37,7 @@ from jacrl.reward.sandbox import RunResult, SubprocessRunner
 from jacrl.reward.score import Score, score_run, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
-from jacrl.reward.task import Task, as_task, load_tasks
-from jacrl.tasks.config import TasksConfig
-
-TASK_TIMEOUT = TasksConfig().timeout
-"""The run timeout of a task record that carries none (a hand-made one; built tasks record `tasks.timeout`)."""
+from jacrl.tasks.record import Task, as_task, load_tasks
 
 S = TypeVar("S")
 log = logging.getLogger(__name__)
@@ -248,7 +244,7 @@ class RewardScorer:
 
     def _job(self, task: Task, ex: Extraction) -> _Job:
         program = splice(task.template, ex.body, task.indent)
-        timeout = float(task.timeout or TASK_TIMEOUT)
+        timeout = task.run_timeout
         key = score_key(program, scheme=self.cfg.scheme, cfg_digest=self._digest, expected=task.expected_stdout,
                         gold=task.gold_body, timeout=timeout)
         return _Job(task, ex.body, ex.method, program, key, timeout)

@@ -34,7 +34,7 @@ from functools import lru_cache
 from itertools import accumulate
 
 from jacrl.reward.normalize import ChatMarkup, chat_markup, plain_text
-from jacrl.reward.task import HOLE, Task
+from jacrl.tasks.record import HOLE, Task
 
 # `impl Owner.name` blocks are units too: their name keeps the owner (`Circle.area`).
 UNIT_RE = re.compile(r"\b(?P<kind>def|can|impl)\b(?:[ \t]*:[ \t]*\w+)?\s+(?P<name>[A-Za-z_][\w.]*)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from jacrl.reward.task import HOLE
+from jacrl.tasks.record import HOLE
 
 
 def splice(template: str, body: str, indent: str) -> str:

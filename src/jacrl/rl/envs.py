@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jacrl.losses.config import EnvConfig
 from jacrl.losses.plan import DEFAULT_ENV
-from jacrl.reward.task import Task, read_tasks
+from jacrl.tasks.record import Task, read_tasks
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from jacrl import cli
 from jacrl.config import Config, load_config_file
 from jacrl.io import write_jsonl
-from jacrl.reward.task import Task, read_tasks
+from jacrl.tasks.record import Task, read_tasks
 
 REWARD_FILE = Path(__file__).resolve().parents[1] / "reward" / "interop.py"
 PROMPT_TEXT = "prompt_text"

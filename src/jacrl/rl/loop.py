@@ -33,7 +33,7 @@ from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, du
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress, summary
 from jacrl.reward.batch import Scorer
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
 from jacrl.rl.orchestrator import Orchestrator

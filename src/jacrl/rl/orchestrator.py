@@ -21,7 +21,7 @@ from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.audit import flagged_pass_share
 from jacrl.reward.batch import Scorer, score_groups
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import TrainEnv, deal

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from jacrl.strict import RESULT_FREE, StrictModel
+from jacrl.tasks.record import DEFAULT_TIMEOUT
 
 
 class TasksConfig(StrictModel):
@@ -15,7 +16,7 @@ class TasksConfig(StrictModel):
 
     drivers: Path = Field(Path("dataset/drivers"), description="Folder of driver programs, one sub-folder per family.")
     timeout: float = Field(
-        10.0, gt=0,
+        DEFAULT_TIMEOUT, gt=0,
         description="Wall timeout (s) of a completion's run when it is scored, recorded in each task record "
         "(the reward uses it for tasks that carry none too).",
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 from jacrl.tasks.splits import Splits
 
 

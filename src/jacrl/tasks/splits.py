@@ -13,7 +13,7 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from jacrl.reward.task import Task
+from jacrl.tasks.record import Task
 
 
 def _stable_key(text: str) -> str:

@@ -31,7 +31,7 @@ from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.reward.batch import score_groups
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.reward.task import Task, tasks_arg
+from jacrl.tasks.record import Task, tasks_arg
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import MetricsWriter
 from jacrl.training.sft import fit_lora, sft_examples

@@ -40,7 +40,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
-from jacrl.reward.task import Task, tasks_arg
+from jacrl.tasks.record import Task, tasks_arg
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import MetricsWriter, read_metrics
 from jacrl.training.schedule import lr_at

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from jacrl.io import JsonlError, write_jsonl
 
 HOLE = "__HOLE__"
+DEFAULT_TIMEOUT = 10.0
+"""Wall seconds allowed to a completion's run: `tasks.timeout`'s default, and the reward's for a record that
+carries none (records written before the field existed)."""
 
 
 class UnitRef(BaseModel):
@@ -56,6 +59,11 @@ class Task(BaseModel):
         if n != 1:
             raise ValueError(f"template must contain exactly one {HOLE} line, found {n}")
         return v
+
+    @property
+    def run_timeout(self) -> float:
+        """Wall seconds a run of this task's program may take."""
+        return float(self.timeout or DEFAULT_TIMEOUT)
 
     def record(self) -> dict:
         """The JSON object of this task's line: the fields it was given (none filled in from
