@@ -26,10 +26,8 @@ import itertools
 import json
 import logging
 import random
-import shutil
 import textwrap
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +39,13 @@ from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
 from jacrl.tasks.record import Task, tasks_arg
+from jacrl.training.checkpoint import Cadence, Checkpoint, Stopped, checkpoint_path
 from jacrl.training.config import SFTConfig
-from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.metrics import MetricsWriter
 from jacrl.training.schedule import lr_at
 from jacrl.training.tracking import Tracker
 
 log = logging.getLogger(__name__)
-
-STATE = "state.json"
 
 
 @dataclass
@@ -204,62 +201,28 @@ def step_logger(metrics: MetricsWriter | None) -> Callable[[StepInfo], None]:
     return on_step
 
 
-class _Stopped(Exception):
-    """Ends a run after `stop_after` steps without writing the output, as a kill would."""
-
-
-def _read_checkpoint(ckpt: Path, identity: dict) -> dict | None:
-    """The saved state when it belongs to this run (same model, tasks, backend and SFT settings
-    but `save_every`); None, with a warning and the checkpoint removed, when it does not."""
-    if not (ckpt / STATE).exists():
-        return None
-    state = json.loads((ckpt / STATE).read_text())
-    if state["identity"] != identity:
-        warnings.warn(f"{ckpt}: model, tasks or SFT settings changed since the checkpoint; starting over", stacklevel=2)
-        shutil.rmtree(ckpt)
-        return None
-    return state
-
-
-def _save_checkpoint(ckpt: Path, b: Backend, step: int, identity: dict, losses: list[float], rows: list[dict]) -> None:
-    """Write a complete checkpoint beside the old one, then swap it in (never half-written)."""
-    import torch
-
-    with atomic_dir(ckpt) as tmp:
-        b.save_adapter(tmp / "adapter")
-        b.save_optimizer(tmp / "optimizer")
-        torch.save({"torch_rng": torch.get_rng_state()}, tmp / "rng.pt")
-        (tmp / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        state = {"step": step, "losses": losses, "identity": identity}
-        (tmp / STATE).write_text(json.dumps(state, indent=2) + "\n")
-
-
-def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metrics: MetricsWriter, ckpt: Path,
-                  identity: dict, stop_after: int | None = None) -> list[float]:
-    """`fit_lora` that starts from the checkpoint in `ckpt` when there is one, and writes one every
+def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metrics: MetricsWriter, ckpt: Checkpoint,
+                  stop_after: int | None = None) -> list[float]:
+    """`fit_lora` that starts from checkpoint `ckpt` when there is one, and writes one every
     `cfg.save_every` steps. Returns the loss of every step, those before the checkpoint included."""
-    import torch
-
-    state = _read_checkpoint(ckpt, identity)
-    start, losses = (state["step"], state["losses"]) if state else (0, [])
-    if state:
-        b.load_adapter(ckpt / "adapter", trainable=True)
-        torch.set_rng_state(torch.load(ckpt / "rng.pt")["torch_rng"])
-        metrics.restore(read_metrics(ckpt / "metrics.jsonl")[:start])
-        log.info("resuming SFT from %s at step %d/%d", ckpt, start, cfg.iters)
+    saved = ckpt.resume()
+    start, losses = (saved.step, list(saved.state["losses"])) if saved else (0, [])
+    if saved:
+        b.load_adapter(ckpt.adapter, trainable=True)
+        ckpt.restore_rng()
+        metrics.restore(saved.rows)
+        log.info("resuming SFT from %s at step %d/%d", ckpt.path, start, cfg.iters)
     else:
         b.attach_lora(lora_spec(cfg), seed=cfg.seed)
     log_step = step_logger(metrics)
+    cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
     def on_step(info: StepInfo) -> None:
         log_step(info)
         losses.append(info.loss)
-        if info.step % cfg.save_every == 0 and info.step < cfg.iters:
-            _save_checkpoint(ckpt, b, info.step, identity, losses, metrics.rows)
-        if stop_after is not None and info.step - start >= stop_after and info.step < cfg.iters:
-            raise _Stopped
+        cadence.after(info.step, lambda step: ckpt.save(step, b, metrics.rows, {"losses": losses}))
 
-    run_sft(b, examples, cfg, on_step, start=start, optimizer_state=ckpt / "optimizer" if state else None)
+    run_sft(b, examples, cfg, on_step, start=start, optimizer_state=ckpt.optimizer if saved else None)
     return losses
 
 
@@ -287,22 +250,22 @@ def train_sft(
     b = load_model(model, threads, training=True)
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
-    ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
     identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t.id for t in records],
                 "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
+    ckpt = Checkpoint(checkpoint_path(out, ckpt_dir), {"identity": identity}, "model, tasks or SFT settings")
     try:
         _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, tracker)
-    except _Stopped:  # the half-written output folder is gone, the checkpoint stays
-        return ckpt
-    shutil.rmtree(ckpt, ignore_errors=True)
+    except Stopped:  # the half-written output folder is gone, the checkpoint stays
+        return ckpt.path
+    ckpt.remove()
     return out
 
 
-def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[Task], cfg: SFTConfig, ckpt: Path,
-                   identity: dict, stop_after: int | None, t0: float, tracker: Tracker | None) -> None:
+def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[Task], cfg: SFTConfig,
+                   ckpt: Checkpoint, identity: dict, stop_after: int | None, t0: float, tracker: Tracker | None) -> None:
     with atomic_dir(out) as tmp:
         with MetricsWriter(tmp / "metrics.jsonl", tracker) as metrics:
-            losses = fit_resumable(b, examples, cfg, metrics, ckpt, identity, stop_after)
+            losses = fit_resumable(b, examples, cfg, metrics, ckpt, stop_after)
         b.save_adapter(tmp)
         report = {
             "model": identity["model"],
