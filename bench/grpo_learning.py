@@ -41,6 +41,7 @@ from jacrl.ladder.stats import mcnemar_exact  # noqa: E402
 from jacrl.reward.batch import RewardScorer, score_groups  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.training.checkpoint import checkpoint_path  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
 EVAL_SEED = 12345
@@ -108,7 +109,7 @@ def run_grpo(model: str, sft: Path, tasks: list[Task], cfg: Config, out: Path, t
              eval_every: int | None, on_checkpoint: Callable[[int, Path], None]) -> Path:
     """Our GRPO loop from the SFT adapter; with eval_every it stops at every k-th step, lets
     on_checkpoint(step, adapter) look at the checkpoint, then resumes."""
-    ckpt = out.with_name(out.name + ".ckpt")
+    ckpt = checkpoint_path(out)
     shutil.rmtree(ckpt, ignore_errors=True)
     grpo = cfg.grpo.model_copy(update={"save_every": eval_every or cfg.grpo.iters})
     while True:

@@ -5,9 +5,9 @@
         trainer.train_step(batch, lr)         # forward → enabled loss terms → backward → step
         checkpoint every `save_every` steps   # adapter + optimiser + step (+ metrics so far)
 
-Checkpoints live beside the output (`<out>.ckpt/`), outside Snakemake's declared output, so a
-killed job restarted (with or without `--rerun-incomplete`) resumes from the last one and ends
-at the same step count. The checkpoint is removed once the final adapter is written. While the
+Checkpoints (`jacrl.training.checkpoint`, as gold-SFT's) live beside the output (`<out>.ckpt/`),
+outside Snakemake's declared output, so a killed job restarted (with or without
+`--rerun-incomplete`) resumes from the last one and ends at the same step count. The checkpoint is removed once the final adapter is written. While the
 run goes, each step's row is also appended to `<out>.ckpt.metrics.jsonl` (removed with the
 checkpoint) and sent to the job's tracker (`jacrl.training.tracking`), so it can be watched.
 """
@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from jacrl.backends.base import Backend, LoraSpec
 from jacrl.backends.config import ModelSpec
@@ -39,13 +35,11 @@ from jacrl.rl.envs import build_envs
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
-from jacrl.training.metrics import MetricsWriter, read_metrics
+from jacrl.training.checkpoint import Cadence, Checkpoint, Stopped, checkpoint_path
+from jacrl.training.metrics import MetricsWriter
 from jacrl.training.tracking import Tracker
 from jacrl.training.schedule import lr_at
 
-STATE = "state.json"
-REFERENCE = "reference"
-"""The checkpoint's copy of the starting adapter, the frozen reference of `grpo.reference: start`."""
 log = logging.getLogger(__name__)
 RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}
 """GRPO knobs that may change between a killed run and its restart without invalidating it."""
@@ -60,43 +54,21 @@ def _resumable_cfg(cfg: GRPOConfig) -> dict:
     return {k: v for k, v in cfg.model_dump(mode="json").items() if k not in RESUME_INSENSITIVE}
 
 
-def _read_checkpoint(ckpt: Path, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig, start_from: str) -> dict | None:
-    """The saved state when it can be resumed; raises when its loss terms differ (resuming would
-    silently change the objective mid-run); None (with a warning) when other knobs changed."""
-    state_path = ckpt / STATE
-    if not state_path.exists():
-        return None
-    state = json.loads(state_path.read_text())
-    check_resume_compatible(state["losses"], dump_losses(loss_cfg.losses))
-    if state["grpo"] != _resumable_cfg(cfg) or state["start_from"] != start_from:
-        warnings.warn(f"{ckpt}: GRPO settings or starting point changed since the checkpoint; starting over", stacklevel=2)
-        shutil.rmtree(ckpt)
-        return None
-    return state
-
-
-def _save_checkpoint(ckpt: Path, backend: Backend, step: int, cfg: GRPOConfig, loss_cfg: LossFrameworkConfig,
-                     start_from: str, metrics_rows: list[dict], reference: Path | None) -> None:
-    """Write a complete checkpoint next to the old one, then swap it in (never half-written).
-    A kept reference adapter is copied in, so resuming needs nothing outside the checkpoint."""
-    with atomic_dir(ckpt) as tmp:
-        backend.save_adapter(tmp / "adapter")
-        if reference is not None:
-            shutil.copytree(reference, tmp / REFERENCE)
-        backend.save_optimizer(tmp / "optimizer")
-        torch.save({"torch_rng": torch.get_rng_state()}, tmp / "rng.pt")
-        (tmp / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_rows))
-        state = {"step": step, "losses": dump_losses(loss_cfg.losses), "grpo": _resumable_cfg(cfg), "start_from": start_from}
-        (tmp / STATE).write_text(json.dumps(state, indent=2) + "\n")
+def grpo_checkpoint(path: Path, cfg: GRPOConfig, start_from: str, terms: list[dict]) -> Checkpoint:
+    """A GRPO run's checkpoint: resumed under the same settings (but `RESUME_INSENSITIVE`) and starting
+    point; refused under other loss `terms`, not restarted, since resuming would silently change the
+    objective mid-run."""
+    return Checkpoint(path, {"grpo": _resumable_cfg(cfg), "start_from": start_from}, "GRPO settings or starting point",
+                      check=lambda state: check_resume_compatible(state["losses"], terms))
 
 
 def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init_adapter: str | Path | None,
-                    resume: Path | None, reference: Path | None) -> Backend:
-    """The model with its trainable adapter (the checkpoint's when resuming from folder `resume`,
-    else `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with
-    torch's RNG, when resuming)."""
+                    resume: Checkpoint | None, reference: Path | None) -> Backend:
+    """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
+    `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with torch's
+    RNG, when resuming)."""
     b = load_model(model, threads, training=True)
-    adapter = resume / "adapter" if resume else init_adapter
+    adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
     else:
@@ -105,17 +77,18 @@ def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init
         b.keep_reference(reference)
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if resume:
-        b.load_optimizer(resume / "optimizer")
-        torch.set_rng_state(torch.load(resume / "rng.pt")["torch_rng"])
+        b.load_optimizer(resume.optimizer)
+        resume.restore_rng()
     return b
 
 
-def reference_adapter(cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Path, resuming: bool) -> Path | None:
-    """The adapter kept as the frozen reference: the starting one under `reference: start`. None
-    means the base (`reference: base`, or a fresh LoRA, whose update starts at zero)."""
+def reference_adapter(cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Checkpoint, resuming: bool) -> Path | None:
+    """The adapter kept as the frozen reference: the starting one under `reference: start` (the
+    checkpoint's copy when resuming). None means the base (`reference: base`, or a fresh LoRA,
+    whose update starts at zero)."""
     if cfg.reference == "base" or init_adapter is None:
         return None
-    return ckpt / REFERENCE if resuming else Path(init_adapter)
+    return ckpt.reference if resuming else Path(init_adapter)
 
 
 def train_grpo(
@@ -143,63 +116,60 @@ def train_grpo(
     what a kill does; used to test resume.
     """
     out = Path(out_adapter_dir)
-    ckpt = Path(ckpt_dir) if ckpt_dir else out.with_name(out.name + ".ckpt")
     start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model.model_dir()}"
     if teacher is not None:  # another teacher is another objective: its checkpoint is not resumed
         start_from += f" teacher:{teacher.describe()}"
-    state = _read_checkpoint(ckpt, cfg, loss_cfg, start_from)
-    start = state["step"] if state else 0
-    rows: list[dict] = read_metrics(ckpt / "metrics.jsonl")[:start] if state else []
+    terms = dump_losses(loss_cfg.losses)
+    ckpt = grpo_checkpoint(checkpoint_path(out, ckpt_dir), cfg, start_from, terms)
+    saved = ckpt.resume()
+    start = saved.step if saved else 0
+    rows: list[dict] = list(saved.rows) if saved else []
 
-    reference = reference_adapter(cfg, init_adapter, ckpt, resuming=state is not None)
-    b = prepare_backend(model, cfg, threads, init_adapter, ckpt if state else None, reference)
-    if state:
-        log.info("resuming GRPO from %s at step %d/%d", ckpt, start, cfg.iters)
+    reference = reference_adapter(cfg, init_adapter, ckpt, resuming=saved is not None)
+    b = prepare_backend(model, cfg, threads, init_adapter, ckpt if saved else None, reference)
+    if saved:
+        log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
     envs = build_envs(loss_cfg.orchestrator.train.env, tasks, rl_dir)
     orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer,
                         envs=envs)
     trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
                       log_reference_kl=cfg.log_reference_kl,
                       teacher=None if teacher is None else load_teacher(teacher, b, threads))
+    cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
-    def save(step: int) -> None:
-        _save_checkpoint(ckpt, b, step, cfg, loss_cfg, start_from, rows, reference)
+    def after_step(step: int) -> None:
+        cadence.after(step, lambda at: ckpt.save(at, b, rows, {"losses": terms}, reference))
 
-    live = ckpt.with_name(ckpt.name + ".metrics.jsonl")  # followable while it runs; the output's copy is final
-    with MetricsWriter(live, tracker) as writer:
-        writer.restore(rows)
-        done = _run_steps(orch, trainer, cfg, start, rows, save, writer, progress, stop_after)
-    if not done:
-        return ckpt
+    live = ckpt.path.with_name(ckpt.path.name + ".metrics.jsonl")  # followable while it runs; the output's copy is final
+    try:
+        with MetricsWriter(live, tracker) as writer:
+            writer.restore(rows)
+            _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
+    except Stopped:  # no output written; the checkpoint and the live metrics stay
+        return ckpt.path
     _write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
-    shutil.rmtree(ckpt, ignore_errors=True)
+    ckpt.remove()
     live.unlink(missing_ok=True)
     return out
 
 
 def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int, rows: list[dict],
-               save: Callable[[int], None], live: MetricsWriter, progress: bool, stop_after: int | None) -> bool:
+               after_step: Callable[[int], None], live: MetricsWriter, progress: bool) -> None:
     """Steps `start`…iters-1, each one's metrics appended to `rows` and logged to `live` (and so its
-    tracker), `save(step)` every `save_every` steps; False when `stop_after` steps of this call ended
-    the run first."""
-    bar = Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress)
-    for done_here, step in enumerate(range(start, cfg.iters), start=1):
-        row = _train_step(orch, trainer, cfg, step)
-        rows.append(row)
-        live.log(**row)
-        nan = float("nan")  # a step of demonstrations only samples nothing
-        bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
-                        loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
-                        σ0=f"{row.get('groups/zero_variance_frac', nan):.2f}",
-                        trunc=f"{row.get('samples/truncated_frac', nan):.2f}", tok_s=f"{row['tokens_per_s']:.0f}")
-        bar.update(1)
-        if (step + 1) % cfg.save_every == 0 and step + 1 < cfg.iters:
-            save(step + 1)
-        if stop_after is not None and done_here >= stop_after and step + 1 < cfg.iters:
-            bar.close()
-            return False
-    bar.close()
-    return True
+    tracker), then `after_step(step)` with its 1-based number (which checkpoints, or stops the run)."""
+    with Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step",
+                  disable=not progress) as bar:
+        for step in range(start, cfg.iters):
+            row = _train_step(orch, trainer, cfg, step)
+            rows.append(row)
+            live.log(**row)
+            nan = float("nan")  # a step of demonstrations only samples nothing
+            bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
+                            loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
+                            σ0=f"{row.get('groups/zero_variance_frac', nan):.2f}",
+                            trunc=f"{row.get('samples/truncated_frac', nan):.2f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            bar.update(1)
+            after_step(step + 1)
 
 
 def run_report(rows: list[dict], start: int, start_from: str | None, b: Backend, tasks: Sequence[Task],
