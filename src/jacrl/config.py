@@ -46,7 +46,7 @@ class Config(LossFrameworkConfig):
     train_threads: int | None = Field(
         None, ge=1, json_schema_extra=RESULT_FREE,
         description="Threads of one SFT, RFT or GRPO job; None = `threads`. On a small model a second thread buys "
-        "little (tiny-model SFT: 1.27× faster on 2 threads at 1.5× the CPU), so 1 lets two jobs share 2 cores.",
+        "little for the CPU it takes (tiny-model SFT: docs/design.md#measured-facts), so 1 lets two jobs share 2 cores.",
     )
     determinism: Determinism = Field(
         "default",

@@ -356,8 +356,9 @@ class Backend(ABC):
 
     def merge_adapter(self) -> None:
         """Fold the loaded adapter into the weights, for sampling and scoring only: one matmul per
-        projection instead of three (a tiny-model holdout cell samples in 0.91× the time, the same
-        greedy tokens). Training, saving, fusing or disabling the adapter is refused afterwards."""
+        projection instead of three, so sampling is faster and gives the same greedy tokens
+        (docs/design.md#measured-facts). Training, saving, fusing or disabling the adapter is refused
+        afterwards."""
         if self.lora is not None and not self.merged:
             self._merge_adapter()
             self.merged = True

@@ -2,8 +2,8 @@
 
 On CPU a training step's activations come from glibc malloc, in blocks sized by the batch's
 shape. Freed blocks stay in malloc's arenas, and the next step's other shapes reuse them only in
-part, so resident memory climbs step after step: an 80-step SmolLM2 gold-SFT job peaked at 13.0 GB
-where its largest single step needs 5.3 GB, and a 150-step one was killed by the kernel at 24 GB.
+part, so resident memory climbs step after step, far above what the largest single step needs (a
+long SmolLM2 gold-SFT job was killed by the kernel for it: docs/design.md#measured-facts).
 `malloc_trim(0)` hands every free page of every arena back (milliseconds); `Backend.step` calls
 it after each optimiser step. Where the C library has no `malloc_trim` (macOS, musl) it does nothing.
 """

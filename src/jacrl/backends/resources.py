@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from jacrl.config import Config
 
 BASE_MB = 1500
-"""Python, torch, transformers and jaclang loaded, before any model (a tiny-model SFT job peaks
-at about 1 GB resident)."""
+"""Python, torch, transformers and jaclang loaded, before any model, with room to spare (what a
+tiny-model SFT job peaks at: docs/design.md#measured-facts)."""
 FALLBACK_MB = 8000
 """mem_mb of a model whose size is unknown at planning time (its folder absent, no `parameters`)."""
 DEFAULT_RUNTIME_MIN: dict[RuleKind, int] = {"sft": 120, "grpo": 240, "rft": 240, "eval": 120}

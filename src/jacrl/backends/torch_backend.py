@@ -242,8 +242,8 @@ class TorchBackend(Backend):
     @contextmanager
     def _decode_threads(self, rows: int) -> Iterator[None]:
         """One intra-op thread while decoding a few rows of a small model on CPU: each step's
-        matmuls are tiny, and waking threads costs more than it saves (measured 2× faster on 2
-        cores; 10× or more when the cores are shared with other jobs). Wide batches keep them all."""
+        matmuls are tiny, and waking threads costs more than it saves, most of all when the cores
+        are shared with other jobs (docs/design.md#measured-facts). Wide batches keep them all."""
         import torch
 
         if self._n_params is None:
@@ -265,9 +265,9 @@ class TorchBackend(Backend):
     ) -> tuple[Any, Any]:
         """[B, T] logprobs of the completion tokens (graph kept if grad is enabled) and mask.
 
-        Rows that share a prompt (a GRPO or RFT group) run it once: a driver prompt is ~10× a
-        completion, so a group of 8 costs about a fifth of 8 padded rows. Batches whose
-        prompts are all distinct (SFT) keep the one padded forward."""
+        Rows that share a prompt (a GRPO or RFT group) run it once: a driver prompt is many times
+        a completion, so a group costs a fraction of its padded rows (docs/design.md#measured-facts).
+        Batches whose prompts are all distinct (SFT) keep the one padded forward."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError("prompt_ids and completion_ids differ in length")
         groups: dict[tuple[int, ...], list[int]] = {}

@@ -22,8 +22,8 @@ class EvalConfig(StrictModel):
     sample_splits: list[Split] = Field(
         default_factory=lambda: list(SPLITS),
         description="Splits whose cells draw the n samples (pass@k, verified@n); a cell of another split is greedy "
-        "only. The default ladder keeps them to `mem`: the tiny model passes nothing on the holdout, and 2 × 101 "
-        "samples per gen cell were half of the ladder's time.",
+        "only. The default ladder keeps them to `mem`: the tiny model passes nothing on the holdout, and the "
+        "samples of gen cells were a large share of the ladder's time (docs/design.md#measured-facts).",
     )
     policy_n: int = Field(
         0, ge=0,

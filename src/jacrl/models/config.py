@@ -31,8 +31,8 @@ MANIFEST = "jacrl_tiny.json"
 class TinyModelConfig(StrictModel):
     """The embedded tiny Jac model: tokenizer, architecture and its brief pre-training.
 
-    The defaults are sized for the default ladder on 2 CPU cores (build ≈ 1–2 min). Larger values
-    give a better base model at a proportional cost.
+    The defaults are sized for the default ladder on 2 CPU cores (the build's time:
+    docs/design.md#measured-facts). Larger values give a better base model at a proportional cost.
     """
 
     vocab_size: int = Field(2048, ge=300, le=65536, description="Byte-level BPE vocabulary size, special tokens included.")

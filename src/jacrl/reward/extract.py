@@ -6,7 +6,7 @@ an info string, indented) or none, the body alone, the whole unit (inline or as 
 block), the whole file echoed back, prose before or after, all of it inside chat markup. The
 text is made plain and cut to its answer turn first (normalize.py: a byte-order mark, NULs,
 chat special tokens); reasoning is dropped next, so a draft inside it is never graded. The source project undercounted passes
-~3.5x until it stopped unwrapping the first braces it saw; here the hole's unit is found by
+until it stopped unwrapping the first braces it saw (docs/design.md#decisions); here the hole's unit is found by
 kind + name (+ owning archetype) and its brace-matched body taken, with comments and strings
 masked so braces inside them never count. For a partial hole the template's own statements
 around the hole are cut back off when the answer repeats them.

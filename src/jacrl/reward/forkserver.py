@@ -1,8 +1,8 @@
 """The fork server: jaclang imported and warmed once; each program runs in a fresh forked child.
 
-A `jac run` subprocess spends most of its ~0.5–1 s importing jaclang and compiling its own
+A `jac run` subprocess spends most of its time importing jaclang and compiling its own
 compiler passes; a child forked from a warm server starts with all of that done and only
-compiles and runs the program (tens of ms). The child does what the `jac` console script
+compiles and runs the program (the times: docs/design.md#measured-facts). The child does what the `jac` console script
 does — `start_cli()` with argv `jac run prog.jac` — after undoing what the server resolved at
 import time (jaclang's base-path seed is `os.getcwd()` of the importing process; its
 runtime context, program and loaded modules; `__main__`; sys.path; stdio), and after the

@@ -4,7 +4,7 @@ Parses every driver (markers, source tag, determinism screen), runs each gold pr
 checks that every hole is load-bearing (an empty body must change the output or fail), and
 prints a per-family table plus the corpus targets when PATH is the whole drivers folder.
 Programs run on the reward's fork servers, like the task build (`jac=True`: one `jac run`
-process per program, a second opinion at about a hundred times the cost).
+process per program, a second opinion at many times the cost: docs/design.md#measured-facts).
 """
 
 from __future__ import annotations

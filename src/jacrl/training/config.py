@@ -17,8 +17,8 @@ class SFTConfig(StrictModel):
     """LoRA supervised fine-tuning on gold bodies (and, with RFT's iters, on kept samples).
 
     The defaults are tuned on the default tiny model: rung 1 and rung 3 are memorised (the greedy
-    completion passes the reward) in 240 single-sequence steps (≈ 75 CPU-seconds; with 160 steps
-    rung 3 came out 2/3 on some seeds). Real models want a far smaller lr and scale (the source
+    completion passes the reward) in 240 single-sequence steps (their cost, and what fewer steps
+    leave: docs/design.md#measured-facts). Real models want a far smaller lr and scale (the source
     document used lr 2e-5, scale 2.0; see configs/source_grid.yaml).
     """
 
@@ -51,9 +51,9 @@ class SFTConfig(StrictModel):
         ge=64,
         description="Most padded tokens (rows × longest row) in one forward + backward: a step's batch is "
         "split into micro-batches within it, longest rows first, and their gradients added up (the same "
-        "gradient as one forward of the batch, in float rounding). Peak memory follows a micro-batch: "
-        "SmolLM2's longest batch (4 × 2048 tokens, bfloat16, CPU) peaks at 13.4 GB resident in one forward, "
-        "5.3 GB a row at a time (bench/sft_memory.py). `null`: the whole batch at once.",
+        "gradient as one forward of the batch, in float rounding). Peak memory follows a micro-batch, not "
+        "the batch (bench/sft_memory.py; SmolLM2's longest batch: docs/design.md#measured-facts). `null`: the "
+        "whole batch at once.",
     )
     seed: int = Field(0, description="Seed of LoRA initialisation and batch order.")
     save_every: int = Field(
