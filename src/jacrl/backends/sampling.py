@@ -1,6 +1,7 @@
 """Token choice for decoding: greedy, or sampled at a temperature and top-p from one seeded
 generator per (prompt, draw), over a batch whose rows are laid out prompt by prompt (`RowLayout`).
-The torch backend decodes with it.
+The torch backend decodes with it; the MLX backend draws from its own random keys but lays out its
+rows and scales its logits by temperature with the same `RowLayout` and `at_temperature`.
 """
 
 from __future__ import annotations
