@@ -380,20 +380,20 @@ class MLXBackend(Backend):
             for (_, m), s in zip(loras, scales):
                 m.scale = s
 
-    def keep_reference(self, path: str | Path) -> None:
+    def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """mlx-lm keeps A and B transposed (lora_a [in, r], lora_b [r, out])."""
+        return {name: (tuple(m.lora_a.shape)[::-1], tuple(m.lora_b.shape)[::-1]) for name, m in self._lora_modules()}
+
+    def _native_weights(self, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[Any, Any]]:
+        """(lora_a, lora_b) per module, transposed into mlx-lm's layout and its dtype."""
         import mlx.core as mx
 
-        self._unmerged("keep a reference adapter")
         loras = dict(self._lora_modules())
         kept = {}
-        for module, (a, b) in read_adapter(path).weights.items():
-            m = loras.get(module)
-            if m is None or tuple(m.lora_a.shape) != a.T.shape or tuple(m.lora_b.shape) != b.T.shape:
-                raise ValueError(f"{path}: reference adapter module {module} does not match the loaded adapter")
+        for module, (a, b) in weights.items():
+            m = loras[module]
             kept[module] = (mx.array(a.T).astype(m.lora_a.dtype), mx.array(b.T).astype(m.lora_b.dtype))
-        if set(kept) != set(loras):
-            raise ValueError(f"{path}: the reference adapter lacks {len(set(loras) - set(kept))} of the loaded adapter's LoRA modules")
-        self._reference = kept
+        return kept
 
     @contextmanager
     def _kept_reference(self) -> Iterator[None]:

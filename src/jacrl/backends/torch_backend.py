@@ -28,7 +28,7 @@ from jacrl.backends.base import (
     set_threads,
 )
 from jacrl.backends.cpu import auto_cpu_dtype
-from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.progress import Progress
 
@@ -492,26 +492,25 @@ class TorchBackend(Backend):
         with self.model.disable_adapter():
             yield
 
-    def keep_reference(self, path: str | Path) -> None:
-        self._unmerged("keep a reference adapter")
-        self._reference = self.adapter_weights(path)
+    def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        params = dict(self.model.named_parameters())
+        shapes = {}
+        for name, a in params.items():
+            if name.endswith(".lora_A.default.weight"):
+                module = name.removeprefix(PEFT_PREFIX).removesuffix(".lora_A.default.weight")
+                shapes[module] = (tuple(a.shape), tuple(params[name.replace(".lora_A.", ".lora_B.")].shape))
+        return shapes
 
-    def adapter_weights(self, path: str | Path) -> dict[str, Any]:
-        """The adapter folder `path` (either format) as tensors under the loaded adapter's parameter
-        names; it must have the same modules and shapes."""
+    def _native_weights(self, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        """Tensors under the adapter's parameter names, on its device and in its dtype."""
         import torch
 
         params = dict(self.model.named_parameters())
-        lora = {name for name in params if ".lora_" in name}
         kept = {}
-        for module, (a, b) in read_adapter(path).weights.items():
+        for module, (a, b) in weights.items():
             for part, w in (("lora_A", a), ("lora_B", b)):
-                name = f"base_model.model.{module}.{part}.default.weight"
-                if name not in lora or tuple(params[name].shape) != w.shape:
-                    raise ValueError(f"{path}: adapter module {module} does not match the loaded adapter")
+                name = f"{PEFT_PREFIX}{module}.{part}.default.weight"
                 kept[name] = torch.from_numpy(w).to(params[name].device, params[name].dtype)
-        if set(kept) != lora:
-            raise ValueError(f"{path}: the adapter lacks {len(lora - set(kept))} of the loaded adapter's LoRA matrices")
         return kept
 
     def lora_weights(self) -> dict[str, Any]:
