@@ -47,7 +47,7 @@ import numpy as np
 
 from jacrl.backends.determinism import apply_strict, is_strict
 from jacrl.backends.heap import release_free_heap
-from jacrl.backends.lora_format import LoraSpec, write_meta
+from jacrl.backends.lora_format import LoraSpec, read_adapter, write_meta
 
 if TYPE_CHECKING:
     import torch
@@ -411,10 +411,32 @@ class Backend(ABC):
     def adapter_disabled(self) -> Iterator[None]:
         """Inside the block the model is the frozen base."""
 
-    @abstractmethod
     def keep_reference(self, path: str | Path) -> None:
         """Keep the adapter at `path` (same modules and shapes as the loaded one) as the frozen
         reference policy; its weights are held apart from the trained ones."""
+        self._unmerged("keep a reference adapter")
+        self._reference = self.adapter_weights(path)
+
+    def adapter_weights(self, path: str | Path) -> dict[str, Any]:
+        """The adapter folder `path` (either format) in the form this backend's adapter holds its
+        weights (`_native_weights`); it must have the loaded adapter's modules and shapes."""
+        shapes = self._lora_shapes()
+        weights = read_adapter(path).weights
+        for module, (a, b) in weights.items():
+            if shapes.get(module) != (a.shape, b.shape):
+                raise ValueError(f"{path}: adapter module {module} does not match the loaded adapter")
+        missing = shapes.keys() - weights.keys()
+        if missing:  # an A and a B per module
+            raise ValueError(f"{path}: the adapter lacks {2 * len(missing)} of the loaded adapter's LoRA matrices")
+        return self._native_weights(weights)
+
+    @abstractmethod
+    def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The loaded adapter's module paths and their A [r, in] and B [out, r] shapes (neutral form)."""
+
+    @abstractmethod
+    def _native_weights(self, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        """Neutral (A, B) matrices of the loaded adapter's modules, as this backend holds them."""
 
     @contextmanager
     def reference_policy(self) -> Iterator[None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from jacrl.backends.base import (
     require_model_dir,
 )
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter
+from jacrl.backends.sampling import RowLayout, at_temperature
 from jacrl.progress import Progress
 
 
@@ -73,15 +74,15 @@ class MLXBackend(Backend):
     def generate_draws_ids(
         self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
     ) -> list[list[list[Completion]]]:
-        max_tokens, rows = check_draws(draws), sum(d.n for d in draws)
+        max_tokens, layout = check_draws(draws), RowLayout.of(draws)
+        rows = layout.block
         out: list[list[list[Completion]]] = [[] for _ in draws]
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
             ids, lps = self._sample(list(prompt), draws, i, max_tokens)
-            at = 0
-            for d, draw in enumerate(draws):
-                out[d].append([self._finish(a, b) for a, b in zip(ids[at : at + draw.n], lps[at : at + draw.n])])
-                at += draw.n
+            for d in range(len(draws)):
+                span = layout.rows(0, d)
+                out[d].append([self._finish(a, b) for a, b in zip(ids[span], lps[span])])
             bar.update(rows)
         bar.close()
         return out
@@ -108,7 +109,8 @@ class MLXBackend(Backend):
         """Every draw's rows of one prompt decoded together; draw d's rows split its own key (seed + i) each step."""
         import mlx.core as mx
 
-        rows = sum(d.n for d in draws)
+        layout = RowLayout.of(draws)
+        rows = layout.block
         if rows == 0:
             return [], []
         cache, logits = self._prefill(prompt, rows)
@@ -119,11 +121,10 @@ class MLXBackend(Backend):
         logps: list[np.ndarray] = []
         done = np.zeros(rows, dtype=bool)
         for _ in range(max_tokens):
-            parts, at = [], 0
+            parts = []
             for d, draw in enumerate(draws):
                 keys[d], sub = mx.random.split(keys[d])
-                parts.append(_choose(logits[at : at + draw.n].astype(mx.float32), draw.params, sub))
-                at += draw.n
+                parts.append(_choose(logits[layout.rows(0, d)].astype(mx.float32), draw.params, sub))
             tok = mx.concatenate([t for t, _ in parts])
             lp = mx.concatenate([p for _, p in parts])
             tok = mx.where(mx.array(done), eos_arr[0], tok)
@@ -182,7 +183,7 @@ class MLXBackend(Backend):
         import mlx.core as mx
 
         out: list[np.ndarray | None] = [None] * len(completion_ids)
-        with self.adapter_disabled() if not adapter else _nothing():
+        with self.adapter_disabled() if not adapter else nullcontext():
             for group in prompt_groups(prompt_ids, completion_ids):
                 lps = self._group_logprobs(self.model, prompt_ids, completion_ids, temperature, group)
                 mx.eval(lps)
@@ -379,20 +380,20 @@ class MLXBackend(Backend):
             for (_, m), s in zip(loras, scales):
                 m.scale = s
 
-    def keep_reference(self, path: str | Path) -> None:
+    def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """mlx-lm keeps A and B transposed (lora_a [in, r], lora_b [r, out])."""
+        return {name: (tuple(m.lora_a.shape)[::-1], tuple(m.lora_b.shape)[::-1]) for name, m in self._lora_modules()}
+
+    def _native_weights(self, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, tuple[Any, Any]]:
+        """(lora_a, lora_b) per module, transposed into mlx-lm's layout and its dtype."""
         import mlx.core as mx
 
-        self._unmerged("keep a reference adapter")
         loras = dict(self._lora_modules())
         kept = {}
-        for module, (a, b) in read_adapter(path).weights.items():
-            m = loras.get(module)
-            if m is None or tuple(m.lora_a.shape) != a.T.shape or tuple(m.lora_b.shape) != b.T.shape:
-                raise ValueError(f"{path}: reference adapter module {module} does not match the loaded adapter")
+        for module, (a, b) in weights.items():
+            m = loras[module]
             kept[module] = (mx.array(a.T).astype(m.lora_a.dtype), mx.array(b.T).astype(m.lora_b.dtype))
-        if set(kept) != set(loras):
-            raise ValueError(f"{path}: the reference adapter lacks {len(set(loras) - set(kept))} of the loaded adapter's LoRA modules")
-        self._reference = kept
+        return kept
 
     @contextmanager
     def _kept_reference(self) -> Iterator[None]:
@@ -406,11 +407,6 @@ class MLXBackend(Backend):
         finally:
             for name, (a, b) in trained.items():
                 loras[name].lora_a, loras[name].lora_b = a, b
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def prompt_groups(prompt_ids: TokenRows, completion_ids: TokenRows) -> list[list[int]]:
@@ -427,8 +423,7 @@ def _token_logprobs(logits: Any, targets: Any, temperature: float) -> Any:
     """log p(target) per position of float32 `logits` [..., V] at `temperature`."""
     import mlx.core as mx
 
-    if temperature != 1.0:
-        logits = logits / max(temperature, 1e-6)
+    logits = at_temperature(logits, temperature)
     logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
     return mx.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
 
@@ -448,7 +443,7 @@ def _choose(logits: Any, params: SamplingParams, key: Any) -> tuple[Any, Any]:
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         tok = mx.argmax(logp, axis=-1)
         return tok, mx.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
-    scaled = logits / params.temperature
+    scaled = at_temperature(logits, params.temperature)
     logp = scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)
     masked = logp
     if params.top_p < 1.0:

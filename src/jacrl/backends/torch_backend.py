@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import copy
 import inspect
-import itertools
 import json
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from jacrl.backends.base import (
     Draw,
     LoraSpec,
     LossFn,
-    SamplingParams,
     TokenLogprobs,
     TokenRows,
     check_draws,
@@ -31,7 +28,8 @@ from jacrl.backends.base import (
     set_threads,
 )
 from jacrl.backends.cpu import auto_cpu_dtype
-from jacrl.backends.lora_format import adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.progress import Progress
 
 
@@ -95,7 +93,7 @@ class TorchBackend(Backend):
         device: str | None = "auto",
         dtype: str = "auto",
         model_name: str | None = None,
-        max_batch_rows: int = 64,
+        max_batch_rows: int = MAX_BATCH_ROWS,
         gradient_checkpointing: bool = False,
         training: bool = False,
     ):
@@ -146,10 +144,8 @@ class TorchBackend(Backend):
         cache copied once per row of every draw. Each (prompt, draw) keeps its own generator
         seeded `seed + i`, so what a prompt gets does not depend on which prompts share its batch.
         """
-        import torch
-
-        max_tokens, offsets = check_draws(draws), _draw_offsets(draws)
-        rows = sum(d.n for d in draws)
+        max_tokens, layout = check_draws(draws), RowLayout.of(draws)
+        rows = layout.block
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
@@ -158,30 +154,29 @@ class TorchBackend(Backend):
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for start in range(0, len(order), per_chunk):
             chunk = order[start : start + per_chunk]
-            picks = [_Pick(d.params, [torch.Generator(device="cpu").manual_seed(d.params.seed + i) for i in chunk])
-                     for d in draws]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], draws, picks, max_tokens)
+            seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens)
             for j, i in enumerate(chunk):
-                for d, first in enumerate(offsets):
-                    at = j * rows + first
-                    out[d][i] = [self._finish(ids[r], lps[r]) for r in range(at, at + draws[d].n)]
+                for d in range(len(draws)):
+                    span = layout.rows(j, d)
+                    out[d][i] = [self._finish(a, b) for a, b in zip(ids[span], lps[span])]
             bar.update(len(chunk) * rows)
         bar.close()
         return out
 
     def _sample(
-        self, prompts: list[list[int]], draws: Sequence[Draw], picks: list[_Pick], max_tokens: int
+        self, prompts: list[list[int]], layout: RowLayout, seeded: list[SeededDraw], max_tokens: int
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Prefill each prompt, left-pad the KV caches into one static cache with a copy per row, decode all rows together."""
         import torch
 
-        rows = sum(d.n for d in draws)
+        rows = layout.block
         width = max(map(len, prompts))
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
         # The mask spans the whole static cache: left padding and not-yet-written slots are 0.
         mask = torch.zeros((len(lens), width + max_tokens), dtype=torch.long, device=self.device)
         mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
-        choose = _RowChooser(draws, picks, len(prompts))
+        choose = RowChooser(layout, seeded, len(prompts))
         with torch.inference_mode():
             cache, logits = self._prefill(prompts, rows, width, width + max_tokens)
             kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
@@ -215,7 +210,7 @@ class TorchBackend(Backend):
         return cache, torch.cat(last)
 
     def _decode(
-        self, logits: Any, mask: Any, lens: Any, width: int, max_tokens: int, choose: _RowChooser, kw: dict
+        self, logits: Any, mask: Any, lens: Any, width: int, max_tokens: int, choose: RowChooser, kw: dict
     ) -> tuple[Any, Any]:
         import torch
 
@@ -224,7 +219,7 @@ class TorchBackend(Backend):
         tokens, logps = [], []
         done = torch.zeros(rows, dtype=torch.bool)
         for t in range(max_tokens):
-            tok, lp = choose(logits.cpu())
+            tok, lp = choose(logits.cpu())  # on the CPU, from CPU generators: see RowChooser
             tok = torch.where(done, eos[0], tok)
             tokens.append(tok)
             logps.append(lp)
@@ -294,8 +289,7 @@ class TorchBackend(Backend):
         last = max(p + c for p, c in zip(p_len, c_len)) - 1
         keep = torch.arange(first, last, device=self.device)
         logits = self.model(input_ids=x, logits_to_keep=keep).logits.float()
-        if temperature != 1.0:
-            logits = logits / max(temperature, 1e-6)
+        logits = at_temperature(logits, temperature)
         lse = torch.logsumexp(logits, dim=-1)  # [B, last-first]; no full log-softmax copy
         j = torch.arange(T, device=self.device)
         rows = []
@@ -330,8 +324,7 @@ class TorchBackend(Backend):
                 cache.batch_repeat_interleave(len(index))
                 logits = torch.cat([logits, self.model(input_ids=tails[:, :-1], **kw).logits.float()], dim=1)
             logits = logits[:, :n]
-            if temperature != 1.0:
-                logits = logits / max(temperature, 1e-6)
+            logits = at_temperature(logits, temperature)
             lp = logits.gather(-1, tails[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
             for r, i in enumerate(index):
                 rows[i] = torch.nn.functional.pad(lp[r], (0, T - lp.shape[1]))
@@ -499,26 +492,25 @@ class TorchBackend(Backend):
         with self.model.disable_adapter():
             yield
 
-    def keep_reference(self, path: str | Path) -> None:
-        self._unmerged("keep a reference adapter")
-        self._reference = self.adapter_weights(path)
+    def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
+        params = dict(self.model.named_parameters())
+        shapes = {}
+        for name, a in params.items():
+            if name.endswith(".lora_A.default.weight"):
+                module = name.removeprefix(PEFT_PREFIX).removesuffix(".lora_A.default.weight")
+                shapes[module] = (tuple(a.shape), tuple(params[name.replace(".lora_A.", ".lora_B.")].shape))
+        return shapes
 
-    def adapter_weights(self, path: str | Path) -> dict[str, Any]:
-        """The adapter folder `path` (either format) as tensors under the loaded adapter's parameter
-        names; it must have the same modules and shapes."""
+    def _native_weights(self, weights: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+        """Tensors under the adapter's parameter names, on its device and in its dtype."""
         import torch
 
         params = dict(self.model.named_parameters())
-        lora = {name for name in params if ".lora_" in name}
         kept = {}
-        for module, (a, b) in read_adapter(path).weights.items():
+        for module, (a, b) in weights.items():
             for part, w in (("lora_A", a), ("lora_B", b)):
-                name = f"base_model.model.{module}.{part}.default.weight"
-                if name not in lora or tuple(params[name].shape) != w.shape:
-                    raise ValueError(f"{path}: adapter module {module} does not match the loaded adapter")
+                name = f"{PEFT_PREFIX}{module}.{part}.default.weight"
                 kept[name] = torch.from_numpy(w).to(params[name].device, params[name].dtype)
-        if set(kept) != lora:
-            raise ValueError(f"{path}: the adapter lacks {len(lora - set(kept))} of the loaded adapter's LoRA matrices")
         return kept
 
     def lora_weights(self) -> dict[str, Any]:
@@ -576,75 +568,3 @@ def _drop_stale_weights(out_dir: Path) -> None:
         names = set(json.loads(index.read_text())["weight_map"].values())
         if "model.safetensors" not in names:
             (out_dir / "model.safetensors").unlink()
-
-
-def _draw_offsets(draws: Sequence[Draw]) -> list[int]:
-    """Where each draw's rows start inside one prompt's block of rows."""
-    return list(itertools.accumulate((d.n for d in draws[:-1]), initial=0))
-
-
-@dataclass
-class _Pick:
-    """One draw's sampling params and a generator per prompt of the batch."""
-
-    params: SamplingParams
-    gens: list[Any]
-
-
-class _RowChooser:
-    """Picks every row's next token: rows are laid out prompt by prompt, each prompt's block holding
-    every draw's rows in order. Greedy draws pick by argmax; a sampled draw's rows of one prompt
-    draw from that (prompt, draw)'s generator, as they would decoded alone."""
-
-    def __init__(self, draws: Sequence[Draw], picks: list[_Pick], prompts: int):
-        import torch
-
-        rows = sum(d.n for d in draws)
-        self.parts = []
-        for d, first, pick in zip(draws, _draw_offsets(draws), picks, strict=True):
-            index = torch.tensor([j * rows + first + r for j in range(prompts) for r in range(d.n)], dtype=torch.long)
-            self.parts.append((index, d.n, pick))
-        self.rows = rows * prompts
-
-    def __call__(self, logits: Any) -> tuple[Any, Any]:
-        import torch
-
-        if len(self.parts) == 1:  # one draw holds every row (GRPO, RFT): no gather or scatter per step
-            _, n, pick = self.parts[0]
-            return _choose_rows(logits, n, pick)
-        tok = torch.empty(self.rows, dtype=torch.long)
-        logp = torch.empty(self.rows, dtype=logits.dtype)
-        for index, n, pick in self.parts:
-            if n:
-                tok[index], logp[index] = _choose_rows(logits[index], n, pick)
-        return tok, logp
-
-
-def _choose_rows(logits: Any, n: int, pick: _Pick) -> tuple[Any, Any]:
-    """One draw's next tokens: argmax when greedy, else each prompt's n rows from its own generator."""
-    import torch
-
-    if pick.params.temperature <= 0:
-        return _choose(logits, pick.params, None)
-    chosen = [_choose(logits[j * n : (j + 1) * n], pick.params, g) for j, g in enumerate(pick.gens)]
-    return torch.cat([c for c, _ in chosen]), torch.cat([c for _, c in chosen])
-
-
-def _choose(logits: Any, params: SamplingParams, gen: Any) -> tuple[Any, Any]:
-    """Pick the next token per row; return it and its logprob at the sampling temperature."""
-    import torch
-
-    if params.temperature <= 0:
-        logp = torch.log_softmax(logits, dim=-1)
-        tok = logp.argmax(dim=-1)
-        return tok, logp.gather(-1, tok[:, None])[:, 0]
-    logp = torch.log_softmax(logits / params.temperature, dim=-1)
-    probs = logp.exp()
-    if params.top_p < 1.0:
-        sorted_p, order = probs.sort(dim=-1, descending=True)
-        cum = sorted_p.cumsum(-1)
-        drop = (cum - sorted_p) >= params.top_p  # keeps the smallest prefix reaching top_p
-        sorted_p = sorted_p.masked_fill(drop, 0.0)
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    tok = torch.multinomial(probs, 1, generator=gen)[:, 0]
-    return tok, logp.gather(-1, tok[:, None])[:, 0]
