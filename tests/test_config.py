@@ -1,9 +1,12 @@
 """The config model: defaults, unknown keys, wrong types — each error names the key."""
 
+import typing
+
 import pytest
 import yaml
+from pydantic import BaseModel
 
-from jacrl.config import Config, ConfigError, _models_in, cell_provenance, load_config
+from jacrl.config import Config, ConfigError, cell_provenance, load_config
 from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
 from jacrl.reward.cache import config_digest as config_digest_of_reward
 from jacrl.reward.config import RewardConfig
@@ -122,12 +125,19 @@ def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
     assert config_digest_of_reward(RewardConfig(isolation="weak")) != base
 
 
+def _nested_models(annotation):
+    """Every pydantic model class inside a field's annotation (list[X], X | None, Annotated[Union[...]])."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _nested_models(arg)]
+
+
 def _sections(model, seen):
     if model in seen:
         return
     seen.add(model)
     for field in model.model_fields.values():
-        for sub in _models_in(field.annotation):
+        for sub in _nested_models(field.annotation):
             _sections(sub, seen)
 
 

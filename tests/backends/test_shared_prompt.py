@@ -1,10 +1,12 @@
 """Rows that share a prompt are scored with one prompt forward and a repeated KV cache; the
-logprobs and the LoRA gradients must be those of the padded batch that runs every row whole."""
+logprobs and the LoRA gradients a trainer gets from `logprobs` and `backward` must be those of
+the same rows each run whole (a batch of one row: prompt and completion in one forward)."""
 
 import pytest
 import torch
 
 from jacrl.backends import load_backend
+from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.lora_format import LoraSpec
 
 
@@ -28,86 +30,109 @@ def rows(backend):
     return [a, a, a, b, b, c, b], [tails[0], tails[1], tails[2], tails[3], tails[4], tails[5], tails[0]]
 
 
-def scored(backend, path, prompts, completions, temperature):
-    """Logprobs, mask and the LoRA gradients of a weighted sum of the logprobs."""
+def weights_for(completions):
+    """Fixed weights [B, T] of a linear loss: its gradient is the weighted sum of the logprobs' gradients."""
+    T = max(len(c) for c in completions)
+    return torch.linspace(-1.0, 1.0, len(completions) * T).reshape(len(completions), T)
+
+
+def alone(prompts, completions, weights):
+    """The same rows as batches of one, each with its row of the weights."""
+    return [([p], [c], weights[i : i + 1, : len(c)]) for i, (p, c) in enumerate(zip(prompts, completions))]
+
+
+def trained(backend, batches, temperature):
+    """What the loss saw in each `backward` of `batches` (logprobs, mask) and the LoRA gradients
+    the weighted sums leave, accumulated over the batches."""
     backend.model.zero_grad(set_to_none=True)
-    # the public scoring path groups rows by prompt (repeated prompts here: the shared path, see below)
-    score = backend._token_logprobs if path == "shared" else backend._padded_logprobs
-    lp, mask = score(prompts, completions, temperature)
-    weights = torch.linspace(-1.0, 1.0, lp.numel()).reshape(lp.shape)
-    (lp * weights).sum().backward()
+    seen = []
+    for prompts, completions, weights in batches:
+        def loss(t: TokenLogprobs, weights=weights):
+            seen.append((t.logprobs.detach(), t.mask))
+            return (t.logprobs * weights).sum(), {}
+
+        backend.backward(prompts, completions, temperature, loss)
     grads = {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
-    return lp.detach(), mask, grads
+    return seen, grads
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prompt_rows_match_padded_rows(backend, temperature):
+def test_shared_prompt_rows_match_rows_run_whole(backend, temperature):
     prompts, completions = rows(backend)
-    lp_s, mask_s, grads_s = scored(backend, "shared", prompts, completions, temperature)
-    lp_p, mask_p, grads_p = scored(backend, "padded", prompts, completions, temperature)
-    assert torch.equal(mask_s, mask_p)
-    assert mask_s.sum(dim=1).tolist() == [len(c) for c in completions]
-    assert torch.allclose(lp_s, lp_p, atol=1e-5), (lp_s - lp_p).abs().max()
+    weights = weights_for(completions)
+    [(lp_s, mask_s)], grads_s = trained(backend, [(prompts, completions, weights)], temperature)
+    seen, grads_w = trained(backend, alone(prompts, completions, weights), temperature)
+    lp_w = torch.stack([torch.nn.functional.pad(lp[0], (0, lp_s.shape[1] - lp.shape[1])) for lp, _ in seen])
+    lengths = [len(c) for c in completions]
+    assert torch.equal(mask_s, torch.tensor([[j < n for j in range(max(lengths))] for n in lengths]))
+    assert mask_s.sum(dim=1).tolist() == lengths
+    assert torch.allclose(lp_s, lp_w, atol=1e-5), (lp_s - lp_w).abs().max()
     assert (lp_s[mask_s] < 0).all() and (lp_s[~mask_s] == 0).all()
-    assert set(grads_s) == set(grads_p) and len(grads_s) > 0
-    for name, g in grads_p.items():
+    assert set(grads_s) == set(grads_w) and len(grads_s) > 0
+    for name, g in grads_w.items():
         assert g.abs().sum() > 0, name
         # float32 sums in another order: compare the whole tensor, not element by element
         assert (grads_s[name] - g).norm() <= 1e-4 * g.norm(), (name, float((grads_s[name] - g).norm() / g.norm()))
 
 
-def test_repeated_prompts_take_the_shared_path(backend, monkeypatch):
+def embedded_rows(backend, score):
+    """The token rows of every forward that `score()` runs through the model, batch by batch."""
+    fed = []
+    hook = backend.model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].tolist()))
+    try:
+        score()
+    finally:
+        hook.remove()
+    return fed
+
+
+def test_each_distinct_prompt_runs_once(backend):
     prompts, completions = rows(backend)
-    called = []
-    monkeypatch.setattr(type(backend), "_padded_logprobs", lambda *a: called.append("padded"))
-    monkeypatch.setattr(type(backend), "_shared_logprobs", lambda *a: called.append("shared"))
-    backend._token_logprobs(prompts, completions, 1.0)
-    distinct = [2, 4, 5]  # three different prompts: one padded forward
-    backend._token_logprobs([prompts[i] for i in distinct], [completions[i] for i in distinct], 1.0)
-    assert called == ["shared", "padded"]
+    fed = embedded_rows(backend, lambda: backend.logprobs(prompts, completions))
+    for p in map(list, {tuple(p) for p in prompts}):
+        assert sum(row[: len(p)] == p for batch in fed for row in batch) == 1, p
+    distinct = [2, 4, 5]  # three different prompts: one padded forward of the rows whole
+    some = [prompts[i] for i in distinct], [completions[i] for i in distinct]
+    fed = embedded_rows(backend, lambda: backend.logprobs(*some))
+    assert [len(batch) for batch in fed] == [3]
+    assert all(row[: len(prompts[i])] == prompts[i] for row, i in zip(fed[0], distinct))
 
 
 @pytest.fixture(scope="module")
 def mlx_backend(tiny_model):
     mx = pytest.importorskip("mlx.core", reason="MLX is not installed (mlx[cpu] on Linux)")
+    from mlx.utils import tree_flatten, tree_unflatten
+
     b = load_backend(tiny_model, "mlx")
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     key = mx.random.key(0)
-    for _, module in b._lora_modules():  # B starts at zero, which would leave A without a gradient
-        key, sub = mx.random.split(key)
-        module.lora_b = mx.random.normal(module.lora_b.shape, key=sub) * 0.05
+    random_b = []
+    for name, value in tree_flatten(b.model.trainable_parameters()):
+        if name.endswith("lora_b"):  # B starts at zero, which would leave A without a gradient
+            key, sub = mx.random.split(key)
+            random_b.append((name, mx.random.normal(value.shape, key=sub) * 0.05))
+    b.model.update(tree_unflatten(random_b))
     return b
 
 
-def mlx_scored(backend, path, prompts, completions, temperature):
-    """MLX's logprobs (each row run whole, or rows grouped by prompt) and the LoRA gradients of a
-    weighted sum of them."""
-    import mlx.core as mx
-    import mlx.nn as nn
+def mlx_trained(backend, batches, temperature):
+    """The loss's logprobs per row of `batches` and the LoRA gradients the weighted sums leave,
+    accumulated over the batches (read from the accumulator `step` applies: MLX has no public view
+    of it). The step that clears it has learning rate 0, so the adapter stays as it was."""
     import numpy as np
     from mlx.utils import tree_flatten
 
-    from jacrl.backends.mlx_backend import prompt_groups
+    backend.configure_optimizer(0.0)
+    seen = []
+    for prompts, completions, weights in batches:
+        def loss(t: TokenLogprobs, weights=weights):
+            seen.extend(t.logprobs[i, : len(c)].detach().numpy() for i, c in enumerate(completions))
+            return (t.logprobs * weights).sum(), {}
 
-    weights = np.linspace(-1.0, 1.0, sum(len(c) for c in completions), dtype=np.float32)
-    cuts = np.cumsum([0, *[len(c) for c in completions]])
-
-    def rows(model):
-        if path == "padded":
-            return [backend._row_logprobs(model, p, c, temperature) for p, c in zip(prompts, completions)]
-        out = [None] * len(completions)
-        for group in prompt_groups(prompts, completions):
-            for i, lp in zip(group, backend._group_logprobs(model, prompts, completions, temperature, group)):
-                out[i] = lp
-        return out
-
-    def total(model):
-        return sum((lp * mx.array(weights[cuts[i]:cuts[i + 1]])).sum() for i, lp in enumerate(rows(model)))
-
-    _, grads = nn.value_and_grad(backend.model, total)(backend.model)
-    lps = rows(backend.model)
-    mx.eval(lps, grads)
-    return [np.array(lp) for lp in lps], {n: np.array(g) for n, g in tree_flatten(grads)}
+        backend.backward(prompts, completions, temperature, loss)
+    grads = {n: np.array(g) for n, g in tree_flatten(backend._grads)}
+    backend.step()
+    return seen, grads
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -115,14 +140,15 @@ def test_mlx_shared_prompt_rows_match_rows_run_whole(mlx_backend, temperature):
     import numpy as np
 
     prompts, completions = rows(mlx_backend)
-    lp_s, grads_s = mlx_scored(mlx_backend, "shared", prompts, completions, temperature)
-    lp_p, grads_p = mlx_scored(mlx_backend, "padded", prompts, completions, temperature)
+    weights = weights_for(completions)
+    lp_s, grads_s = mlx_trained(mlx_backend, [(prompts, completions, weights)], temperature)
+    lp_w, grads_w = mlx_trained(mlx_backend, alone(prompts, completions, weights), temperature)
     assert [len(x) for x in lp_s] == [len(c) for c in completions]
-    for s, p in zip(lp_s, lp_p):
-        assert np.allclose(s, p, atol=1e-5), np.abs(s - p).max()
+    for s, w in zip(lp_s, lp_w):
+        assert np.allclose(s, w, atol=1e-5), np.abs(s - w).max()
         assert (s < 0).all()
-    assert set(grads_s) == set(grads_p) and any("lora" in n for n in grads_p)
-    for name, g in grads_p.items():
+    assert set(grads_s) == set(grads_w) and any("lora" in n for n in grads_w)
+    for name, g in grads_w.items():
         assert np.abs(g).sum() > 0, name
         assert np.linalg.norm(grads_s[name] - g) <= 1e-4 * np.linalg.norm(g), name
 
@@ -132,5 +158,5 @@ def test_mlx_public_logprobs_share_the_prompt_and_agree(mlx_backend):
 
     prompts, completions = rows(mlx_backend)
     public = mlx_backend.logprobs(prompts, completions)
-    whole = [np.array(mlx_backend._row_logprobs(mlx_backend.model, p, c, 1.0)) for p, c in zip(prompts, completions)]
+    whole = [mlx_backend.logprobs([p], [c])[0] for p, c in zip(prompts, completions)]
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(public, whole))

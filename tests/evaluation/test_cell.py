@@ -1,7 +1,7 @@
 """An eval cell end to end: real Jac scoring of every completion kind; the tiny model's own
 cell; verified@n and audit flags from scripted answers (what a model could emit)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -19,16 +19,16 @@ CHEAT = '```jac\nx = open("dataset/rl/tasks.jsonl").read();\n```'
 
 @dataclass
 class ScriptedModel:
-    """Answers each prompt from a script: kind → per-prompt list of completion texts."""
+    """Answers the i-th draw a cell asks for with the i-th entry of its script (per prompt, the
+    completion texts), and keeps what was asked: (n, temperature) per draw."""
 
     script: dict
+    asked: list = field(default_factory=list)
 
     def generate_draws(self, prompts, draws):
-        return [self._draw(len(prompts), d.n, d.params) for d in draws]
-
-    def _draw(self, prompts, n, params):
-        kind = "greedy" if params.temperature == 0 else ("policy" if params.temperature == 0.5 else "sample")
-        return [[Completion(text, [1], [0.0], False) for text in self.script[kind][i][:n]] for i in range(prompts)]
+        self.asked += [(d.n, d.params.temperature) for d in draws]
+        return [[[Completion(text, [1], [0.0], False) for text in per_prompt[i][: d.n]] for i in range(len(prompts))]
+                for d, per_prompt in zip(draws, self.script.values())]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,13 @@ def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path)
     assert (kinds.count("greedy"), kinds.count("sample"), kinds.count("policy")) == (2, 4, 6)
     assert cell["samples"] == 2 and cell["policy_samples"] == 3 and cell["policy_temperature"] == 0.5
     assert cell["isolation"] == "strict" and all(r["score"]["isolation"] == "strict" for r in records)
-    assert 0 <= cell["verified_pct"] <= 100 and cell["policy_pass_pct"] is not None
+    # verified@n from the samples file by hand: per task, is the first sample that runs exact
+    verified = [next((r["score"]["exact"] for r in records if r["task_id"] == t.id and r["kind"] == "sample"
+                      and r["score"]["runs"]), False) for t in tasks]
+    assert cell["verified_pct"] == 100 * sum(verified) / len(tasks)
+    policy = [r["score"]["exact"] for r in records if r["kind"] == "policy"]
+    assert cell["policy_pass_pct"] == round(100 * sum(policy) / len(policy), 2)
+    assert (cell["verified_pct"], cell["policy_pass_pct"]) == (0.0, 0.0)  # 12 tokens of a 4-step model pass nothing
 
 
 def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
@@ -64,7 +70,9 @@ def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
         "policy": [[gold[0], gold[0]], [BROKEN, gold[1]]],
     }
     cfg = EvalConfig(n=2, k=2, policy_n=2, policy_temperature=0.5)
-    cell = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "mem"}, str(tmp_path / "s.jsonl"))
+    model = ScriptedModel(script)
+    cell = evaluate_cell(tasks, model, scorer, cfg, {"split": "mem"}, str(tmp_path / "s.jsonl"))
+    assert model.asked == [(1, 0.0), (2, 0.8), (2, 0.5)]  # greedy, the eval samples at T, the policy samples
     per = cell["per_task"]
     t0, t1 = (t.id for t in tasks)
     assert (per[t0]["pass1"], per[t0]["verified"], per[t0]["c"]) == (0, 1, 1)
@@ -77,10 +85,12 @@ def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
 
 def test_a_split_outside_sample_splits_is_greedy_only(tasks, scorer, tmp_path):
     gold = [f"```jac\n{t.gold_body}```" for t in tasks]
-    script = {"greedy": [[gold[0]], [BROKEN]], "sample": [[gold[0], gold[0]], [gold[1], gold[1]]], "policy": [[], []]}
+    script = {"greedy": [[gold[0]], [BROKEN]], "sample": [[gold[0], gold[0]], [gold[1], gold[1]]]}
     cfg = EvalConfig(n=2, k=2, sample_splits=["mem"])
-    gen = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "gen"}, str(tmp_path / "g.jsonl"))
-    mem = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, {"split": "mem"}, str(tmp_path / "m.jsonl"))
+    gen_model, mem_model = ScriptedModel(script), ScriptedModel(script)
+    gen = evaluate_cell(tasks, gen_model, scorer, cfg, {"split": "gen"}, str(tmp_path / "g.jsonl"))
+    mem = evaluate_cell(tasks, mem_model, scorer, cfg, {"split": "mem"}, str(tmp_path / "m.jsonl"))
+    assert (gen_model.asked, mem_model.asked) == ([(1, 0.0), (0, 0.8)], [(1, 0.0), (2, 0.8)])  # gen: no samples
     assert [r["kind"] for r in read_jsonl(tmp_path / "g.jsonl")] == ["greedy", "greedy"]
     assert (gen["samples"], gen["pass1_pct"], gen["verified_pct"]) == (0, 50.0, 50.0)
     assert (mem["samples"], mem["pass1_pct"], mem["verified_pct"]) == (2, 50.0, 100.0)

@@ -6,6 +6,7 @@ import textwrap
 from typing import Callable
 
 import pytest
+from fixture_answers import WRITTEN, Answers, answered, answered_out_of_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from jacrl.reward.extract import (
     fenced_blocks,
     find_units,
     mask,
-    normalize_body,
 )
 from jacrl.reward.splice import splice
 from jacrl.tasks.record import HOLE, Task
@@ -147,7 +147,7 @@ def test_fenced_blocks():
 @pytest.mark.parametrize("task_id", ["fx_visit_city", "fx_total_population", "fx_describe_size", "fx_stack_push", "fx_door_greet"])
 def test_splice_of_gold_reproduces_the_gold_program(tasks, task_id):
     t = tasks[task_id]
-    program = splice(t.template, extract_body(fence(t.gold_body), t).body, t.indent)
+    program = splice(t.template, WRITTEN[task_id].body, t.indent)
     assert program == t.template.replace(t.indent + "__HOLE__\n", t.gold_body)
 
 
@@ -155,10 +155,6 @@ def test_splice_reindents_and_needs_exactly_one_hole():
     assert splice("a {\n  __HOLE__\n}\n", "x;\n    y;\n\n", "  ") == "a {\n  x;\n      y;\n}\n"
     with pytest.raises(ValueError):
         splice("a {\n}\n", "x;", "  ")
-
-
-def fence(body: str) -> str:
-    return f"```jac\n{body}```"
 
 
 def test_closing_fence_on_the_last_code_line(tasks):
@@ -247,13 +243,22 @@ def _indent(code: str, pad: str) -> str:
     return "\n".join(pad + ln if ln.strip() else ln for ln in code.split("\n"))
 
 
+def whole_file(t: Task) -> str:
+    return t.template.replace(t.indent + HOLE + "\n", t.gold_body)
+
+
+def _gives(ex, a: Answers) -> bool:
+    return ex.ok and ex.body == a.body
+
+
+# The corpus's tasks are too many to answer by hand: their unit, impl and inline forms are cut
+# from each template with the extractor's unit finder (the fixture tasks' are written out in
+# fixture_answers.py, and the fast tests use those).
+
+
 def _hole_unit(t: Task) -> UnitSpan:
     at = t.template.index(t.indent + HOLE + "\n")
     return max((u for u in find_units(t.template) if u.open < at < u.close), key=lambda u: u.open)
-
-
-def whole_file(t: Task) -> str:
-    return t.template.replace(t.indent + HOLE + "\n", t.gold_body)
 
 
 def whole_unit(t: Task) -> str:
@@ -315,9 +320,17 @@ def as_inline(t: Task) -> str:
     return f"obj {u.owner} {{\n{_indent(unit, '    ')}\n}}" if u.owner else unit
 
 
-def corpus_forms(t: Task) -> dict[str, str]:
+def derived_answers(t: Task) -> Answers:
+    """Any task's answers, cut from its template."""
+    return Answers(t, textwrap.dedent(t.gold_body).strip("\n"), whole_unit(t), as_impl(t), as_inline(t))
+
+
+# ---------------------------------------------------------------- scoring every form on real runs
+
+
+def corpus_forms(a: Answers) -> dict[str, str]:
     """The forms every corpus task is scored in (each must be an exact pass)."""
-    body = t.gold_body.rstrip("\n")
+    t, body = a.task, a.task.gold_body.rstrip("\n")
     return {
         "bare": t.gold_body,
         "backticks_jac": FENCES["backticks_jac"](body),
@@ -325,17 +338,17 @@ def corpus_forms(t: Task) -> dict[str, str]:
         "four_backticks": FENCES["four_backticks"](body),
         "think_decoy_then_fence": REASONING["think"](FENCES["backticks_jac"](body)),
         "unterminated_think_decoy_then_fence": UNTERMINATED_THINK(FENCES["tildes"](body)),
-        "whole_unit": FENCES["backticks_jac"](whole_unit(t)),
-        "whole_unit_as_impl": FENCES["backticks_jac"](as_impl(t)),
-        "whole_unit_inline": FENCES["tildes_jac"](as_inline(t)),
+        "whole_unit": FENCES["backticks_jac"](a.unit),
+        "whole_unit_as_impl": FENCES["backticks_jac"](a.impl),
+        "whole_unit_inline": FENCES["tildes_jac"](a.inline),
         "file_unfenced": whole_file(t),
         "file_fenced": FENCES["backticks_jac"](whole_file(t)),
     }
 
 
-def never_answered(t: Task) -> dict[str, str]:
-    """Completions of `t` that never write its body: none may pass."""
-    unit, body = whole_unit(t), t.gold_body.rstrip()
+def never_answered(a: Answers) -> dict[str, str]:
+    """Completions of the task that never write its body: none may pass."""
+    unit, body = a.unit, a.task.gold_body.rstrip()
     return {
         **{k: NOT_WRITTEN[k] for k in ("prose_only", "empty_tildes", "reasoning_then_nothing", "reasoning_only")},
         "truncated_unit_half": FENCES["unclosed"](unit[: len(unit) // 2]),
@@ -344,14 +357,15 @@ def never_answered(t: Task) -> dict[str, str]:
     }
 
 
-def score_forms(scorer, tasks: list[Task]) -> tuple[dict[str, list[int]], list[tuple[str, str]]]:
-    """Scores every form of every task (and of its impl variant) on real runs: per form class
-    [cases, as expected], and the (task, form) pairs that were not."""
-    variants = {v.id: v for v in map(impl_variant, tasks) if v is not None}
-    scorer.tasks.update({t.id: t for t in tasks} | variants)
-    rows = [(t.id, name, c, True) for t in tasks for name, c in corpus_forms(t).items()]
-    rows += [(v.id, "impl_variant/" + name, c, True) for v in variants.values() for name, c in corpus_forms(v).items()]
-    rows += [(t.id, "never_answered/" + name, c, False) for t in tasks for name, c in never_answered(t).items()]
+def score_forms(
+    scorer, answers: list[Answers], moved: list[Answers]
+) -> tuple[dict[str, list[int]], list[tuple[str, str]]]:
+    """Scores every form of every task (and of the same tasks moved out of line) on real runs:
+    per form class [cases, as expected], and the (task, form) pairs that were not."""
+    scorer.tasks.update({a.task.id: a.task for a in answers + moved})
+    rows = [(a.task.id, name, c, True) for a in answers for name, c in corpus_forms(a).items()]
+    rows += [(a.task.id, "impl_variant/" + name, c, True) for a in moved for name, c in corpus_forms(a).items()]
+    rows += [(a.task.id, "never_answered/" + name, c, False) for a in answers for name, c in never_answered(a).items()]
     scores = scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     table: dict[str, list[int]] = {}
     bad = []
@@ -365,24 +379,24 @@ def score_forms(scorer, tasks: list[Task]) -> tuple[dict[str, list[int]], list[t
     return table, bad
 
 
-def _same(ex, t: Task) -> bool:
-    return ex.ok and normalize_body(ex.body) == normalize_body(t.gold_body)
+# ---------------------------------------------------------------- the fixture tasks, answered by hand
 
 
 @pytest.mark.parametrize("form", sorted(FENCES))
 def test_every_fence_form_of_body_unit_and_file(tasks, form):
-    for t in tasks.values():
-        for echo in (t.gold_body.rstrip("\n"), whole_unit(t), whole_file(t)):
-            ex = extract_body(FENCES[form](echo), t)
-            assert _same(ex, t), (t.id, ex)
+    for a in answered(tasks):
+        for echo in (a.task.gold_body.rstrip("\n"), a.unit, whole_file(a.task)):
+            ex = extract_body(FENCES[form](echo), a.task)
+            assert _gives(ex, a), (a.task.id, ex)
 
 
 @pytest.mark.parametrize("form", sorted(REASONING))
 def test_every_reasoning_form_drops_the_drafts(tasks, form):
-    for t in tasks.values():
-        for answer in (FENCES["backticks_jac"](t.gold_body), t.gold_body, whole_file(t), FENCES["tildes"](whole_unit(t))):
+    for a in answered(tasks):
+        t = a.task
+        for answer in (FENCES["backticks_jac"](t.gold_body), t.gold_body, whole_file(t), FENCES["tildes"](a.unit)):
             ex = extract_body(REASONING[form](answer), t)
-            assert _same(ex, t) and ex.method.startswith("think+"), (t.id, ex)
+            assert _gives(ex, a) and ex.method.startswith("think+"), (t.id, ex)
 
 
 @pytest.mark.parametrize("form", sorted(NOT_WRITTEN))
@@ -394,33 +408,37 @@ def test_a_body_never_written_is_empty(tasks, form):
 
 @pytest.mark.parametrize("form", ["backticks_jac", "tildes", "four_backticks", "unclosed", "indented_3", "prose_around"])
 def test_unterminated_reasoning_takes_the_last_fence(tasks, form):
-    for t in tasks.values():
-        for echo in (t.gold_body.rstrip("\n"), whole_unit(t), whole_file(t)):
-            ex = extract_body(UNTERMINATED_THINK(FENCES[form](echo)), t)
-            assert _same(ex, t) and ex.method.startswith("think+"), (t.id, ex)
+    for a in answered(tasks):
+        for echo in (a.task.gold_body.rstrip("\n"), a.unit, whole_file(a.task)):
+            ex = extract_body(UNTERMINATED_THINK(FENCES[form](echo)), a.task)
+            assert _gives(ex, a) and ex.method.startswith("think+"), (a.task.id, ex)
 
 
 def test_unfenced_whole_file_keeps_its_docstring_whole(tasks):
     """Unfenced, the file's docstring opens with a prose-like line; trimming it once left the
     closing quotes to open a string that swallowed the file."""
-    for t in tasks.values():
-        for c in (whole_file(t), f"Here is the completed file.\n\n{whole_file(t)}\nHope this helps!"):
-            ex = extract_body(c, t)
-            assert _same(ex, t) and ex.method.startswith("raw+unit"), (t.id, ex)
+    for a in answered(tasks):
+        for c in (whole_file(a.task), f"Here is the completed file.\n\n{whole_file(a.task)}\nHope this helps!"):
+            ex = extract_body(c, a.task)
+            assert _gives(ex, a) and ex.method.startswith("raw+unit"), (a.task.id, ex)
 
 
 def test_impl_block_answers_a_method_hole(tasks):
-    for t in tasks.values():
-        for c in (as_impl(t), FENCES["backticks_jac"](as_impl(t)), FENCES["tildes"](whole_file(t) + as_impl(t).replace(HOLE, ""))):
-            assert _same(extract_body(c, t), t), (t.id, c)
+    for a in answered(tasks):
+        on_the_brace_line = a.impl.replace("{\n    ", "{    ", 1)
+        after_the_file = FENCES["tildes"](whole_file(a.task) + a.impl)
+        for c in (a.impl, on_the_brace_line, FENCES["backticks_jac"](a.impl), after_the_file):
+            assert _gives(extract_body(c, a.task), a), (a.task.id, c)
 
 
 def test_impl_hole_answered_by_impl_block_inline_unit_or_file(tasks):
-    for t in map(impl_variant, tasks.values()):
-        assert t is not None and t.unit.kind == "impl"
-        inline = whole_unit(tasks[t.id.removesuffix("_impl")])
-        for c in (whole_unit(t), FENCES["four_backticks"](whole_unit(t)), whole_file(t), FENCES["tildes_jac"](whole_file(t)), inline):
-            assert _same(extract_body(c, t), t), (t.id, c)
+    for a, moved in zip(answered(tasks), answered_out_of_line(tasks)):
+        t = moved.task
+        assert t.unit.kind == "impl" and HOLE in t.template.split("impl ", 1)[1]
+        inline = a.unit
+        file = whole_file(t)
+        for c in (moved.unit, FENCES["four_backticks"](moved.unit), file, FENCES["tildes_jac"](file), inline):
+            assert _gives(extract_body(c, t), moved), (t.id, c)
 
 
 def test_impl_of_another_owner_is_not_taken():
@@ -432,10 +450,9 @@ def test_impl_of_another_owner_is_not_taken():
 
 @pytest.mark.parametrize("cut", [0.3, 0.6, 0.9])
 def test_truncated_answers_are_rejected_or_incomplete(tasks, cut):
-    for t in tasks.values():
-        unit = whole_unit(t)
-        ex = extract_body(FENCES["unclosed"](unit[: int(len(unit) * cut)]), t)
-        assert not _same(ex, t), (t.id, ex)
+    for a in answered(tasks):
+        ex = extract_body(FENCES["unclosed"](a.unit[: int(len(a.unit) * cut)]), a.task)
+        assert not _gives(ex, a), (a.task.id, ex)
     ex = extract_body("```jac\ndef total_population(cities: list[City]) -> int {\n    return 0;\n", tasks["fx_total_population"])
     assert not ex.ok and "truncated" in ex.rejected
     ex = extract_body("```jac\ns = 0;\nfor c in cities {\n    s += c.population;\n```", tasks["fx_total_population"])
@@ -450,10 +467,10 @@ def test_fence_rules():
 
 
 @st.composite
-def answers(draw, pool):
-    t = draw(st.sampled_from(sorted(pool, key=lambda t: t.id)))
+def completions(draw, pool: list[Answers]):
+    a = draw(st.sampled_from(sorted(pool, key=lambda a: a.task.id)))
     echo = draw(st.sampled_from(["body", "unit", "impl", "file"]))
-    code = {"body": t.gold_body.rstrip("\n"), "unit": whole_unit(t), "impl": as_impl(t), "file": whole_file(t)}[echo]
+    code = {"body": a.task.gold_body.rstrip("\n"), "unit": a.unit, "impl": a.impl, "file": whole_file(a.task)}[echo]
     char = draw(st.sampled_from("`~"))
     fence = char * draw(st.integers(3, 7))
     info = draw(st.sampled_from(["", "jac", " jac", "python {.x}", "{.jac}", "Jac title=x"] + (["jac `x`"] if char == "~" else [])))
@@ -468,22 +485,21 @@ def answers(draw, pool):
     elif draw(st.booleans()):
         wrapped = f"Here you go:\n\n{wrapped}\n\nThis should work."
     think = draw(st.sampled_from([None, *sorted(REASONING)]))
-    return t, REASONING[think](wrapped) if think else wrapped
+    return a, REASONING[think](wrapped) if think else wrapped
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_gold_in_any_form_extracts_back(tasks, data):
-    pool = list(tasks.values()) + [impl_variant(t) for t in tasks.values()]
-    t, completion = data.draw(answers(pool))
-    ex = extract_body(completion, t)
-    assert _same(ex, t), (completion, ex)
+    a, completion = data.draw(completions(answered(tasks) + answered_out_of_line(tasks)))
+    ex = extract_body(completion, a.task)
+    assert _gives(ex, a), (completion, ex)
 
 
 def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
-    """Every table form of every fixture task (and of its impl variant) is an exact pass; a body
-    never written or truncated is not."""
-    table, bad = score_forms(tiered_scorer, list(tasks.values()))
+    """Every table form of every fixture task (and of the task moved out of line) is an exact
+    pass; a body never written or truncated is not."""
+    table, bad = score_forms(tiered_scorer, answered(tasks), answered_out_of_line(tasks))
     assert bad == [] and len(table) == 29
     rows = [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
@@ -497,6 +513,7 @@ def test_corpus_every_form_scores_exact(corpus, tiered_scorer):
     block with a decoy fence, as the whole unit (inline and as an impl block), as the whole file
     unfenced and fenced — and the same for the task moved into an impl block — is an exact
     pass; prose, empty fences, unfinished reasoning and truncated bodies are not."""
-    table, bad = score_forms(tiered_scorer, list(corpus.values()))
+    moved = [derived_answers(v) for v in map(impl_variant, corpus.values()) if v is not None]
+    table, bad = score_forms(tiered_scorer, [derived_answers(t) for t in corpus.values()], moved)
     print("\n".join(f"{name:45} {n:5} {ok:5}" for name, (n, ok) in table.items()))
     assert bad == [], bad[:20]

@@ -56,7 +56,7 @@ def test_demonstrations_are_gold_bodies_trained_by_echo_only_and_rl_rows_carry_a
     assert len(demos) == 2 and rl  # 2 of the 4 prompts; rl rows of zero advantage were filtered out
     demo_tasks = [t for env, t in orch.prompts_of(0) if env.label == "demos"]
     for row, t in zip(demos, demo_tasks):
-        prompt = orch._prompts[t.id].token_ids
+        prompt = backend.prompt_ids(t.prompt)
         gold = backend.completion_ids(gold_completion(t))[:8]
         length = int(batch.attention_mask[row].sum())
         assert batch.input_ids[row, len(prompt):length].tolist() == gold
