@@ -39,12 +39,13 @@ from jacrl.training.config import SFTConfig  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
 
 
-def greedy_pass(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens: int) -> float:
-    """Share of tasks whose greedy completion passes the reward."""
+def greedy_pass(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens: int) -> tuple[float, float]:
+    """Share of tasks whose greedy completion passes the reward, and their mean dense reward (which
+    moves before a pass does)."""
     groups = backend.generate_ids([backend.prompt_ids(t.prompt) for t in tasks], n=1,
                                   params=SamplingParams(temperature=0.0, max_tokens=max_tokens), progress=False)
     scores = scorer.score_batch(tasks, [g[0].text for g in groups])
-    return sum(float(s.exact) for s in scores) / len(tasks)
+    return sum(float(s.exact) for s in scores) / len(tasks), sum(s.score for s in scores) / len(tasks)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -56,24 +57,25 @@ def run(args: argparse.Namespace) -> dict:
                             threads=args.threads)
     loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}]})
     cfg = GRPOConfig(iters=args.iters, lr=args.lr, group_size=args.group, prompts_per_step=len(tasks),
-                     max_completion=args.max_tokens, max_seq=4096, temperature=1.0, lora_layers=-1,
+                     max_completion=args.max_tokens, max_seq=4096, temperature=args.temperature, lora_layers=-1,
                      lora_rank=8, lora_scale=10.0, seed=0, log_reference_kl=False)
     with RewardScorer({"cache_path": str(out / "reward.sqlite")}, threads=args.threads) as scorer:
         student = prepare_backend(model, cfg, args.threads, None, None, None)
         teacher = load_teacher(Teacher(model, teacher_dir), student, args.threads)
-        teacher_pass = greedy_pass(teacher, tasks, scorer, args.max_tokens)
+        teacher_pass, teacher_reward = greedy_pass(teacher, tasks, scorer, args.max_tokens)
         orch = Orchestrator(tasks, student, scorer, cfg, EnvLossPlans.from_config(loss_cfg))
         trainer = Trainer(student, loss_cfg.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher)
-        curve = [(0, greedy_pass(student, tasks, scorer, args.max_tokens))]
+        curve = [(0, *greedy_pass(student, tasks, scorer, args.max_tokens))]
         kl = []
         for step in range(cfg.iters):
             row = _train_step(orch, trainer, cfg, step)
             kl.append(row.get("loss/opd/reverse_kl_k3"))
             if (step + 1) % args.every == 0:
-                curve.append((step + 1, greedy_pass(student, tasks, scorer, args.max_tokens)))
-            print(f"step {step + 1}: reverse KL {kl[-1]:.4f}" + (f", mem pass {curve[-1][1]:.2f}"
+                curve.append((step + 1, *greedy_pass(student, tasks, scorer, args.max_tokens)))
+            print(f"step {step + 1}: reverse KL {kl[-1]:.4f}" + (f", mem pass {curve[-1][1]:.2f} reward {curve[-1][2]:.3f}"
                   if curve[-1][0] == step + 1 else ""), flush=True)
-    return {"settings": vars(args), "teacher_pass": teacher_pass, "reverse_kl_k3": kl, "student_pass": curve}
+    return {"settings": vars(args), "teacher_pass": teacher_pass, "teacher_reward": teacher_reward,
+            "reverse_kl_k3": kl, "student_pass": [c[:2] for c in curve], "student_reward": [(c[0], c[2]) for c in curve]}
 
 
 def plot(result: dict, path: Path) -> None:
@@ -82,7 +84,7 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
     a.plot(range(1, len(result["reverse_kl_k3"]) + 1), result["reverse_kl_k3"])
     a.set(xlabel="step", ylabel="KL(student ‖ teacher) per token (k3)", title="reverse KL to the teacher")
     steps, passes = zip(*result["student_pass"])
@@ -90,6 +92,11 @@ def plot(result: dict, path: Path) -> None:
     b.axhline(result["teacher_pass"], color="k", linestyle="--", label="teacher (SFT)")
     b.set(xlabel="step", ylabel="greedy pass rate", title="mem pass: student vs teacher", ylim=(-0.05, 1.05))
     b.legend()
+    steps, rewards = zip(*result["student_reward"])
+    c.plot(steps, rewards, marker="o", label="student (opd)")
+    c.axhline(result["teacher_reward"], color="k", linestyle="--", label="teacher (SFT)")
+    c.set(xlabel="step", ylabel="greedy dense reward", title="mem reward: student vs teacher", ylim=(-0.05, 1.05))
+    c.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -105,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=10, help="evaluate the student's greedy pass every N steps")
     p.add_argument("--group", type=int, default=4, help="samples per prompt")
     p.add_argument("--lr", type=float, default=2e-3, help="learning rate of the student's LoRA")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the teacher scores at it too)")
     p.add_argument("--max-tokens", type=int, default=96, help="completion length cap")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="bench/out/opd")
@@ -113,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
     plot(result, out / "opd_curve.png")
-    print(json.dumps({k: result[k] for k in ("teacher_pass", "student_pass")}))
+    print(json.dumps({k: result[k] for k in ("teacher_pass", "teacher_reward", "student_pass", "student_reward")}))
     return 0
 
 
