@@ -1,4 +1,4 @@
-"""The batch API: `score_batch(tasks, completions) -> list[Score]`.
+"""The batch API: `RewardScorer.score_batch(tasks, completions) -> list[Score]`.
 
 Per batch: extract every body; identical (task, body) pairs are scored once; a persistent
 content-addressed cache answers what any process scored before; the rest run in parallel
@@ -16,7 +16,6 @@ rest of the batch is scored as usual. Only a pool that cannot start raises.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import queue
@@ -308,21 +307,3 @@ class RewardScorer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-_default: dict[str, RewardScorer] = {}
-
-
-def score_batch(tasks: list[Task | dict], completions: list[str], config: RewardConfig | dict | None = None) -> list[Score]:
-    """Score with a process-wide scorer for this config (kept warm between calls)."""
-    cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
-    key = cfg.model_dump_json()
-    if key not in _default:
-        _default[key] = RewardScorer(cfg)
-    return _default[key].score_batch(tasks, completions)
-
-
-@atexit.register
-def _close_defaults() -> None:
-    for scorer in _default.values():
-        scorer.close()
-    _default.clear()
