@@ -4,8 +4,10 @@
     with RewardScorer(cfg.reward, tasks="dataset/rl/tasks.jsonl", threads=2) as scorer:
         scores = scorer.score_batch(task_ids_or_records, completions)   # list[Score]
 
-Modules: extract (completion → body), splice (body → program), sandbox (limits, sweeping,
-the subprocess reference runner), forkserver (the default runner), score (dense_v2 /
-tiered with breakdowns), cache (persistent SQLite), batch (dedup + cache + pool), interop
-(mlx-lm-lora and TRL reward functions), config (the `reward:` config section).
+Modules: extract (completion → body), splice (body → program), sandbox (the isolation plan
+and what one run is allowed), supervise (a run's deadline, output caps and the sweep of its
+leftovers), runner (a run's record and the subprocess reference runner), forkserver (the
+default runner), score (dense_v2 / tiered with breakdowns), cache (persistent SQLite), batch
+(dedup + cache + pool), interop (mlx-lm-lora and TRL reward functions), config (the `reward:`
+config section).
 """

@@ -32,7 +32,7 @@ from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import Extraction, extract_body
 from jacrl.reward.forkserver import ForkServerRunner
 from jacrl.reward.normalize import ChatMarkup, chat_markup
-from jacrl.reward.sandbox import RunResult, SubprocessRunner
+from jacrl.reward.runner import RunResult, SubprocessRunner
 from jacrl.reward.score import Score, score_run, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice

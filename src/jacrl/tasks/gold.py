@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from jacrl.reward.sandbox import RunResult, jac_executable
+from jacrl.reward.runner import RunResult
+from jacrl.reward.sandbox import jac_executable
 
 
 def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResult:
