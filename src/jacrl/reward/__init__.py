@@ -7,7 +7,7 @@
 Modules: extract (completion → body), splice (body → program), sandbox (the isolation plan
 and what one run is allowed), supervise (a run's deadline, output caps and the sweep of its
 leftovers), runner (a run's record and the subprocess reference runner), forkserver (the
-default runner), score (dense_v2 / tiered with breakdowns), cache (persistent SQLite), batch
-(dedup + cache + pool), interop (mlx-lm-lora and TRL reward functions), config (the `reward:`
-config section).
+default runner), pool (the runners a scorer's threads share), score (dense_v2 / tiered with
+breakdowns), cache (persistent SQLite), batch (the scorer: dedup + cache + pool), interop
+(mlx-lm-lora and TRL reward functions), config (the `reward:` config section).
 """

@@ -17,8 +17,6 @@ rest of the batch is scored as usual. Only a pool that cannot start raises.
 from __future__ import annotations
 
 import logging
-import os
-import queue
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,9 +28,9 @@ from typing import Protocol, TypeVar
 from jacrl.reward.cache import config_digest, score_key
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import Extraction, extract_body
-from jacrl.reward.forkserver import ForkServerRunner
 from jacrl.reward.normalize import ChatMarkup, chat_markup
-from jacrl.reward.runner import RunResult, SubprocessRunner
+from jacrl.reward.pool import RunnerPool, default_workers
+from jacrl.reward.runner import RunResult
 from jacrl.reward.score import Score, score_run, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
@@ -97,49 +95,6 @@ def screen(completion: object, task: Task, max_chars: int, markup: ChatMarkup) -
         return extract_body(completion, task, markup)
     except Exception as e:  # noqa: BLE001 - a bug met by one completion fails that completion only
         return Extraction("", "rejected", f"extract_error: {type(e).__name__}: {e}")
-
-
-def default_workers(cfg: RewardConfig, threads: int | None) -> int:
-    if cfg.workers:
-        return cfg.workers
-    if threads:
-        return threads
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-class RunnerPool:
-    """`workers` program runners (fork servers or subprocess launchers, per `cfg.runner`) shared
-    by threads: each `run` borrows a free runner for one program."""
-
-    def __init__(self, cfg: RewardConfig, workers: int):
-        if cfg.runner == "fork":
-            self.runners: list = [ForkServerRunner(cfg) for _ in range(workers)]  # all start at once
-            try:
-                for r in self.runners:
-                    r.wait_ready()
-            except BaseException:
-                self.close()
-                raise
-        else:
-            self.runners = [SubprocessRunner(cfg)] * workers
-        self._free: queue.Queue = queue.Queue()
-        for r in self.runners:
-            self._free.put(r)
-
-    def run(self, program: str, timeout: float) -> RunResult:
-        runner = self._free.get()
-        try:
-            return runner.run(program, timeout)
-        finally:
-            self._free.put(runner)
-
-    def close(self) -> None:
-        for r in self.runners:
-            r.close()
-        self.runners = []
 
 
 class RewardScorer:

@@ -77,7 +77,7 @@ def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
         return
     if kind != "fork":
         raise ValueError(f"unknown gold runner {kind!r} (expected 'fork' or 'jac')")
-    from jacrl.reward.batch import RunnerPool
+    from jacrl.reward.pool import RunnerPool
     from jacrl.reward.config import RewardConfig
 
     pool = RunnerPool(RewardConfig(runner="fork"), max(1, jobs))
