@@ -37,13 +37,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from jacrl.reward.batch import RewardScorer, default_workers  # noqa: E402
+from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.reward.config import RewardConfig  # noqa: E402
 from jacrl.reward.extract import extract_body  # noqa: E402
 from jacrl.reward.forkserver import ForkServerRunner  # noqa: E402
+from jacrl.reward.pool import default_workers  # noqa: E402
+from jacrl.reward.runner import RunResult  # noqa: E402
 from jacrl.reward.sandbox import jac_executable  # noqa: E402
 from jacrl.reward.score import score_run  # noqa: E402
-from jacrl.reward.sandbox import RunResult  # noqa: E402
 from jacrl.reward.splice import splice  # noqa: E402
 from jacrl.tasks.record import Task, load_tasks  # noqa: E402
 

@@ -8,7 +8,7 @@ from fixtures.tasks import task
 from jacrl.evaluation.metrics import Outcome, cell_metrics
 from jacrl.evaluation.passk import pass_at_k
 from jacrl.reward.config import RewardConfig
-from jacrl.reward.sandbox import RunResult
+from jacrl.reward.runner import RunResult
 from jacrl.reward.score import score_run
 
 

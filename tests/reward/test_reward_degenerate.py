@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from reward_helpers import HOSTILE_TASK, fence
 
 from jacrl.reward import batch
-from jacrl.reward.batch import RewardScorer, RunnerPool
+from jacrl.reward.batch import RewardScorer
 from jacrl.reward.extract import extract_body
 from jacrl.reward.forkserver import ForkServerRunner, RunError
+from jacrl.reward.pool import RunnerPool
 from jacrl.tasks.record import Task
 
 KB = 1024

@@ -18,7 +18,7 @@ from reward_helpers import CORRUPTIONS
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import extract_body
 from jacrl.reward.forkserver import ForkServerRunner
-from jacrl.reward.sandbox import SubprocessRunner
+from jacrl.reward.runner import SubprocessRunner
 from jacrl.reward.score import score_run
 from jacrl.reward.splice import splice
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from jacrl.reward.config import RewardConfig, TieredWeights, load_reward_config
-from jacrl.reward.sandbox import RunResult
+from jacrl.reward.runner import RunResult
 from jacrl.reward.score import body_similarity, idiom_score, line_fraction, output_ratio, score_run, tiered
 
 EXPECTED = "a\nb\nc\n"

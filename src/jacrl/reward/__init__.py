@@ -1,33 +1,13 @@
 """The Jac reward: extract → splice → sandboxed run → score (docs/design.md#reward).
 
-    from jacrl.reward import RewardScorer
+    from jacrl.reward.batch import RewardScorer
     with RewardScorer(cfg.reward, tasks="dataset/rl/tasks.jsonl", threads=2) as scorer:
         scores = scorer.score_batch(task_ids_or_records, completions)   # list[Score]
 
-Modules: extract (completion → body), splice (body → program), sandbox (limits, sweeping,
-the subprocess reference runner), forkserver (the default runner), score (dense_v2 /
-tiered with breakdowns), cache (persistent SQLite), batch (dedup + cache + pool), interop
+Modules: extract (completion → body), splice (body → program), sandbox (the isolation plan
+and what one run is allowed), supervise (a run's deadline, output caps and the sweep of its
+leftovers), runner (a run's record and the subprocess reference runner), forkserver (the
+default runner), pool (the runners a scorer's threads share), score (dense_v2 / tiered with
+breakdowns), cache (persistent SQLite), batch (the scorer: dedup + cache + pool), interop
 (mlx-lm-lora and TRL reward functions), config (the `reward:` config section).
 """
-
-from __future__ import annotations
-
-_EXPORTS = {
-    "RewardConfig": "jacrl.reward.config",
-    "RewardScorer": "jacrl.reward.batch",
-    "score_batch": "jacrl.reward.batch",
-    "Score": "jacrl.reward.score",
-    "Task": "jacrl.tasks.record",
-    "load_tasks": "jacrl.tasks.record",
-    "extract_body": "jacrl.reward.extract",
-}
-__all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    # Lazy, so `import jacrl.reward.config` (done by the root config) stays light.
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'jacrl.reward' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The batch API: `score_batch(tasks, completions) -> list[Score]`.
+"""The batch API: `RewardScorer.score_batch(tasks, completions) -> list[Score]`.
 
 Per batch: extract every body; identical (task, body) pairs are scored once; a persistent
 content-addressed cache answers what any process scored before; the rest run in parallel
@@ -16,24 +16,21 @@ rest of the batch is scored as usual. Only a pool that cannot start raises.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
-import queue
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from jacrl.reward.cache import config_digest, score_key
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import Extraction, extract_body
-from jacrl.reward.forkserver import ForkServerRunner
 from jacrl.reward.normalize import ChatMarkup, chat_markup
-from jacrl.reward.sandbox import RunResult, SubprocessRunner
+from jacrl.reward.pool import RunnerPool, default_workers
+from jacrl.reward.runner import RunResult
 from jacrl.reward.score import Score, score_run, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
@@ -72,12 +69,24 @@ def score_groups(score_batch: Callable[[list[Task], list[str]], list[S]], tasks:
 
 @dataclass
 class _Job:
+    """One program the batch runs: the spliced body, its task, and its key in the score cache."""
+
     task: Task
     body: str
     extract: str
     program: str
     key: str
     timeout: float
+
+
+@dataclass
+class _Batch:
+    """A batch after screening and dedup: the programs to run by identity, the completions each
+    answers (index, extraction method), and the failing scores of completions with nothing to run."""
+
+    jobs: dict[object, _Job] = field(default_factory=dict)
+    slots: dict[object, list[tuple[int, str]]] = field(default_factory=dict)
+    failed: dict[int, Score] = field(default_factory=dict)
 
 
 def screen(completion: object, task: Task, max_chars: int, markup: ChatMarkup) -> Extraction:
@@ -98,49 +107,6 @@ def screen(completion: object, task: Task, max_chars: int, markup: ChatMarkup) -
         return extract_body(completion, task, markup)
     except Exception as e:  # noqa: BLE001 - a bug met by one completion fails that completion only
         return Extraction("", "rejected", f"extract_error: {type(e).__name__}: {e}")
-
-
-def default_workers(cfg: RewardConfig, threads: int | None) -> int:
-    if cfg.workers:
-        return cfg.workers
-    if threads:
-        return threads
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-class RunnerPool:
-    """`workers` program runners (fork servers or subprocess launchers, per `cfg.runner`) shared
-    by threads: each `run` borrows a free runner for one program."""
-
-    def __init__(self, cfg: RewardConfig, workers: int):
-        if cfg.runner == "fork":
-            self.runners: list = [ForkServerRunner(cfg) for _ in range(workers)]  # all start at once
-            try:
-                for r in self.runners:
-                    r.wait_ready()
-            except BaseException:
-                self.close()
-                raise
-        else:
-            self.runners = [SubprocessRunner(cfg)] * workers
-        self._free: queue.Queue = queue.Queue()
-        for r in self.runners:
-            self._free.put(r)
-
-    def run(self, program: str, timeout: float) -> RunResult:
-        runner = self._free.get()
-        try:
-            return runner.run(program, timeout)
-        finally:
-            self._free.put(runner)
-
-    def close(self) -> None:
-        for r in self.runners:
-            r.close()
-        self.runners = []
 
 
 class RewardScorer:
@@ -203,44 +169,50 @@ class RewardScorer:
         return screen(completion, task, self.cfg.max_completion_chars, self.markup)
 
     def score_batch(self, tasks: list[Task | dict | str], completions: list[str]) -> list[Score]:
+        """One Score per (task, completion), in order: every completion is screened and extracted,
+        identical (task, body) pairs share one program, the persistent cache answers what was
+        scored before, the rest run on the pool (what ran to the end is cached), and each
+        completion gets its program's score."""
         if len(tasks) != len(completions):
             raise ValueError(f"{len(tasks)} tasks but {len(completions)} completions")
-        out: list[Score | None] = [None] * len(completions)
-        jobs, slots = self._jobs(tasks, completions, out)
-        done = self._cached(jobs)
-        done.update(self._run_all([(ident, job) for ident, job in jobs.items() if ident not in done]))
-        for ident, where in slots.items():
-            for i, method in where:
-                out[i] = replace(done[ident], extract=method, isolation=self.cfg.isolation)
-        return out  # type: ignore[return-value]
+        batch = self._dedupe(self._extractions(tasks, completions))
+        done = self._cached(batch.jobs)
+        misses = [(ident, job) for ident, job in batch.jobs.items() if ident not in done]
+        ran = self._run_and_score(misses)
+        self._store(misses, ran)
+        return self._map_back(batch, done | ran, len(completions))
 
     def _fail(self, task_id: str, method: str, reason: str) -> Score:
         return replace(zero_score(self.cfg, extract=method, rejected=reason, task_id=task_id), isolation=self.cfg.isolation)
 
-    def _jobs(self, tasks: list[Task | dict | str], completions: list[str], out: list[Score | None]
-              ) -> tuple[dict[object, _Job], dict[object, list[tuple[int, str]]]]:
-        """The programs the batch runs (by identity: dedup) and the completions each answers; a
-        completion with nothing to run gets its failing score in `out` here."""
-        jobs: dict[object, _Job] = {}
-        slots: dict[object, list[tuple[int, str]]] = {}
-        for i, (ref, completion) in enumerate(zip(tasks, completions)):
+    def _extractions(self, tasks: list[Task | dict | str], completions: list[str]) -> Iterator[tuple[Task, Extraction]]:
+        """Each completion's task and what it runs, one at a time: an unknown task id stops the
+        batch where it stands."""
+        for ref, completion in zip(tasks, completions):
             task = self.task(ref)
-            ex = self.extract(task, completion)
+            yield task, self.extract(task, completion)
+
+    def _dedupe(self, extractions: Iterable[tuple[Task, Extraction]]) -> _Batch:
+        """The programs the batch runs, one per identity (task and body under `reward.dedup`,
+        else the completion), and the completions each answers; a completion with nothing to run
+        gets its failing score here."""
+        batch = _Batch()
+        for i, (task, ex) in enumerate(extractions):
             if not ex.ok:
-                out[i] = self._fail(task.id, ex.method, ex.rejected)
+                batch.failed[i] = self._fail(task.id, ex.method, ex.rejected)
                 self.stats["empty_or_rejected"] += 1
                 continue
             ident = (task.id, ex.body) if self.cfg.dedup else i
-            if ident in jobs:
+            if ident in batch.jobs:
                 self.stats["dedup_hits"] += 1
             else:
                 try:
-                    jobs[ident] = self._job(task, ex)
+                    batch.jobs[ident] = self._job(task, ex)
                 except Exception as e:  # noqa: BLE001 - a bug met by one body fails that body only
-                    out[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
+                    batch.failed[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
                     continue
-            slots.setdefault(ident, []).append((i, ex.method))
-        return jobs, slots
+            batch.slots.setdefault(ident, []).append((i, ex.method))
+        return batch
 
     def _job(self, task: Task, ex: Extraction) -> _Job:
         program = splice(task.template, ex.body, task.indent)
@@ -257,25 +229,40 @@ class RewardScorer:
         self.stats["cache_hits"] += len(done)
         return done
 
-    def _run_all(self, todo: list[tuple[object, _Job]]) -> dict[object, Score]:
-        """Run and score the programs in parallel; what ran to the end goes into the cache."""
+    def _run_and_score(self, todo: list[tuple[object, _Job]]) -> dict[object, Score]:
+        """Run and score the programs in parallel; a program that failed to run or score is scored
+        as a failure naming why, and the batch's failures are logged once."""
         if not todo:
             return {}
         self._ensure_pool()
         runs = list(self._executor.map(lambda item: self._run(item[1]), todo))
         self.stats["runs"] += len(todo)
-        done, fresh = {}, {}
-        for (ident, job), run in zip(todo, runs):
-            s = done[ident] = self._score(job, run)
-            if not s.rejected and (not run.timed_out or self.cfg.cache_timeouts):
-                fresh[job.key] = s.to_dict()
+        done = {ident: self._score(job, run) for (ident, job), run in zip(todo, runs)}
         failed = [s.rejected for s in done.values() if s.rejected]
         self.stats["errors"] += len(failed)
         if failed:
             log.warning("reward: %d of %d runs failed (scored as failures); first: %s", len(failed), len(todo), failed[0])
-        if self.cache is not None:
-            self.cache.put_many(fresh)
         return done
+
+    def _store(self, ran: list[tuple[object, _Job]], scores: dict[object, Score]) -> None:
+        """Cache what ran to the end: a timeout only under `reward.cache_timeouts` (a loaded machine
+        must not make it permanent), a failure to run or score never."""
+        if self.cache is None or not ran:
+            return
+        fresh = {}
+        for ident, job in ran:
+            s = scores[ident]
+            if not s.rejected and (not s.timed_out or self.cfg.cache_timeouts):
+                fresh[job.key] = s.to_dict()
+        self.cache.put_many(fresh)
+
+    def _map_back(self, batch: _Batch, scores: dict[object, Score], n: int) -> list[Score]:
+        """Each completion's score: its program's, under its own extraction method, or its failure."""
+        out = dict(batch.failed)
+        for ident, where in batch.slots.items():
+            for i, method in where:
+                out[i] = replace(scores[ident], extract=method, isolation=self.cfg.isolation)
+        return [out[i] for i in range(n)]
 
     def _score(self, job: _Job, run: RunResult | str) -> Score:
         if isinstance(run, str):
@@ -308,21 +295,3 @@ class RewardScorer:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-_default: dict[str, RewardScorer] = {}
-
-
-def score_batch(tasks: list[Task | dict], completions: list[str], config: RewardConfig | dict | None = None) -> list[Score]:
-    """Score with a process-wide scorer for this config (kept warm between calls)."""
-    cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
-    key = cfg.model_dump_json()
-    if key not in _default:
-        _default[key] = RewardScorer(cfg)
-    return _default[key].score_batch(tasks, completions)
-
-
-@atexit.register
-def _close_defaults() -> None:
-    for scorer in _default.values():
-        scorer.close()
-    _default.clear()

@@ -32,19 +32,9 @@ from pathlib import Path
 
 from jacrl.reward._confine import confine
 from jacrl.reward.config import RewardConfig
-from jacrl.reward.sandbox import (
-    PROGRAM,
-    Plan,
-    RunResult,
-    Supervised,
-    fresh_run,
-    interpreter_env,
-    make_run_dir,
-    plan_for,
-    run_jac,
-    supervise_run,
-    tmp_root,
-)
+from jacrl.reward.runner import RunResult, run_jac
+from jacrl.reward.sandbox import PROGRAM, Plan, fresh_run, interpreter_env, make_run_dir, plan_for, tmp_root
+from jacrl.reward.supervise import Supervised, supervise_run
 
 SRC = str(Path(__file__).resolve().parents[2])
 BOOT = (

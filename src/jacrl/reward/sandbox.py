@@ -1,4 +1,4 @@
-"""Running untrusted Jac: the sandbox plan, supervision, sweeping, and the subprocess runner.
+"""Running untrusted Jac: the sandbox plan, and what one run is allowed (its dir, environment, confinement).
 
 Every program runs in a fresh temp dir (its cwd, HOME, TMPDIR and JAC_DATA_PATH) with a
 scrubbed environment, no inherited file descriptor beyond stdio, rlimits, a wall timeout and
@@ -19,29 +19,23 @@ capped stdout/stderr. Two levels (`reward.isolation`), resolved once per process
   does not own, and RLIMIT_NPROC caps a fork bomb. Not root: the caller's own uid. Reads and
   the network are not confined.
 
-Leftovers are killed after every run: the fork server (a child subreaper running one program
-at a time) kills every descendant; the subprocess runner kills by uid (root) or, not root, by
-the process group and the run's environment marker — a process that drops the marker and
-leaves the group survives there. Files a weak run's uid created at the top of the
-world-writable dirs are removed. Memory is limited per process (RLIMIT_AS), so
-max_processes × address_space bounds a run; no cgroup is used.
+Memory is limited per process (RLIMIT_AS), so max_processes × address_space bounds a run; no
+cgroup is used. Supervising a run and sweeping what it leaves: supervise.py. The runners:
+runner.py (subprocess, the reference) and forkserver.py (the default).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,32 +43,6 @@ from jacrl.reward.config import RewardConfig, SandboxLimits
 
 CONFINE = str(Path(__file__).with_name("_confine.py"))
 PROGRAM = "prog.jac"
-WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-@dataclass
-class RunResult:
-    """What one sandboxed `jac run` (and, when it failed, `jac check -p`) did."""
-
-    exit_code: int  # negative: killed by that signal
-    stdout: str
-    stderr: str
-    timed_out: bool = False
-    killed: str = ""  # "", "timeout" or "output_cap"
-    compiles: bool = False  # exit 0, or `jac check -p` passed
-    check_exit: int | None = None  # exit status of `jac check -p` (None: not needed)
-    duration: float = 0.0
-
-    @property
-    def runs(self) -> bool:
-        return self.exit_code == 0 and not self.killed
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> RunResult:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 # ---------------------------------------------------------------- the plan
@@ -324,105 +292,6 @@ def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, run_dir: str
     return spec
 
 
-def _state(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-        return chr(data[data.rindex(b")") + 2])
-    except (OSError, ValueError, IndexError):
-        return "X"
-
-
-def _descendants(root: int, procs: dict[int, int]) -> set[int]:
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {p for p, ppid in procs.items() if ppid in frontier and p not in found}
-        found |= frontier
-    return found
-
-
-def _ppids() -> dict[int, int]:
-    out = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    data = fh.read()
-                out[int(name)] = int(data[data.rindex(b")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def sandbox_pids(uid: int | None, marker: str, tree: int | None = None) -> list[int]:
-    """Live (non-zombie) processes of a run. Given `tree` (a child subreaper that runs one
-    program at a time, so no process of the run can leave its subtree): its descendants.
-    Else by uid in uid mode, or by the environment marker."""
-    me = os.getpid()
-    if tree is not None:
-        return [p for p in _descendants(tree, _ppids()) if p != me and _state(str(p)) not in "ZX"]
-    found = set()
-    needle = f"JACRL_SANDBOX={marker}".encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            if uid is not None:
-                if os.stat(f"/proc/{name}").st_uid != uid:
-                    continue
-            else:
-                with open(f"/proc/{name}/environ", "rb") as fh:
-                    if needle not in fh.read():
-                        continue
-        except OSError:
-            continue
-        found.add(int(name))
-    return [p for p in found if _state(str(p)) not in "ZX"]
-
-
-def sweep(uid: int | None, marker: str, pgid: int | None, tree: int | None = None) -> None:
-    """SIGKILL every process of the run until none is left alive."""
-    for rnd in range(200):
-        if pgid:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except OSError:
-                pass
-        pids = sandbox_pids(uid, marker, tree)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(min(0.001 * (rnd + 1), 0.02))
-
-
-def remove_strays(uid: int, keep: str) -> None:
-    """Delete what the sandbox uid created at the top of the world-writable dirs."""
-    seen = set()
-    for d in (tempfile.gettempdir(), *WORLD_WRITABLE):
-        real = os.path.realpath(d)
-        if real in seen or not os.path.isdir(real):
-            continue
-        seen.add(real)
-        try:
-            entries = list(os.scandir(real))
-        except OSError:
-            continue
-        for e in entries:
-            try:
-                if e.stat(follow_symlinks=False).st_uid != uid or os.path.realpath(e.path) == keep:
-                    continue
-                if e.is_dir(follow_symlinks=False):
-                    shutil.rmtree(e.path, ignore_errors=True)
-                else:
-                    os.unlink(e.path)
-            except OSError:
-                pass
-
-
 def make_run_dir(root: Path, program: str) -> str:
     d = tempfile.mkdtemp(prefix="jacrl-run-", dir=root)
     with open(os.path.join(d, PROGRAM), "w", encoding="utf-8") as fh:
@@ -430,105 +299,7 @@ def make_run_dir(root: Path, program: str) -> str:
     return os.path.realpath(d)
 
 
-@dataclass
-class Supervised:
-    status: int  # exit code, or -signal
-    stdout: bytes
-    stderr: bytes
-    killed: str = ""
-    duration: float = 0.0
-
-
-def _exit_code(status: int) -> int:
-    if os.WIFSIGNALED(status):
-        return -os.WTERMSIG(status)
-    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-
-
-class _Pipes:
-    """A run's stdout and stderr pipes, read without blocking into buffers that stop growing past their caps."""
-
-    def __init__(self, out_fd: int, err_fd: int, caps: tuple[int, int]):
-        self.fds = (out_fd, err_fd)
-        self.caps = dict(zip(self.fds, caps))
-        self.bufs = {fd: bytearray() for fd in self.fds}
-        self.open = set(self.fds)
-        for fd in self.fds:
-            os.set_blocking(fd, False)
-
-    def read(self, fd: int) -> bool:
-        """Read what `fd` holds (end of file closes it here); True when its stream is past its cap."""
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return False
-        if not chunk:
-            self.open.discard(fd)
-            return False
-        if len(self.bufs[fd]) <= self.caps[fd]:
-            self.bufs[fd] += chunk
-        return len(self.bufs[fd]) > self.caps[fd]
-
-    def drain(self, seconds: float) -> None:
-        """Read the rest: pipes close once every holder is dead (after the sweep, at once)."""
-        end = time.monotonic() + seconds
-        while self.open and time.monotonic() < end:
-            for fd in select.select(list(self.open), [], [], 0.05)[0]:
-                self.read(fd)
-
-    def output(self) -> tuple[bytes, bytes]:
-        return tuple(bytes(self.bufs[fd][: self.caps[fd]]) for fd in self.fds)
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
-def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
-    """Read the pipes until `pid` has exited and closed them: "" then, or why the run must be
-    killed ("timeout", "output_cap"). Waits on a pidfd where there is one, else polls."""
-    pidfd = _pidfd(pid)
-    # Exit is detected without reaping (WNOWAIT): the zombie keeps the pid and process group
-    # id reserved until the sweep has run, so a killpg can never hit a recycled group.
-    exited_at = None
-    try:
-        while True:
-            if exited_at is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                exited_at = time.monotonic()
-            now = time.monotonic()
-            if exited_at is not None and (not pipes.open or now - exited_at > 0.1):
-                return ""  # done; a pipe still open is held by a leftover process (swept after)
-            if now >= deadline:
-                return "timeout"
-            watch = list(pipes.open) + ([pidfd] if pidfd is not None and exited_at is None else [])
-            wait = deadline - now if exited_at is None and pidfd is not None else min(deadline - now, 0.02)
-            ready = select.select(watch, [], [], wait)[0] if watch else time.sleep(wait) or []
-            if any([pipes.read(fd) for fd in ready if fd != pidfd]):  # a list: every ready pipe is read
-                return "output_cap"
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def supervise(pid: int, out_fd: int, err_fd: int, timeout: float, caps: tuple[int, int], kill) -> Supervised:
-    """Wait for `pid` with a wall deadline, reading its stdout/stderr up to the caps.
-
-    On timeout or an overflowing stream the whole run is killed; in every case `kill()`
-    (the sweep) runs once the main process is done, so nothing outlives the run.
-    """
-    start = time.monotonic()
-    pipes = _Pipes(out_fd, err_fd, caps)
-    killed = _read_until_exit(pid, pipes, start + timeout)
-    kill()
-    status = os.waitpid(pid, 0)[1]
-    pipes.drain(0.5)
-    return Supervised(_exit_code(status), *pipes.output(), killed, time.monotonic() - start)
-
-
-# ---------------------------------------------------------------- one program, either runner
+# ---------------------------------------------------------------- one run's dir and confinement
 
 
 @dataclass(frozen=True)
@@ -549,72 +320,3 @@ def fresh_run(cfg: RewardConfig, plan: Plan, root: Path, program: str, timeout: 
         yield RunDir(path, marker, confine_spec(cfg.limits, timeout, plan, path, program_env(path, plan, marker)))
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-def supervise_run(
-    cfg: RewardConfig, plan: Plan, run: RunDir, pid: int, out_fd: int, err_fd: int, timeout: float, tree: int | None = None
-) -> Supervised:
-    """`supervise` a started program, sweeping every process of the run (`sweep`; `tree`: the
-    subreaper it runs under), then delete what a per-run uid left in the world-writable dirs."""
-    uid = plan.uid_base + pid if plan.mode == "uid" else None
-    caps = (cfg.max_stdout_bytes, cfg.max_stderr_bytes)
-    sup = supervise(pid, out_fd, err_fd, timeout, caps, lambda: sweep(uid, run.marker, pid, tree))
-    if uid is not None:
-        remove_strays(uid, run.path)
-    return sup
-
-
-Launch = Callable[[str, list[str], float], Supervised]  # (program, jac argv, timeout) -> what it did
-
-
-def run_jac(launch: Launch, program: str, timeout: float, check_timeout: float) -> RunResult:
-    """`jac run` the program; when that fails, `jac check -p` decides whether it compiles."""
-    run = launch(program, ["run"], timeout)
-    result = RunResult(
-        exit_code=run.status, stdout=run.stdout.decode("utf-8", errors="replace"),
-        stderr=run.stderr.decode("utf-8", errors="replace"),
-        timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
-    )
-    if result.runs:
-        result.compiles = True
-    else:
-        check = launch(program, ["check", "-p"], check_timeout)
-        result.check_exit = check.status if not check.killed else None
-        result.compiles = check.status == 0 and not check.killed
-        result.duration += check.duration
-    return result
-
-
-# ---------------------------------------------------------------- the subprocess runner
-
-
-class SubprocessRunner:
-    """The reference runner: one `jac run` process per program (then `jac check -p` if it failed)."""
-
-    name = "subprocess"
-
-    def __init__(self, cfg: RewardConfig):
-        self.cfg = cfg
-        self.plan = plan_for(cfg)
-        self.root = tmp_root(cfg)
-
-    def _one(self, program: str, argv: list[str], timeout: float) -> Supervised:
-        plan = self.plan
-        with fresh_run(self.cfg, plan, self.root, program, timeout) as run:
-            cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(run.spec), "--", plan.jac, *argv, PROGRAM]
-            proc = subprocess.Popen(
-                cmd, cwd=run.path, env={"PATH": run.spec["env"]["PATH"], "LANG": "C.UTF-8", **interpreter_env()},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                close_fds=True,
-            )
-            sup = supervise_run(self.cfg, plan, run, proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), timeout)
-            proc.returncode = sup.status
-            proc.stdout.close()
-            proc.stderr.close()
-            return sup
-
-    def run(self, program: str, timeout: float) -> RunResult:
-        return run_jac(self._one, program, timeout, self.cfg.check_timeout)
-
-    def close(self) -> None:
-        pass

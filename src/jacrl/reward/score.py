@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from jacrl.reward.audit import audit_flags
 from jacrl.reward.config import DenseV2Weights, RewardConfig, TieredWeights
 from jacrl.reward.extract import mask, normalize_body
-from jacrl.reward.sandbox import RunResult
+from jacrl.reward.runner import RunResult
 
 # Object-spatial tokens, weighted by how distinctly Jac they are (issue 3 / the source README).
 IDIOM_TOKENS: tuple[tuple[re.Pattern, int], ...] = tuple(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress
-from jacrl.reward.sandbox import RunResult
+from jacrl.reward.runner import RunResult
 from jacrl.tasks.record import HOLE, Task, UnitRef, write_tasks
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
 from jacrl.tasks.gold import Runner, gold_runner, run_program

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from jacrl.reward.sandbox import RunResult, jac_executable
+from jacrl.reward.runner import RunResult
+from jacrl.reward.sandbox import jac_executable
 
 
 def run_program(source: str, timeout: float, name: str = "main.jac") -> RunResult:
@@ -76,7 +77,7 @@ def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
         return
     if kind != "fork":
         raise ValueError(f"unknown gold runner {kind!r} (expected 'fork' or 'jac')")
-    from jacrl.reward.batch import RunnerPool
+    from jacrl.reward.pool import RunnerPool
     from jacrl.reward.config import RewardConfig
 
     pool = RunnerPool(RewardConfig(runner="fork"), max(1, jobs))
