@@ -50,8 +50,8 @@ class Config(LossFrameworkConfig):
     )
     determinism: Determinism = Field(
         "default",
-        description="`strict`: the same bytes on any x86-64 CPU (tiny model, adapters, cells) for float32 torch on "
-        "CPU — ATen's kernels pinned to the baseline build, MKL to its compatible path, oneDNN to SSE4.1, one "
+        description="`strict`: the same bytes whatever kernel paths the CPU picks (tiny model, adapters, cells; not "
+        "across CPU vendors, see docs/devices.md) for float32 torch on CPU — ATen's kernels pinned to the baseline build, MKL to its compatible path, oneDNN to SSE4.1, one "
         "intra-op thread, deterministic algorithms (jacrl.backends.determinism); slower. `default`: the CPU's "
         "fastest paths, repeatable on the same machine only. Cells record it either way.",
     )

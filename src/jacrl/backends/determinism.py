@@ -1,7 +1,8 @@
-"""`determinism: strict`: the same bytes on any x86-64 CPU for a float32 torch run on CPU.
+"""`determinism: strict`: the same bytes whatever kernel paths an x86-64 CPU picks for a float32
+torch run on CPU (not yet across CPU vendors: docs/design.md#measured-facts).
 
-What differs between two x86-64 CPUs running the same code, seeds and settings (measured on the
-tiny model's build: each alone changes `model.safetensors`):
+What differs between two x86-64 CPUs running the same code, seeds and settings, and is pinned here
+(measured on the tiny model's build: each alone changes `model.safetensors`):
 
 - ATen's vectorised kernels (softmax, norms, activations, reductions) are picked per CPU at
   start-up: AVX-512, AVX2 or the baseline build. `ATEN_CPU_CAPABILITY=default` pins the baseline,
