@@ -13,7 +13,7 @@ from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.tasks.record import read_tasks
-from jacrl.workflow import code_version, logged
+from jacrl.workflow.job import code_version, logged
 
 with logged(snakemake):
     cfg = load_config(snakemake.params.config)

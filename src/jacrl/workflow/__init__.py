@@ -1,0 +1,2 @@
+"""What the Snakemake workflow adds on top of the library: the wrapper every job's script runs in
+(`job`)."""
