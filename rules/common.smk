@@ -15,7 +15,6 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.determinism import job_environment
-from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
 from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SPLITS, CellKey, arm_conditions,
@@ -23,6 +22,7 @@ from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDIT
 from jacrl.ladder.plan import grid
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
+from jacrl.workflow.resources import job_resources
 
 try:
     CFG = load_config(config)

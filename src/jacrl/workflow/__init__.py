@@ -1,2 +1,2 @@
 """What the Snakemake workflow adds on top of the library: the wrapper every job's script runs in
-(`job`)."""
+(`job`) and what each job asks the scheduler for (`resources`)."""
