@@ -5,7 +5,7 @@ import yaml
 
 from jacrl.config import Config, ConfigError, _models_in, load_config
 from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
-from jacrl.reward.cache import config_digest as config_digest_of_reward
+from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
 from jacrl.strict import StrictModel
 
@@ -49,10 +49,10 @@ def test_conditions_and_splits_are_one_vocabulary():
 
 
 def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
-    base = config_digest_of_reward(RewardConfig())
-    assert config_digest_of_reward(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
-    assert config_digest_of_reward(RewardConfig(tiered={"exact": 2.0})) != base
-    assert config_digest_of_reward(RewardConfig(isolation="weak")) != base
+    base = reward_config_digest(RewardConfig())
+    assert reward_config_digest(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
+    assert reward_config_digest(RewardConfig(tiered={"exact": 2.0})) != base
+    assert reward_config_digest(RewardConfig(isolation="weak")) != base
 
 
 def _sections(model, seen):
