@@ -8,12 +8,12 @@ import tomllib
 import pytest
 
 from jacrl import cli
+from jacrl.interop.__main__ import build_parser as build_interop
+from jacrl.interop.__main__ import main as interop_main
 from jacrl.reward.__main__ import build_parser as build_reward
 from jacrl.reward.__main__ import build_score_parser as build_score
 from jacrl.reward.__main__ import main as reward_main
 from jacrl.reward.__main__ import score_main
-from jacrl.rl.interop import build_parser as build_interop
-from jacrl.rl.interop import main as interop_main
 from jacrl.tasks.__main__ import build_parser as build_tasks
 from jacrl.tasks.__main__ import main as tasks_main
 

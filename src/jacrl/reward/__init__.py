@@ -6,8 +6,8 @@
 
 Modules: extract (completion → body), splice (body → program), sandbox (limits, sweeping,
 the subprocess reference runner), forkserver (the default runner), score (dense_v2 /
-tiered with breakdowns), cache (persistent SQLite), batch (dedup + cache + pool), interop
-(mlx-lm-lora and TRL reward functions), config (the `reward:` config section).
+tiered with breakdowns), cache (persistent SQLite), batch (dedup + cache + pool), config
+(the `reward:` config section). Other trainers' reward functions are `jacrl.interop.reward`.
 """
 
 from __future__ import annotations
