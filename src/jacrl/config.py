@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import Determinism
+from jacrl.errors import InputError
 from jacrl.evaluation.config import EvalConfig
 from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, OPD_CONDITION, LadderConfig, Rung, arm_conditions,
                                  condition_parts)
@@ -193,7 +194,7 @@ def _plain(value: Any) -> Any:
     return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A configuration problem; the message names each offending key."""
 
 

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from jacrl.errors import InputError
 from jacrl.reward.config import RewardConfig, SandboxLimits
 
 CONFINE = str(Path(__file__).with_name("_confine.py"))
@@ -80,7 +81,7 @@ class RunResult:
 # ---------------------------------------------------------------- the plan
 
 
-class IsolationUnavailable(RuntimeError):
+class IsolationUnavailable(InputError, RuntimeError):
     """Strict isolation was asked for and this machine cannot provide it (one-line reason + fix)."""
 
 
