@@ -1,5 +1,7 @@
 """The config model: defaults, unknown keys, wrong types — each error names the key."""
 
+import logging
+
 import pytest
 import yaml
 
@@ -117,3 +119,16 @@ def test_multi_run_refuses_an_arm_whose_losses_differ_naming_it():
     with pytest.raises(ConfigError, match=r"run 'sft_grpo@odd': its orchestrator.losses .* differ from the trainer's"):
         load_config({**arms, "ladder": {"multi_run": True}})
     load_config({"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}}, "ladder": {"multi_run": True}})
+
+
+def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog):
+    caplog.set_level(logging.INFO, logger="jacrl.config")
+    said = lambda: [r.getMessage() for r in caplog.records if r.name == "jacrl.config"]  # noqa: E731
+    assert load_config({"grpo": {"temperature": 0.437}}).eval.policy_temperature == 0.437
+    assert said() == ["eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature (0.437), "
+                      "the one GRPO samples at, for every arm's cells alike"]
+    load_config({"grpo": {"temperature": 0.437}})
+    assert len(said()) == 1
+    caplog.clear()
+    assert load_config({"grpo": {"temperature": 0.437}, "eval": {"policy_temperature": 0.2}}).eval.policy_temperature == 0.2
+    assert said() == []

@@ -8,6 +8,7 @@ ones.
 
 from __future__ import annotations
 
+import logging
 import re
 import typing
 from pathlib import Path
@@ -33,6 +34,9 @@ from jacrl.training.tracking import Tracking
 
 GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
 """The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
+
+log = logging.getLogger(__name__)
+_said: set[str] = set()
 
 
 class Config(LossFrameworkConfig):
@@ -151,8 +155,16 @@ class Config(LossFrameworkConfig):
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
             check_same_losses(self.losses, {f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
                                             for name, arm in self.grpo_arms.items()})
-        if self.eval.policy_temperature is None:  # one temperature for every arm's cells, so they compare
+        return self
+
+    @model_validator(mode="after")
+    def _policy_temperature_is_grpos(self) -> Config:
+        """An unset `eval.policy_temperature` becomes the top-level `grpo.temperature`: one temperature for
+        every arm's cells, so they compare."""
+        if self.eval.policy_temperature is None:
             self.eval.policy_temperature = self.grpo.temperature
+            _say_once(f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
+                      f"({self.grpo.temperature}), the one GRPO samples at, for every arm's cells alike")
         return self
 
     def model(self, name: str) -> ModelSpec:
@@ -187,6 +199,14 @@ class Config(LossFrameworkConfig):
         if opd:
             dumped["training_mode"] = "opd"
         return dumped
+
+
+def _say_once(message: str) -> None:
+    """Log `message` the first time this process says it: a process may load a config many times (a
+    grpo_multi job, one per run), and its log needs the line once."""
+    if message not in _said:
+        _said.add(message)
+        log.info(message)
 
 
 def _plain(value: Any) -> Any:
