@@ -227,7 +227,7 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
 
 
 def _params(model_dir: Path) -> int:
-    from jacrl.backends.resources import safetensors_parameters
+    from jacrl.backends.base import safetensors_parameters
 
     return int(safetensors_parameters(model_dir) or 0)
 

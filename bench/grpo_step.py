@@ -23,7 +23,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import Task, read_tasks
-from jacrl.rl.interop import command, write_data
+from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
 

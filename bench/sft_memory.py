@@ -9,7 +9,7 @@ checkpointing. Each way runs in its own process (peak RSS is per process); a way
 The batch is the `--batch` longest gold-SFT examples (chat prompt + gold answer, truncated to
 `--max-seq` as SFT does). Printed per way: peak RSS (GB), seconds of the step (backward of every
 micro-batch + optimiser step), and the `mem_mb` the workflow asks for such a job
-(jacrl.backends.resources), so the estimate is checked against what was measured.
+(jacrl.workflow.resources), so the estimate is checked against what was measured.
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def run_way(a: argparse.Namespace, way: str) -> dict:
 
 
 def estimate_mb(a: argparse.Namespace, micro: int | None, ckpt: bool) -> int:
-    """The mem_mb the workflow asks for an SFT job of this way (jacrl.backends.resources)."""
+    """The mem_mb the workflow asks for an SFT job of this way (jacrl.workflow.resources)."""
     from jacrl.config import load_config
-    from jacrl.backends.resources import job_resources
+    from jacrl.workflow.resources import job_resources
 
     model = {"name": "bench", "path": a.model, "dtype": a.dtype, "gradient_checkpointing": ckpt}
     cfg = load_config({"models": [model], "sft": {"batch": a.batch, "max_seq": a.max_seq, "micro_batch_tokens": micro}})

@@ -15,14 +15,15 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.determinism import job_environment
-from jacrl.backends.resources import job_resources
 from jacrl.backends.select import missing_models
-from jacrl.config import GRPO_SECTIONS, ConfigError, cell_provenance, load_config
+from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
 from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SPLITS, CellKey, arm_conditions,
                                  condition_parts)
 from jacrl.ladder.plan import grid
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
+from jacrl.workflow.provenance import cell_config, cell_provenance
+from jacrl.workflow.resources import job_resources
 
 try:
     CFG = load_config(config)
@@ -246,7 +247,7 @@ def cell_json(keys):
 def expected_cells():
     """Every cell the config could hold (all models, conditions, splits) → the provenance it gives it:
     what the rows compare each cell on disk with."""
-    return {f"{m}/{c}/{s}": cell_provenance(CFG.cell_config(m, c, s)) for m in MODELS for c in CFG.conditions for s in SPLITS}
+    return {f"{m}/{c}/{s}": cell_provenance(cell_config(CFG, m, c, s)) for m in MODELS for c in CFG.conditions for s in SPLITS}
 
 
 def all_targets():

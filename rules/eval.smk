@@ -6,7 +6,7 @@ LADDER_SPLITS = list(CFG.ladder.splits)
 
 def cell_params(rung, model, cond, split):
     """What the script needs of one cell besides its files: its config slice and its meta."""
-    return {"split": split, "cell_config": CFG.cell_config(model, cond, split),
+    return {"split": split, "cell_config": cell_config(CFG, model, cond, split),
             "meta": {"rung": rung, "model": model, "cond": cond, "split": split}}
 
 

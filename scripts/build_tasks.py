@@ -4,7 +4,7 @@ from pathlib import Path
 from jacrl.tasks.config import TasksConfig
 from jacrl.progress import summary
 from jacrl.tasks.build import build_tasks
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 # The workflow's folder (Snakemake sets __file__ to this script's own path): bundled drivers are
 # found from it whatever the working directory, and task records name them relative to it.

@@ -5,7 +5,7 @@ import json
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import determinism_record
 from jacrl.backends.select import Placement, load_backend
-from jacrl.config import cell_provenance, load_config
+from jacrl.config import load_config
 from jacrl.evaluation.cell import evaluate_cell
 from jacrl.evaluation.labels import cell_line
 from jacrl.io import write_text
@@ -13,7 +13,8 @@ from jacrl.progress import summary
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.tasks.record import read_tasks
-from jacrl.workflow import code_version, logged
+from jacrl.workflow.job import code_version, logged
+from jacrl.workflow.provenance import cell_provenance
 
 with logged(snakemake):
     cfg = load_config(snakemake.params.config)

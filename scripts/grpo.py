@@ -11,7 +11,7 @@ from jacrl.tasks.record import read_tasks
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.teacher import Teacher
 from jacrl.training.tracking import job_tracker
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     cfg = load_config(snakemake.params.config)

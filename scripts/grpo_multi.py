@@ -9,7 +9,7 @@ from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.tasks.record import read_tasks
 from jacrl.rl.multirun import RunSpec, train_grpo_runs
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     configs = {cond: load_config(raw) for cond, raw in snakemake.params.runs.items()}

@@ -1,6 +1,6 @@
 # Rule report_splits: the splits summary (Markdown) as an HTML page.
 from jacrl.report.html import write_markdown_page
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     write_markdown_page(snakemake.input[0], snakemake.output[0], "Task splits")

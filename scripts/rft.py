@@ -4,7 +4,7 @@ from jacrl.reward.config import RewardConfig
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.rft import train_rft
 from jacrl.training.tracking import job_tracker
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     train_rft(ModelSpec(**snakemake.params.spec), snakemake.input.tasks, snakemake.output[0],

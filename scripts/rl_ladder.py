@@ -1,7 +1,7 @@
 # Rule rl_ladder: one row per cell on disk that the current config would build (never appended).
 from jacrl.ladder.rows import current_cells, write_ladder
 from jacrl.progress import console_warning, summary
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     p = snakemake.params

@@ -2,7 +2,7 @@
 from jacrl.progress import summary
 from jacrl.tasks.record import read_tasks, write_tasks
 from jacrl.tasks.splits import rung_tasks
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     tasks = rung_tasks(read_tasks(snakemake.input[0]), snakemake.wildcards.rung)

@@ -3,7 +3,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
 from jacrl.training.tracking import job_tracker
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})

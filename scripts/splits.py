@@ -4,7 +4,7 @@ from jacrl.io import write_text
 from jacrl.tasks.record import read_tasks, write_tasks
 from jacrl.tasks.report import splits_summary
 from jacrl.tasks.splits import make_splits
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     cfg = SplitsConfig(**snakemake.params.cfg)

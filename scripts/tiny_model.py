@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jacrl.models.config import TinyModelConfig
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 # Task records name drivers relative to the workflow's folder (Snakemake sets __file__ to this
 # script's own path); kept relative when that folder is the working directory, as the model's

@@ -8,12 +8,16 @@ import tomllib
 import pytest
 
 from jacrl import cli
+from jacrl.config import ConfigError
+from jacrl.errors import InputError
+from jacrl.interop.__main__ import build_parser as build_interop
+from jacrl.interop.__main__ import main as interop_main
+from jacrl.io import JsonlError
 from jacrl.reward.__main__ import build_parser as build_reward
 from jacrl.reward.__main__ import build_score_parser as build_score
 from jacrl.reward.__main__ import main as reward_main
 from jacrl.reward.__main__ import score_main
-from jacrl.rl.interop import build_parser as build_interop
-from jacrl.rl.interop import main as interop_main
+from jacrl.reward.sandbox import IsolationUnavailable
 from jacrl.tasks.__main__ import build_parser as build_tasks
 from jacrl.tasks.__main__ import main as tasks_main
 
@@ -73,6 +77,20 @@ def test_interop_bad_input(files, capsys, repo, monkeypatch, argv, needle):
 def test_a_missing_extra_is_named():
     with pytest.raises(cli.MissingExtra, match=r"^tool needs no_such_pkg_here \(not installed\): pip install 'jacrl\[interop\]'$"):
         cli.require("no_such_pkg_here", "interop", "tool")
+
+
+@pytest.mark.parametrize("error", [
+    IsolationUnavailable("reward sandbox: user namespaces are off here; isolation: weak runs without them"),
+    cli.MissingExtra("tool needs no_such_pkg_here (not installed): pip install 'jacrl[interop]'"),
+])
+def test_an_input_error_from_any_package_ends_in_one_line(error, capsys):
+    assert all(issubclass(kind, InputError) for kind in (IsolationUnavailable, ConfigError, JsonlError, cli.MissingExtra))
+
+    def body() -> int:
+        raise error
+
+    assert cli.run(body) == 1
+    assert one_error_line(capsys) == f"error: {error}"
 
 
 def test_every_argument_has_help_and_the_defaults_are_shown():

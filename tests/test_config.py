@@ -1,14 +1,15 @@
 """The config model: defaults, unknown keys, wrong types — each error names the key."""
 
+import logging
 import typing
 
 import pytest
 import yaml
 from pydantic import BaseModel
 
-from jacrl.config import Config, ConfigError, cell_provenance, load_config
+from jacrl.config import Config, ConfigError, load_config
 from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
-from jacrl.reward.cache import config_digest as config_digest_of_reward
+from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
 from jacrl.strict import StrictModel
 
@@ -51,78 +52,11 @@ def test_conditions_and_splits_are_one_vocabulary():
     assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
 
 
-CELLS = [(cond, split) for cond in CONDITIONS for split in SPLITS]
-RFT_MODEL = {"models": [{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]}
-
-
-def hashes(data: dict) -> dict[tuple[str, str], str]:
-    cfg = load_config(data)
-    return {(cond, split): cell_provenance(cfg.cell_config("tiny", cond, split))["config_hash"] for cond, split in CELLS}
-
-
-def changed(data: dict, base: dict | None = None) -> set[tuple[str, str]]:
-    """The cells whose config hash changes when `data` is merged into `base`."""
-    base = base or {}
-    before, after = hashes(base), hashes({**base, **data})
-    return {cell for cell in CELLS if before[cell] != after[cell]}
-
-
-ALL = set(CELLS)
-GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the GRPO loop's knobs and terms
-
-
-@pytest.mark.parametrize("data, cells", [
-    ({"threads": 1}, set()),
-    ({"rungs": [1, 2]}, set()),
-    ({"ladder": {"conditions": ["base"]}}, set()),
-    ({"eval": {"threads": 1}}, set()),
-    ({"reward": {"workers": 3, "runner": "subprocess", "cache": False, "cache_timeouts": True}}, set()),
-    ({"reward": {"dense_v2": {"compiles": 0.5}}}, set()),  # not the scheme in use
-    ({"sft": {"save_every": 7}, "grpo": {"save_every": 3}}, set()),
-    ({"tasks": {"build_timeout": 5, "gold_runner": "jac"}}, set()),
-    ({"rft": {"samples": 2}}, set()),  # no model warms up with RFT
-    ({"models": [{"name": "tiny", "builtin": "tiny", "mem_mb": {"eval": 9000}, "gpus": 0}]}, set()),
-    ({"tasks": {"timeout": 5}}, ALL),
-    ({"splits": {"holdout_size": 7}}, ALL),
-    ({"reward": {"tiered": {"exact": 2.0}}}, ALL),
-    ({"tiny": {"depth": 2}}, ALL),
-    ({"models": [{"name": "tiny", "builtin": "tiny", "dtype": "float32"}]}, ALL),
-    ({"eval": {"max_tokens": 99}}, ALL),
-    ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
-    ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
-    ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}),  # opd: its teacher's SFT
-    ({"grpo": {"lr": 1e-3}}, GRPO),
-    ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
-    ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
-    ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
-    ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
-])
-def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
-    assert changed(data) == cells
-
-
-def test_rft_warm_start_enters_raw_grpo_cells_only():
-    raw = {c for c in CELLS if c[0] == "raw_grpo"}
-    assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
-    assert changed({"rft": {"tasks": "pool"}}, RFT_MODEL) == raw  # what RFT sampled from is recorded in the cell
-    assert load_config({}).rft.tasks == "rung"
-    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}  # RFT has its own iters
-    assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
-
-
-def test_base_gen_does_not_depend_on_the_rung_or_training():
-    cfg = load_config({})
-    parts = cfg.cell_config("tiny", "base", "gen")
-    assert set(parts) == {"tasks", "reward", "model tiny", "eval gen"}
-    prov = cell_provenance(parts)
-    assert set(prov["config_parts"]) == set(parts) and len(prov["config_hash"]) == 12
-
-
 def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
-    base = config_digest_of_reward(RewardConfig())
-    assert config_digest_of_reward(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
-    assert config_digest_of_reward(RewardConfig(tiered={"exact": 2.0})) != base
-    assert config_digest_of_reward(RewardConfig(isolation="weak")) != base
+    base = reward_config_digest(RewardConfig())
+    assert reward_config_digest(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
+    assert reward_config_digest(RewardConfig(tiered={"exact": 2.0})) != base
+    assert reward_config_digest(RewardConfig(isolation="weak")) != base
 
 
 def _nested_models(annotation):
@@ -169,15 +103,6 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
     assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
 
 
-def test_an_arm_has_its_own_grpo_parts_and_leaves_the_default_cells_as_they_were():
-    plain, armed = load_config({"grpo": TUNED["grpo"]}), load_config(TUNED)
-    for cond, split in CELLS:  # adding an arm changes no existing cell
-        assert cell_provenance(armed.cell_config("tiny", cond, split)) == cell_provenance(plain.cell_config("tiny", cond, split))
-    tuned = armed.cell_config("tiny", "raw_grpo@tuned", "gen")
-    assert {"grpo@tuned", "grpo fresh LoRA@tuned"} <= set(tuned) and "grpo" not in tuned
-    assert tuned["grpo@tuned"]["grpo"]["lr"] == 1e-5 and armed.cell_config("tiny", "sft_grpo", "gen")["grpo"]["grpo"]["lr"] == 1e-4
-
-
 @pytest.mark.parametrize("data,needle", [
     ({"grpo_arms": {"tuned": {"grpo": {"lrr": 1}}}},
      "unknown config key 'grpo_arms.tuned.grpo.lrr'; allowed keys under grpo_arms.tuned.grpo: advantage,"),
@@ -203,3 +128,16 @@ def test_multi_run_refuses_an_arm_whose_losses_differ_naming_it():
     with pytest.raises(ConfigError, match=r"run 'sft_grpo@odd': its orchestrator.losses .* differ from the trainer's"):
         load_config({**arms, "ladder": {"multi_run": True}})
     load_config({"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}}, "ladder": {"multi_run": True}})
+
+
+def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog):
+    caplog.set_level(logging.INFO, logger="jacrl.config")
+    said = lambda: [r.getMessage() for r in caplog.records if r.name == "jacrl.config"]  # noqa: E731
+    assert load_config({"grpo": {"temperature": 0.437}}).eval.policy_temperature == 0.437
+    assert said() == ["eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature (0.437), "
+                      "the one GRPO samples at, for every arm's cells alike"]
+    load_config({"grpo": {"temperature": 0.437}})
+    assert len(said()) == 1
+    caplog.clear()
+    assert load_config({"grpo": {"temperature": 0.437}, "eval": {"policy_temperature": 0.2}}).eval.policy_temperature == 0.2
+    assert said() == []

@@ -1,5 +1,5 @@
 """Progress off a terminal is a few plain log lines; on a terminal, a live bar. A Snakemake job run
-through `workflow.logged` keeps its log plain, shows each warning once, and puts one line per
+through `workflow.job.logged` keeps its log plain, shows each warning once, and puts one line per
 finished job (and one per console warning) on the console."""
 
 import logging
@@ -73,7 +73,7 @@ def test_disabled_progress_is_silent(caplog, tmp_path):
 JOB = """
 import warnings
 from jacrl.progress import Progress, console_warning, summary
-from jacrl.workflow import logged
+from jacrl.workflow.job import logged
 
 with logged(snakemake):
     console_warning("left out results/cells/r1/tiny/sft/gen.json: built under another `sft` config")

@@ -1,8 +1,9 @@
 """What every `python -m jacrl.…` command shares: its parser, and bad input ending in one line.
 
-A missing file, an unknown task id, a malformed line or configuration (the OSError, KeyError and
-ValueError kinds the library raises for them) ends the command with `error: <what, where>` on
-stderr and exit status 1; any other exception keeps its traceback.
+A missing file, an unknown task id, a malformed line or configuration, a machine that cannot
+sandbox (the OSError, KeyError and ValueError kinds the library raises for them, and every
+`jacrl.errors.InputError`) ends the command with `error: <what, where>` on stderr and exit
+status 1; any other exception keeps its traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import sys
 from collections.abc import Callable
 
 from pydantic import ValidationError
+
+from jacrl.errors import InputError
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -24,7 +27,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
-class MissingExtra(RuntimeError):
+class MissingExtra(InputError, RuntimeError):
     """An optional dependency is not installed; the message names the extra that brings it."""
 
 
@@ -51,9 +54,7 @@ def input_errors() -> tuple[type[BaseException], ...]:
     """The exception types that mean bad input (files, records, configuration, environment)."""
     import yaml
 
-    from jacrl.reward.sandbox import IsolationUnavailable
-
-    return (OSError, KeyError, ValueError, yaml.YAMLError, MissingExtra, IsolationUnavailable)
+    return (OSError, KeyError, ValueError, yaml.YAMLError, InputError)
 
 
 def run(body: Callable[[], int]) -> int:

@@ -8,8 +8,7 @@ ones.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import logging
 import re
 import typing
 from pathlib import Path
@@ -20,13 +19,14 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import Determinism
+from jacrl.errors import InputError
 from jacrl.evaluation.config import EvalConfig
-from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS,
-                                 LadderConfig, Rung, Split, arm_conditions, condition_parts)
+from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, OPD_CONDITION, LadderConfig, Rung, arm_conditions,
+                                 condition_parts)
 from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
-from jacrl.rl.config import FRESH_LORA, GRPOArm, GRPOConfig, OPDConfig
+from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
 from jacrl.strict import RESULT_FREE
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
@@ -34,6 +34,9 @@ from jacrl.training.tracking import Tracking
 
 GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
 """The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
+
+log = logging.getLogger(__name__)
+_said: set[str] = set()
 
 
 class Config(LossFrameworkConfig):
@@ -152,8 +155,16 @@ class Config(LossFrameworkConfig):
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
             check_same_losses(self.losses, {f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
                                             for name, arm in self.grpo_arms.items()})
-        if self.eval.policy_temperature is None:  # one temperature for every arm's cells, so they compare
+        return self
+
+    @model_validator(mode="after")
+    def _policy_temperature_is_grpos(self) -> Config:
+        """An unset `eval.policy_temperature` becomes the top-level `grpo.temperature`: one temperature for
+        every arm's cells, so they compare."""
+        if self.eval.policy_temperature is None:
             self.eval.policy_temperature = self.grpo.temperature
+            _say_once(f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
+                      f"({self.grpo.temperature}), the one GRPO samples at, for every arm's cells alike")
         return self
 
     def model(self, name: str) -> ModelSpec:
@@ -189,60 +200,13 @@ class Config(LossFrameworkConfig):
             dumped["training_mode"] = "opd"
         return dumped
 
-    def cell_config(self, model: str, cond: str, split: Split) -> dict[str, Any]:
-        """The configuration that determines an eval cell of `model` × `cond` × `split`, by part.
 
-        A part is named by what it covers, and every cell that carries a part carries the same
-        config under it (so cells can be checked against each other part by part). Left out: what
-        changes how jobs run, not what they compute (threads, memory, caching, checkpoint cadence),
-        and the rung, which is the cell's key (it picks the train tasks; the base on `gen` does
-        not depend on it at all). A named arm's GRPO parts carry its name (`grpo@tuned`), so its
-        cells sit beside the default arm's without being compared with them part by part."""
-        base, arm = condition_parts(cond)
-        mark = "" if arm is None else f"{ARM_MARK}{arm}"
-        spec = self.model(model)
-        built = {"tiny": self.tiny.result_settings()} if spec.builtin == "tiny" else {}
-        parts: dict[str, Any] = {
-            "tasks": {"tasks": self.tasks.result_settings(), "splits": self.splits.result_settings()},
-            "reward": self.reward.result_settings(),
-            f"model {model}": {**spec.result_settings(), **built},
-            f"eval {split}": self.eval.cell_settings(split),
-        }
-        if self.determinism == "strict":  # absent by default, so the default's cells keep their hashes
-            parts["determinism"] = self.determinism
-        if base in SFT_CONDITIONS:
-            parts["sft"] = self.sft.result_settings()
-        if base in GRPO_CONDITIONS:
-            run = self.grpo_run(arm)
-            everything = run.result_settings()
-            grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
-            parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
-        if base == OPD_CONDITION:
-            parts.update(self._opd_parts(model))
-        if base == "raw_grpo":
-            parts[f"grpo fresh LoRA{mark}"] = {k: getattr(run.grpo, k) for k in FRESH_LORA}
-            if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
-                sft = {k: v for k, v in self.sft.result_settings().items() if k != "iters"}
-                parts["rft"] = {"rft": self.rft.result_settings(), "sft": sft}
-        return parts
-
-
-    def _opd_parts(self, model: str) -> dict[str, Any]:
-        """An opd cell's parts: the top-level GRPO sections under training_mode opd with the teacher, the
-        fresh LoRA, and what the teacher is (its model; its SFT knobs when its adapter is the SFT one)."""
-        everything = self.result_settings()
-        grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
-        teacher = self.model(self.opd.teacher_model or model)
-        parts: dict[str, Any] = {
-            "grpo opd": {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "training_mode": "opd",
-                         "opd": self.opd.result_settings()},
-            "grpo fresh LoRA": {k: getattr(self.grpo, k) for k in FRESH_LORA},
-            f"model {teacher.name}": {**teacher.result_settings(),
-                                       **({"tiny": self.tiny.result_settings()} if teacher.builtin == "tiny" else {})},
-        }
-        if self.opd.teacher_adapter == "sft":
-            parts["sft"] = self.sft.result_settings()
-        return parts
+def _say_once(message: str) -> None:
+    """Log `message` the first time this process says it: a process may load a config many times (a
+    grpo_multi job, one per run), and its log needs the line once."""
+    if message not in _said:
+        _said.add(message)
+        log.info(message)
 
 
 def _plain(value: Any) -> Any:
@@ -250,17 +214,7 @@ def _plain(value: Any) -> Any:
     return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
-def config_digest(config: Any) -> str:
-    """A short stable hash of a JSON-able config."""
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def cell_provenance(parts: dict[str, Any]) -> dict[str, Any]:
-    """What a cell records of its config (`Config.cell_config`): one hash of it all, and one per part."""
-    return {"config_hash": config_digest(parts), "config_parts": {name: config_digest(p) for name, p in parts.items()}}
-
-
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A configuration problem; the message names each offending key."""
 
 

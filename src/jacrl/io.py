@@ -16,12 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from jacrl.errors import InputError
+
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-class JsonlError(ValueError):
+class JsonlError(InputError, ValueError):
     """A JSONL line that is not a JSON object; the message names file and line."""
 
 

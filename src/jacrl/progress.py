@@ -7,7 +7,7 @@ returns (tens of KB per job). Off a terminal, `Progress` logs one INFO line (log
     sft (torch) 120/240 (50%) loss=1.234 lr=2.0e-04 tok/s=812 | 1.9 step/s, 0:01:03 elapsed, ETA 0:01:03
 
 `summary()` records a job's result in one line (its headline number); under
-`jacrl.workflow.logged` that line also reaches the console beside Snakemake's own job lines, as
+`jacrl.workflow.job.logged` that line also reaches the console beside Snakemake's own job lines, as
 does each `console_warning()` line.
 """
 
@@ -32,7 +32,7 @@ def summary(message: str) -> None:
 
 
 def console_warning(message: str) -> None:
-    """A warning the user must see at once: in the job's log and, under `jacrl.workflow.logged`,
+    """A warning the user must see at once: in the job's log and, under `jacrl.workflow.job.logged`,
     as one `warning:` line on the console."""
     CONSOLE.warning(message)
 

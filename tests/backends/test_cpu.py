@@ -6,8 +6,8 @@ import torch
 
 from jacrl.backends import cpu
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.resources import load_bytes
 from jacrl.backends.torch_backend import resolve_dtype
+from jacrl.workflow.resources import load_bytes
 
 ZEN4 = """processor\t: 0
 vendor_id\t: AuthenticAMD

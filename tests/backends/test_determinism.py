@@ -14,6 +14,7 @@ import pytest
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.determinism import DETERMINISM_ENV, current_mode, job_environment
 from jacrl.config import load_config
+from jacrl.workflow.provenance import cell_config
 
 REPO_SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 TESTS = os.path.join(os.path.dirname(__file__), "..")
@@ -80,7 +81,7 @@ def test_the_mode_is_read_from_the_environment_and_enters_the_cell_config(monkey
     monkeypatch.setenv(DETERMINISM_ENV, "fast")
     with pytest.raises(ValueError, match="JACRL_DETERMINISM='fast': expected one of default, strict"):
         current_mode()
-    default = load_config({}).cell_config("tiny", "sft", "mem")
-    strict = load_config({"determinism": "strict"}).cell_config("tiny", "sft", "mem")
+    default = cell_config(load_config({}), "tiny", "sft", "mem")
+    strict = cell_config(load_config({"determinism": "strict"}), "tiny", "sft", "mem")
     assert "determinism" not in default and strict["determinism"] == "strict"
     assert {k: v for k, v in strict.items() if k != "determinism"} == default

@@ -4,11 +4,12 @@ import json
 
 import pytest
 
-from jacrl.config import cell_provenance, load_config
+from jacrl.config import load_config
 from jacrl.io import write_jsonl
 from jacrl.ladder.__main__ import main
 from jacrl.ladder.pivot import rows_frame
 from jacrl.ladder.rows import ConfigMismatch, build_rows
+from jacrl.workflow.provenance import cell_config, cell_provenance
 
 
 def cell(cond: str, split: str, config: dict | None = None, rung: str = "1") -> dict:
@@ -16,7 +17,7 @@ def cell(cond: str, split: str, config: dict | None = None, rung: str = "1") -> 
     out = {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 1, "pass1": 1, "per_task": per_task,
            "isolation": "strict"}
     if config is not None:
-        out.update(cell_provenance(load_config(config).cell_config("tiny", cond, split)))
+        out.update(cell_provenance(cell_config(load_config(config), "tiny", cond, split)))
     return out
 
 

@@ -5,16 +5,17 @@ import json
 
 import pytest
 
-from jacrl.config import cell_provenance, load_config
+from jacrl.config import load_config
 from jacrl.ladder.pivot import paired_tests, pivot_tables, rows_frame
 from jacrl.ladder.rows import ConfigMismatch, build_rows, current_cells
+from jacrl.workflow.provenance import cell_config, cell_provenance
 
 CONFIG = {"grpo_arms": {"tuned": {"grpo": {"lr": 1e-5, "iters": 500}}}}
 
 
 def expected(config: dict) -> dict:
     cfg = load_config(config)
-    return {f"tiny/{c}/{s}": cell_provenance(cfg.cell_config("tiny", c, s)) for c in cfg.conditions for s in ("gen", "mem")}
+    return {f"tiny/{c}/{s}": cell_provenance(cell_config(cfg, "tiny", c, s)) for c in cfg.conditions for s in ("gen", "mem")}
 
 
 def put(root, rung, cond, split, config=CONFIG, passes=(0,)):
@@ -23,7 +24,7 @@ def put(root, rung, cond, split, config=CONFIG, passes=(0,)):
     cell = {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 3, "pass1": len(passes),
             "per_task": per_task, "isolation": "strict", "samples": 0, "pass1_pct": 100 * len(passes) / 3, "near_pct": 0.0}
     if config is not None:
-        cell.update(cell_provenance(load_config(config).cell_config("tiny", cond, split)))
+        cell.update(cell_provenance(cell_config(load_config(config), "tiny", cond, split)))
     path = root / ("shared" if rung == "shared" else f"r{rung}") / "tiny" / cond / f"{split}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cell))

@@ -9,7 +9,7 @@ import sys
 import pytest
 from reward_helpers import FIXTURES, REPO, fence
 
-from jacrl.reward import interop
+from jacrl.interop import reward as interop
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.cache import ScoreCache
 

@@ -13,7 +13,7 @@ import pytest
 from reward_helpers import FIXTURES, REPO
 from transformers import AutoTokenizer
 
-from jacrl.reward import interop
+from jacrl.interop import reward as interop
 from jacrl.reward.__main__ import score_main
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import CHAT_TOKENS, chat_markup, tokenizer_special_tokens

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from reward_helpers import HOSTILE_TASK, REPO
 
-from jacrl.reward.cache import config_digest
+from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.sandbox import _strict_blocker, plan_for
 
@@ -36,7 +36,7 @@ def test_the_view_holds_the_interpreter_and_packages_but_not_the_project_or_home
 
 def test_the_level_is_in_every_score_and_in_the_cache_key(tiered_scorer):
     strict, weak = RewardConfig(), RewardConfig(isolation="weak")
-    assert config_digest(strict) != config_digest(weak)
+    assert reward_config_digest(strict) != reward_config_digest(weak)
     s = tiered_scorer.score_batch([HOSTILE_TASK] * 2, ["```jac\nreturn n * 2;\n```", ""])  # the second is never run
     assert [x.isolation for x in s] == ["strict", "strict"] and s[0].exact and s[1].score == 0
 

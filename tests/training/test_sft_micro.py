@@ -7,9 +7,9 @@ import torch
 
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.resources import job_tokens
 from jacrl.config import load_config
 from jacrl.training.sft import SFTExample, micro_batches, sft_backward
+from jacrl.workflow.resources import job_tokens
 
 
 def _ex(prompt: int, completion: int) -> SFTExample:

@@ -99,13 +99,13 @@ class ModelSpec(StrictModel):
         json_schema_extra=RESULT_FREE,
         description="Host memory (MB) per job kind (`sft`, `grpo`, `rft`, `eval`), Snakemake's `mem_mb`. "
         "A kind not given is derived from the parameter count, the load precision and the job's tokens "
-        "(jacrl.backends.resources).",
+        "(jacrl.workflow.resources).",
     )
     runtime: dict[RuleKind, int] = Field(
         default_factory=dict,
         json_schema_extra=RESULT_FREE,
         description="Wall-time limit (minutes) per job kind, Snakemake's `runtime` (cluster executors "
-        "enforce it). A kind not given takes jacrl.backends.resources.DEFAULT_RUNTIME_MIN.",
+        "enforce it). A kind not given takes jacrl.workflow.resources.DEFAULT_RUNTIME_MIN.",
     )
 
     @model_validator(mode="after")

@@ -30,7 +30,7 @@ def cell_tag(rung: str, model: str, cond: str, split: str) -> str:
 
 def check_one_config(records: list[dict]) -> None:
     """Refuse cells or rows that were not built under one configuration: every config part
-    (`config_parts`, see `jacrl.config.Config.cell_config`) that several of them carry must have
+    (`config_parts`, see `jacrl.workflow.provenance.cell_config`) that several of them carry must have
     one hash. Records from before cells recorded their parts pass only among themselves."""
     tag = lambda r: cell_tag(r["rung"], r["model"], r["cond"], r["split"])  # noqa: E731
     recorded = [r for r in records if r.get("config_parts")]
@@ -119,7 +119,7 @@ class LeftOut:
 
 def out_of_config(cell: dict, expected: dict[str, dict], rungs: list[str]) -> str | None:
     """Why `cell` is not one the current configuration would build (None when it is). `expected`
-    maps `model/cond/split` to the provenance (`jacrl.config.cell_provenance`) the current config
+    maps `model/cond/split` to the provenance (`jacrl.workflow.provenance.cell_provenance`) the current config
     gives that cell; `rungs` are its rungs."""
     want = expected.get(f"{cell['model']}/{cell['cond']}/{cell['split']}")
     if want is None:

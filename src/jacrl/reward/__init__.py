@@ -8,6 +8,6 @@ Modules: extract (completion → body), splice (body → program), sandbox (the 
 and what one run is allowed), supervise (a run's deadline, output caps and the sweep of its
 leftovers), runner (a run's record and the subprocess reference runner), forkserver (the
 default runner), pool (the runners a scorer's threads share), score (dense_v2 / tiered with
-breakdowns), cache (persistent SQLite), batch (the scorer: dedup + cache + pool), interop
-(mlx-lm-lora and TRL reward functions), config (the `reward:` config section).
+breakdowns), cache (persistent SQLite), batch (the scorer: dedup + cache + pool), config (the
+`reward:` config section). Other trainers' reward functions are `jacrl.interop.reward`.
 """

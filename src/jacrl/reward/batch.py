@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from jacrl.reward.cache import config_digest, score_key
+from jacrl.reward.cache import reward_config_digest, score_key
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import Extraction, extract_body
 from jacrl.reward.normalize import ChatMarkup, chat_markup
@@ -123,7 +123,7 @@ class RewardScorer:
         self.markup = chat_markup(tuple(special_tokens))
         self.cache = open_score_cache(self.cfg.cache_path) if self.cfg.cache else None  # segments on NFS & co
         self.stats: Counter = Counter()
-        self._digest = config_digest(self.cfg)
+        self._digest = reward_config_digest(self.cfg)
         self._pool: RunnerPool | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()

@@ -38,7 +38,7 @@ def jaclang_version() -> str:
         return "unknown"
 
 
-def config_digest(cfg: RewardConfig) -> str:
+def reward_config_digest(cfg: RewardConfig) -> str:
     """The part of the config a score depends on (not workers, runner or cache settings)."""
     return hashlib.sha256(json.dumps(cfg.result_settings(), sort_keys=True).encode()).hexdigest()
 

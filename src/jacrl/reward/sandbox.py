@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
+from jacrl.errors import InputError
 from jacrl.reward.config import RewardConfig, SandboxLimits
 
 CONFINE = str(Path(__file__).with_name("_confine.py"))
@@ -48,7 +49,7 @@ PROGRAM = "prog.jac"
 # ---------------------------------------------------------------- the plan
 
 
-class IsolationUnavailable(RuntimeError):
+class IsolationUnavailable(InputError, RuntimeError):
     """Strict isolation was asked for and this machine cannot provide it (one-line reason + fix)."""
 
 

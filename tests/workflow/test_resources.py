@@ -10,8 +10,10 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
+from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.resources import (
+from jacrl.config import load_config, load_config_file
+from jacrl.workflow.resources import (
     BASE_MB,
     BUILTIN_SHAPES,
     DEFAULT_RUNTIME_MIN,
@@ -19,9 +21,7 @@ from jacrl.backends.resources import (
     job_resources,
     mem_mb,
     model_shape,
-    safetensors_parameters,
 )
-from jacrl.config import load_config, load_config_file
 
 
 def test_parameters_are_read_from_the_safetensors_headers(tiny_model):

@@ -4,9 +4,9 @@ user turn, no system turn."""
 import pytest
 
 from jacrl.backends import load_backend
+from jacrl.interop.mlx_grpo import PROMPT_TEXT, use_our_prompts, write_data
 from jacrl.io import read_jsonl
 from jacrl.tasks.record import read_tasks
-from jacrl.rl.interop import PROMPT_TEXT, use_our_prompts, write_data
 
 
 def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypatch):

@@ -3,7 +3,7 @@
 * mlx-lm-lora: `jac_behavioral(prompts=, completions=, answer=, types=) -> list[float]`,
   registered under that name when `mlx_lm_lora` is importable. `answer` carries the task
   id (or the source project's JSON answer with an "id" key). Point its trainer here with
-  `--reward-functions-file src/jacrl/reward/interop.py --reward-functions jac_behavioral`
+  `--reward-functions-file src/jacrl/interop/reward.py --reward-functions jac_behavioral`
   (it loads this file by path, so imports below are absolute and `src/` is put on sys.path).
 * TRL: `JacReward(...)` is a `(prompts, completions, **kwargs) -> list[float]` callable; the
   task id comes from the `task_id`, `id` or `answer` dataset column.
