@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import auto_cpu_dtype
+from jacrl.backends.sampling import MAX_BATCH_ROWS
 
 if TYPE_CHECKING:
     from jacrl.config import Config
@@ -51,8 +52,6 @@ FALLBACK_MB = 8000
 DEFAULT_RUNTIME_MIN: dict[RuleKind, int] = {"sft": 120, "grpo": 240, "rft": 240, "eval": 120}
 """Wall-time limits (minutes) of a kind not set in the spec's `runtime`."""
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-MAX_BATCH_ROWS = 64
-"""Sequences the torch backend decodes together at most (`TorchBackend.max_batch_rows`)."""
 
 
 @dataclass(frozen=True)
