@@ -87,8 +87,8 @@ def nll_part(a: argparse.Namespace) -> dict:
 def grpo_part(a: argparse.Namespace) -> dict:
     from jacrl.config import load_config
     from jacrl.reward.batch import RewardScorer
-    from jacrl.tasks.record import read_tasks
     from jacrl.rl.loop import train_grpo
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.metrics import read_metrics
 
     cfg = load_config({"grpo": {"iters": a.grpo_steps, "lr": 1e-5, "temperature": 0.7, "group_size": 4,

@@ -107,8 +107,8 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     from jacrl.evaluation.cell import evaluate_cell
     from jacrl.evaluation.config import EvalConfig
     from jacrl.reward.batch import RewardScorer
-    from jacrl.tasks.record import read_tasks
     from jacrl.rl.loop import train_grpo
+    from jacrl.tasks.record import read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.metrics import read_metrics
     from jacrl.training.sft import train_sft

@@ -39,8 +39,8 @@ from jacrl.config import Config, load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.ladder.stats import mcnemar_exact  # noqa: E402
 from jacrl.reward.batch import RewardScorer, score_groups  # noqa: E402
-from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.checkpoint import checkpoint_path  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 

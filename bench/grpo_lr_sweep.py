@@ -34,8 +34,8 @@ from jacrl.backends.select import load_model  # noqa: E402
 from jacrl.config import Config, load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from jacrl import cli
 from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
-from jacrl.reward.batch import RewardScorer
-from jacrl.tasks.record import Task, read_tasks
 from jacrl.interop.mlx_grpo import command, write_data
+from jacrl.reward.batch import RewardScorer
 from jacrl.rl.loop import train_grpo
+from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
 
 KNOBS = {"group_size": 4, "prompts_per_step": 2, "max_completion": 128, "max_seq": 4096, "lr": 1e-4,

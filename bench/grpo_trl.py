@@ -31,12 +31,13 @@ from grpo_learning import bench_config, clock, cpu_seconds, loss_terms, paired_t
 
 from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import Config  # noqa: E402
+from jacrl.interop.reward import JacReward  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.interop.reward import JacReward  # noqa: E402
-from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
+
 
 def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threads: int) -> dict:
     spent: dict[str, dict] = {}

@@ -24,17 +24,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep
 
 from jacrl.backends.base import Backend, SamplingParams  # noqa: E402
 from jacrl.backends.config import ModelSpec  # noqa: E402
-from jacrl.backends.select import load_model  # noqa: E402
 from jacrl.config import load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.losses.plan import EnvLossPlans  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.rl.config import GRPOConfig  # noqa: E402
 from jacrl.rl.loop import _train_step, prepare_backend  # noqa: E402
 from jacrl.rl.orchestrator import Orchestrator  # noqa: E402
 from jacrl.rl.teacher import Teacher, load_teacher  # noqa: E402
 from jacrl.rl.trainer import Trainer  # noqa: E402
+from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.config import SFTConfig  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
 

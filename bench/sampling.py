@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from jacrl.backends import SamplingParams, load_backend  # noqa: E402
-from jacrl.models.config import TinyModelConfig  # noqa: E402
 from jacrl.io import read_jsonl  # noqa: E402
+from jacrl.models.config import TinyModelConfig  # noqa: E402
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "backends" / "fixtures"

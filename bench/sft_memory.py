@@ -110,7 +110,7 @@ def main() -> None:
     from jacrl.backends.cpu import cpu_info
 
     print(f"CPU: {cpu_info().describe()}; {a.threads} threads; batch {a.batch} longest rows, max_seq {a.max_seq}")
-    print(f"| way | peak RSS (GB) | step (s) | mem_mb estimate (GB) | rows (tokens) |\n|---|---:|---:|---:|---|")
+    print("| way | peak RSS (GB) | step (s) | mem_mb estimate (GB) | rows (tokens) |\n|---|---:|---:|---:|---|")
     for way in a.ways:
         r = run_way(a, way)
         est = estimate_mb(a, WAYS[way]["micro"], WAYS[way]["ckpt"]) / 1024

@@ -1,9 +1,9 @@
 # Rule build_tasks: drivers → tasks.jsonl + templates/ + refbodies/.
 from pathlib import Path
 
-from jacrl.tasks.config import TasksConfig
 from jacrl.progress import summary
 from jacrl.tasks.build import build_tasks
+from jacrl.tasks.config import TasksConfig
 from jacrl.workflow.job import logged
 
 # The workflow's folder (Snakemake sets __file__ to this script's own path): bundled drivers are

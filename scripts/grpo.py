@@ -7,9 +7,9 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.tasks.record import read_tasks
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.teacher import Teacher
+from jacrl.tasks.record import read_tasks
 from jacrl.training.tracking import job_tracker
 from jacrl.workflow.job import logged
 

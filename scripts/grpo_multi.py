@@ -7,8 +7,8 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.tasks.record import read_tasks
 from jacrl.rl.multirun import RunSpec, train_grpo_runs
+from jacrl.tasks.record import read_tasks
 from jacrl.workflow.job import logged
 
 with logged(snakemake):

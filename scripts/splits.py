@@ -1,6 +1,6 @@
 # Rule splits: tasks.jsonl → holdout / trainpool / valid (+ a summary table).
-from jacrl.tasks.config import SplitsConfig
 from jacrl.io import write_text
+from jacrl.tasks.config import SplitsConfig
 from jacrl.tasks.record import read_tasks, write_tasks
 from jacrl.tasks.report import splits_summary
 from jacrl.tasks.splits import make_splits

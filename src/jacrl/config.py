@@ -21,8 +21,16 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import Determinism
 from jacrl.errors import InputError
 from jacrl.evaluation.config import EvalConfig
-from jacrl.ladder.config import (ARM_MARK, ARM_NAME, CONDITIONS, OPD_CONDITION, LadderConfig, Rung, arm_conditions,
-                                 condition_parts)
+from jacrl.ladder.config import (
+    ARM_MARK,
+    ARM_NAME,
+    CONDITIONS,
+    OPD_CONDITION,
+    LadderConfig,
+    Rung,
+    arm_conditions,
+    condition_parts,
+)
 from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig

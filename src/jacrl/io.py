@@ -18,7 +18,6 @@ from typing import Any
 
 from jacrl.errors import InputError
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

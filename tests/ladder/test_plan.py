@@ -7,8 +7,16 @@ import pytest
 
 from jacrl.ladder.config import CellKey
 from jacrl.ladder.pivot import show_ladder
-from jacrl.ladder.plan import (ELBOW_RULE, PlanSpec, SmokeGateFailed, choose_elbow, grid, model_jobs, smart_plan,
-                               smoke_gate)
+from jacrl.ladder.plan import (
+    ELBOW_RULE,
+    PlanSpec,
+    SmokeGateFailed,
+    choose_elbow,
+    grid,
+    model_jobs,
+    smart_plan,
+    smoke_gate,
+)
 from jacrl.ladder.rows import write_ladder
 
 

@@ -1,6 +1,5 @@
 """Ladder rows are rebuilt idempotently; a pivot of a fixed jsonl matches the stored table."""
 
-import json
 from pathlib import Path
 
 import pytest

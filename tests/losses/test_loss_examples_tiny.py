@@ -5,15 +5,15 @@ import warnings
 
 import pytest
 import yaml
+from fixtures.models import model_spec
+from test_loss_examples import example_paths
 
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
-from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
+from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from test_loss_examples import example_paths
 
 pytestmark = pytest.mark.slow
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from fixtures.tasks import task
+
 from jacrl.io import write_jsonl
 from jacrl.ladder.__main__ import main
 from jacrl.tasks.record import write_tasks
-from fixtures.tasks import task
 
 TASKS = [task("a", family="graphs", osp=True, gold_body="    visit [-->];\n"),
          task("b", family="strings", gold_body="    x = 1;\n    y = 2;\n    return x + y;\n"),

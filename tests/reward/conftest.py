@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from reward_helpers import CORPUS, FIXTURES, REPO
 
 from jacrl.reward.batch import RewardScorer

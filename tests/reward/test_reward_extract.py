@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 from fixture_answers import WRITTEN, Answers, answered, answered_out_of_line

@@ -4,6 +4,8 @@ demonstrations) over which task set, and its share of each step's prompts; on th
 import pydantic
 import pytest
 import torch
+from fixtures.tasks import task
+from text_reward import WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
@@ -16,8 +18,6 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs, deal, env_task_files
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.training.sft import gold_completion
-from fixtures.tasks import task
-from text_reward import WhitespaceScorer
 
 RUN_TASKS = [task(f"run-{i}", prompt=p, gold_body=f"    return {i};\n")
              for i, p in enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])]

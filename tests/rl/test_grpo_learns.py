@@ -13,6 +13,9 @@ from __future__ import annotations
 from statistics import fmean
 
 import pytest
+from fixtures.models import model_spec
+from fixtures.tiny import FIXTURES, TEST_TINY
+from text_reward import TASKS, TextScore
 
 from jacrl.backends.base import SamplingParams
 from jacrl.backends.select import load_backend
@@ -21,9 +24,6 @@ from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from fixtures.tiny import FIXTURES, TEST_TINY
-from text_reward import TASKS, TextScore
 
 EVAL_SEED = 123
 EVAL_SAMPLES = 16  # per prompt: 64 in all

@@ -3,19 +3,18 @@ the reference KL moves with it, resume after a kill, mixed envs, a custom core."
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures.models import model_spec
 
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.tasks.record import read_tasks
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
+from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ differ from the trainer's is refused by name."""
 import json
 
 import pytest
+from fixtures.models import model_spec
+from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
@@ -13,8 +15,6 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.multirun import RunSpec, check_run_losses, train_grpo_runs
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
 
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.04}]}
 TIMES = ("time/", "tokens_per_s")

@@ -5,23 +5,23 @@ greedy pass rate on its train tasks moves toward the teacher's."""
 import math
 
 import pytest
+from fixtures.models import model_spec
+from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec, SamplingParams
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.batch import RewardScorer
-from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
+from jacrl.tasks.record import read_tasks
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
-from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
 
 OPD = {"training_mode": "opd", "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.0}}]}
 

@@ -2,6 +2,8 @@
 envs dealt by the global prompt index, prompts cut before sampling, role-attributed prompts."""
 
 import pytest
+from fixtures.models import model_spec
+from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
@@ -11,8 +13,6 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
 
 
 def cfg(**kw):

@@ -5,6 +5,8 @@ import json
 
 import pytest
 import torch
+from fixtures.models import model_spec
+from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
@@ -12,8 +14,6 @@ from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
 
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
 

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from fixtures.models import model_spec
+from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import TokenLogprobs
 from jacrl.config import load_config
@@ -17,8 +19,6 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.trainer import Trainer, first_supervised
 from jacrl.training.metrics import read_metrics
-from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
 
 CONFIG = {
     "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 0.5}, "user": {"alpha": 1.0}},

@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from jacrl.backends import LoraSpec, load_backend
-from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.training.sft import SFTExample, micro_batches, sft_backward
 from jacrl.workflow.resources import job_tokens

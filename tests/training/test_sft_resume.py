@@ -7,12 +7,12 @@ import json
 import logging
 
 import pytest
+from fixtures.models import model_spec
+from fixtures.tasks import task as make_task
 
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
-from fixtures.models import model_spec
-from fixtures.tasks import task as make_task
 
 TASKS = [
     make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),

@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from fixtures.models import model_spec
+from fixtures.tasks import task as make_task
 
 from jacrl.backends import LoraSpec, ModelPathError, load_backend
 from jacrl.io import read_jsonl
@@ -15,8 +17,6 @@ from jacrl.training.metrics import read_metrics
 from jacrl.training.rft import select_kept, train_rft
 from jacrl.training.schedule import lr_at
 from jacrl.training.sft import SFTExample, batch_order, gold_completion, run_sft, sft_lr, train_sft
-from fixtures.models import model_spec
-from fixtures.tasks import task as make_task
 
 # Short prompts keep mlx[cpu] (reference BLAS) fast; the real prompt format is tested on torch.
 SHORT_TASKS = [

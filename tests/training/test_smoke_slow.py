@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.models import model_spec
 
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.models.config import TinyModelConfig
-from jacrl.training.config import SFTConfig
-from jacrl.tasks.record import Task, read_tasks
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
+from jacrl.tasks.record import Task, read_tasks
+from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
-from fixtures.models import model_spec
 
 REPO = Path(__file__).resolve().parents[2]
 RL = REPO / "dataset" / "rl"

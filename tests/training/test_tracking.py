@@ -6,18 +6,18 @@ from __future__ import annotations
 import sys
 
 import pytest
+from fixtures.models import model_spec
+from fixtures.tasks import task as make_task
 
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
-from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
+from jacrl.tasks.record import read_tasks
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
 from jacrl.training.tracking import TRACKING_ENV, job_tracker, open_tracker, scalars
-from fixtures.models import model_spec
-from fixtures.tasks import task as make_task
 
 TASKS = [make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
          make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n")]

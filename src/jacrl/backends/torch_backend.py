@@ -32,7 +32,6 @@ from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.progress import Progress
 
-
 SMALL_MODEL_PARAMS = 50_000_000
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""

@@ -7,8 +7,8 @@ position t holds the log-probability of token t given the tokens before it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import torch
 from torch import Tensor

@@ -176,7 +176,6 @@ def _child(run_dir: str, spec: dict, argv: list[str], out_w: int, err_w: int, ja
 def _reset_interpreter(run_dir: str, jac: str, base_path: list[str], argv: list[str]) -> None:
     """Undo what this process resolved before the fork, so the child looks like a fresh `jac`."""
     import builtins
-    import io
     import types
     from importlib.machinery import SourceFileLoader
 
@@ -201,9 +200,9 @@ def _reset_interpreter(run_dir: str, jac: str, base_path: list[str], argv: list[
     sys.argv = [jac, *argv, PROGRAM]
     # stdio as a fresh interpreter opens it for pipes: stdout block-buffered (strict utf-8),
     # stderr line-buffered (backslashreplace).
-    sys.stdin = io.open(0, "r", encoding="utf-8", closefd=False)
-    sys.stdout = io.open(1, "w", encoding="utf-8", errors="strict", newline="\n", closefd=False)
-    sys.stderr = io.open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", newline="\n", closefd=False)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="strict", newline="\n", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", newline="\n", closefd=False)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 

@@ -9,8 +9,8 @@ gradients simply sum. `term_rows` records which samples each term applies to (pe
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import torch
 from torch import Tensor

@@ -8,9 +8,9 @@ tokens to the named tools; an optional imported filter narrows the selection fur
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Sequence
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -57,7 +57,7 @@ def sequence_roles(
     return roles, tool_names
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_echo_filter(import_path: str) -> EchoFilter:
     return import_object(import_path, field="echo filter.import_path")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from jacrl.losses.plan import EnvLossPlan
 from jacrl.rl.batch import Rollout

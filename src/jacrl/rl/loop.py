@@ -29,16 +29,16 @@ from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, du
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress, summary
 from jacrl.reward.batch import Scorer
-from jacrl.tasks.record import Task
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
+from jacrl.tasks.record import Task
 from jacrl.training.checkpoint import Cadence, Checkpoint, Stopped, checkpoint_path
 from jacrl.training.metrics import MetricsWriter
-from jacrl.training.tracking import Tracker
 from jacrl.training.schedule import lr_at
+from jacrl.training.tracking import Tracker
 
 log = logging.getLogger(__name__)
 RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}

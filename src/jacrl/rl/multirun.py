@@ -31,12 +31,12 @@ from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
-from jacrl.tasks.record import Task
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
 from jacrl.rl.loop import _train_step, _write_output, run_report
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
+from jacrl.tasks.record import Task
 
 
 @dataclass(frozen=True)

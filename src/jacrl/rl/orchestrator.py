@@ -21,12 +21,12 @@ from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.audit import flagged_pass_share
 from jacrl.reward.batch import Scorer, score_groups
-from jacrl.tasks.record import Task
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import TrainEnv, deal
 from jacrl.rl.filters import zero_advantage_filter
 from jacrl.rl.render import RenderedPrompt, render_prompt
+from jacrl.tasks.record import Task
 from jacrl.training.sft import gold_completion
 
 

@@ -9,8 +9,9 @@ template's text, for messages) with no attribution, so only completion tokens ha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 Message = dict[str, Any]
 

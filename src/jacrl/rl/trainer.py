@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from jacrl.backends.base import Backend, TokenLogprobs
-from jacrl.losses.config import RefKLLossConfig
-from jacrl.losses.registry import LossTerm, build_terms
 from jacrl.losses.compute import compute_loss
+from jacrl.losses.config import RefKLLossConfig
 from jacrl.losses.inputs import LossInputs
+from jacrl.losses.registry import LossTerm, build_terms
 from jacrl.rl.batch import TrainBatch
 
 

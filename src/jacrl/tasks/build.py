@@ -14,9 +14,9 @@ from pathlib import Path
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress
 from jacrl.reward.runner import RunResult
-from jacrl.tasks.record import HOLE, Task, UnitRef, write_tasks
 from jacrl.tasks.drivers import Driver, DriverError, Hole, discover_drivers, parse_driver
 from jacrl.tasks.gold import Runner, gold_runner, run_program
+from jacrl.tasks.record import HOLE, Task, UnitRef, write_tasks
 
 TODO = "# TODO: write the body"
 

@@ -77,8 +77,8 @@ def gold_runner(kind: str, jobs: int) -> Iterator[Runner]:
         return
     if kind != "fork":
         raise ValueError(f"unknown gold runner {kind!r} (expected 'fork' or 'jac')")
-    from jacrl.reward.pool import RunnerPool
     from jacrl.reward.config import RewardConfig
+    from jacrl.reward.pool import RunnerPool
 
     pool = RunnerPool(RewardConfig(runner="fork"), max(1, jobs))
 
