@@ -162,7 +162,7 @@ def report(a: argparse.Namespace) -> None:
             res[dtype].update(run_part(a, "nll", dtype, res[dtype]["adapter"]))
     share, same = agreement(res["float32"]["greedy"], res["bfloat16"]["greedy"])
     f, h = res["float32"], res["bfloat16"]
-    rows = [("eval, s/task (greedy, %d tokens)" % a.tokens, f["eval_s_per_task"], h["eval_s_per_task"]),
+    rows = [(f"eval, s/task (greedy, {a.tokens:d} tokens)", f["eval_s_per_task"], h["eval_s_per_task"]),
             ("SFT, s/step (batch 2)", f["sft_s_per_step"], h["sft_s_per_step"]),
             ("GRPO, s/step (group 4 × 128)", f["grpo_s_per_step"], h["grpo_s_per_step"])]
     print("| measure | float32 | bfloat16 | bf16 / fp32 |\n|---|---:|---:|---:|")

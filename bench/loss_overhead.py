@@ -159,10 +159,10 @@ def main() -> None:
     for round_index in range(args.rounds):
         shift = round_index % len(labels)
         for label in labels[shift:] + labels[: shift]:  # rotate the order: no position bias
-            w, c = timed(lambda: full_step(label))
+            w, c = timed(lambda label=label: full_step(label))
             wall[label].append(w)
             cpu[label].append(c)
-            loss_wall[label].extend(timed(lambda: loss_only(label))[0] for _ in range(10))
+            loss_wall[label].extend(timed(lambda label=label: loss_only(label))[0] for _ in range(10))
         ref_cpu.append(timed(reference_forward)[1])
 
     # On a shared machine a run can only be slowed down by other processes, never sped up, so the

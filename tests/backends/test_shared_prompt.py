@@ -125,7 +125,7 @@ def mlx_trained(backend, batches, temperature):
     backend.configure_optimizer(0.0)
     seen = []
     for prompts, completions, weights in batches:
-        def loss(t: TokenLogprobs, weights=weights):
+        def loss(t: TokenLogprobs, weights=weights, completions=completions):
             seen.extend(t.logprobs[i, : len(c)].detach().numpy() for i, c in enumerate(completions))
             return (t.logprobs * weights).sum(), {}
 

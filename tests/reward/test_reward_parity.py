@@ -61,7 +61,7 @@ def check_parity(runners, tasks, cases: list[tuple[str, str]]) -> list[str]:
         fast = pool.map(lambda j: _fork_run(forks, j[3], j[4]), jobs)
         slow, fast = list(slow), list(fast)
     problems = []
-    for (t, variant, body, program, timeout), ref, got in zip(jobs, slow, fast):
+    for (t, variant, body, _program, _timeout), ref, got in zip(jobs, slow, fast):
         for field in ("exit_code", "stdout", "timed_out", "killed", "compiles", "runs"):
             if getattr(got, field) != getattr(ref, field):
                 problems.append(f"{t.id}/{variant}: {field} fork={getattr(got, field)!r} subprocess={getattr(ref, field)!r}")

@@ -7,7 +7,7 @@ constraints, the rows and the pivot.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, NamedTuple, Union, get_args
+from typing import Annotated, Literal, NamedTuple, get_args
 
 from pydantic import AfterValidator, Field
 
@@ -20,7 +20,7 @@ Condition = Literal["base", "sft", GRPOCondition, "opd"]
 distillation of a fresh LoRA on the base toward a teacher (`opd`)."""
 Split = Literal["gen", "mem"]
 """gen = the fixed holdout, mem = the rung's own train tasks."""
-Rung = Union[int, Literal["all"]]
+Rung = int | Literal["all"]
 """A train-set size: the first N tasks of the train pool, or 'all' of it."""
 
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)

@@ -108,7 +108,7 @@ def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
     same tasks: exact McNemar on greedy pass@1 (with its minimum detectable difference) and a sign
     test on the per-task sampled pass rate."""
     rows = []
-    for (model, split), part in df.groupby(["model", "split"], sort=True):
+    for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
             for ref_name, ref in _references(part, r):
                 rows.extend(_comparisons(r, ref_name, ref))

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from jacrl.reward.cache import reward_config_digest, score_key
 from jacrl.reward.config import RewardConfig
@@ -36,7 +36,6 @@ from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
 from jacrl.tasks.record import Task, as_task, load_tasks
 
-S = TypeVar("S")
 log = logging.getLogger(__name__)
 
 
@@ -52,8 +51,8 @@ class HasText(Protocol):
     text: str
 
 
-def score_groups(score_batch: Callable[[list[Task], list[str]], list[S]], tasks: Sequence[Task],
-                 groups: Sequence[Sequence[HasText]]) -> list[list[S]]:
+def score_groups[S](score_batch: Callable[[list[Task], list[str]], list[S]], tasks: Sequence[Task],
+                    groups: Sequence[Sequence[HasText]]) -> list[list[S]]:
     """Score every completion of `groups[i]` against `tasks[i]` in one `score_batch` call (so the
     batch dedups and parallelises across groups); the scores come back grouped like `groups`."""
     flat_tasks = [t for t, group in zip(tasks, groups, strict=True) for _ in group]
