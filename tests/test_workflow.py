@@ -74,8 +74,10 @@ def test_each_condition_starts_from_its_own_model(repo, models, raw_base, rft_ta
     }
     cells = job_inputs(out, "eval")
     stem = "results/cells/r1/tiny/{}/{}"
-    outputs = lambda cond: ", ".join(stem.format(cond, f) for f in  # noqa: E731
-                                     ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl"))
+
+    def outputs(cond):
+        return ", ".join(stem.format(cond, f) for f in ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl"))
+
     holdout = "dataset/rl/holdout.jsonl"
     assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, "adapters/r1/tiny/raw_grpo"]
     assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, "adapters/r1/tiny/sft_grpo"]

@@ -43,8 +43,10 @@ def kl_curve(out):
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
 def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_adapter, tmp_path, backend):
-    run = lambda ref: train_grpo(model_spec(tiny_model, backend), TASKS, tmp_path / ref, cfg(reference=ref),  # noqa: E731
-                                 load_config(LOSSES), WhitespaceScorer(), init_adapter=start_adapter, progress=False)
+    def run(ref):
+        return train_grpo(model_spec(tiny_model, backend), TASKS, tmp_path / ref, cfg(reference=ref),
+                          load_config(LOSSES), WhitespaceScorer(), init_adapter=start_adapter, progress=False)
+
     start, base = kl_curve(run("start")), kl_curve(run("base"))
     assert start[0] == pytest.approx(0.0, abs=1e-5)  # the policy before its first update is the reference
     assert base[0] > 1e-3  # the starting adapter is far from the base
