@@ -46,7 +46,9 @@ def eval_part(a: argparse.Namespace) -> dict:
     tasks = read_tasks(HOLDOUT)[: a.prompts]
     prompts = [b.prompt_ids(t.prompt) for t in tasks]
     t0 = time.perf_counter()
-    out = b.generate_ids(prompts, n=1, params=SamplingParams(temperature=0.0, max_tokens=a.tokens, seed=0), progress=False)
+    out = b.generate_ids(
+        prompts, n=1, params=SamplingParams(temperature=0.0, max_tokens=a.tokens, seed=0), progress=False
+    )
     dt = time.perf_counter() - t0
     return {"eval_s_per_task": dt / len(tasks), "greedy": [list(c[0].token_ids) for c in out]}
 
@@ -91,8 +93,20 @@ def grpo_part(a: argparse.Namespace) -> dict:
     from jacrl.tasks.record import read_tasks
     from jacrl.training.metrics import read_metrics
 
-    cfg = load_config({"grpo": {"iters": a.grpo_steps, "lr": 1e-5, "temperature": 0.7, "group_size": 4,
-                                "prompts_per_step": 1, "max_completion": 128, "max_seq": 2048, "save_every": 100}})
+    cfg = load_config(
+        {
+            "grpo": {
+                "iters": a.grpo_steps,
+                "lr": 1e-5,
+                "temperature": 0.7,
+                "group_size": 4,
+                "prompts_per_step": 1,
+                "max_completion": 128,
+                "max_seq": 2048,
+                "save_every": 100,
+            }
+        }
+    )
     tasks = read_tasks(RUNG)[: a.grpo_steps]
     out = Path(a.tmp) / f"grpo-{a.dtype}"
     with RewardScorer(cfg.reward, threads=a.threads) as scorer:
@@ -100,17 +114,39 @@ def grpo_part(a: argparse.Namespace) -> dict:
         train_grpo(_spec(a.model, a.dtype), tasks, out, cfg.grpo, cfg, scorer, threads=a.threads, progress=False)
         dt = time.perf_counter() - t0
     rows = read_metrics(out / "metrics.jsonl")
-    return {"grpo_s_per_step": dt / a.grpo_steps, "grpo_rewards": [r["reward/mean"] for r in rows],
-            "grpo_train_s": [r["time/train_s"] for r in rows]}
+    return {
+        "grpo_s_per_step": dt / a.grpo_steps,
+        "grpo_rewards": [r["reward/mean"] for r in rows],
+        "grpo_train_s": [r["time/train_s"] for r in rows],
+    }
 
 
 PARTS = {"eval": eval_part, "sft": sft_part, "nll": nll_part, "grpo": grpo_part}
 
 
 def run_part(a: argparse.Namespace, part: str, dtype: str, adapter: str | None = None) -> dict:
-    cmd = [sys.executable, __file__, "--part", part, "--dtype", dtype, "--model", a.model, "--threads", str(a.threads),
-           "--prompts", str(a.prompts), "--tokens", str(a.tokens), "--sft-steps", str(a.sft_steps),
-           "--grpo-steps", str(a.grpo_steps), "--tmp", a.tmp] + (["--adapter", adapter] if adapter else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--part",
+        part,
+        "--dtype",
+        dtype,
+        "--model",
+        a.model,
+        "--threads",
+        str(a.threads),
+        "--prompts",
+        str(a.prompts),
+        "--tokens",
+        str(a.tokens),
+        "--sft-steps",
+        str(a.sft_steps),
+        "--grpo-steps",
+        str(a.grpo_steps),
+        "--tmp",
+        a.tmp,
+    ] + (["--adapter", adapter] if adapter else [])
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
     if done.returncode:
         raise SystemExit(f"{part} ({dtype}) failed:\n{done.stderr[-3000:]}")
@@ -162,21 +198,29 @@ def report(a: argparse.Namespace) -> None:
             res[dtype].update(run_part(a, "nll", dtype, res[dtype]["adapter"]))
     share, same = agreement(res["float32"]["greedy"], res["bfloat16"]["greedy"])
     f, h = res["float32"], res["bfloat16"]
-    rows = [(f"eval, s/task (greedy, {a.tokens:d} tokens)", f["eval_s_per_task"], h["eval_s_per_task"]),
-            ("SFT, s/step (batch 2)", f["sft_s_per_step"], h["sft_s_per_step"]),
-            ("GRPO, s/step (group 4 × 128)", f["grpo_s_per_step"], h["grpo_s_per_step"])]
+    rows = [
+        (f"eval, s/task (greedy, {a.tokens:d} tokens)", f["eval_s_per_task"], h["eval_s_per_task"]),
+        ("SFT, s/step (batch 2)", f["sft_s_per_step"], h["sft_s_per_step"]),
+        ("GRPO, s/step (group 4 × 128)", f["grpo_s_per_step"], h["grpo_s_per_step"]),
+    ]
     print("| measure | float32 | bfloat16 | bf16 / fp32 |\n|---|---:|---:|---:|")
     for name, x, y in rows:
         print(f"| {name} | {x:.2f} | {y:.2f} | {y / x:.2f} |")
-    print(f"| greedy-token agreement with float32 ({a.prompts} prompts) | — | {share:.3f} ({same}/{a.prompts} identical) | |")
+    print(
+        f"| greedy-token agreement with float32 ({a.prompts} prompts) | — | {share:.3f} ({same}/{a.prompts} identical) | |"
+    )
     print(f"| SFT loss per step | {fmt(f['sft_losses'])} | {fmt(h['sft_losses'])} | |")
-    print(f"| holdout gold NLL after {a.sft_steps} SFT steps (scored in float32) | {f['holdout_nll']:.4f} | {h['holdout_nll']:.4f} | |")
+    print(
+        f"| holdout gold NLL after {a.sft_steps} SFT steps (scored in float32) | {f['holdout_nll']:.4f} | {h['holdout_nll']:.4f} | |"
+    )
     print(f"| GRPO reward per step | {fmt(f['grpo_rewards'])} | {fmt(h['grpo_rewards'])} | |")
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     for r in res.values():
         r.pop("greedy")
-    Path(a.out).write_text(json.dumps({"cpu": cpu_info().describe(), "agreement": share, "identical": same,
-                                       "results": res}, indent=2) + "\n")
+    Path(a.out).write_text(
+        json.dumps({"cpu": cpu_info().describe(), "agreement": share, "identical": same, "results": res}, indent=2)
+        + "\n"
+    )
 
 
 def fmt(xs: list[float]) -> str:

@@ -29,16 +29,32 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PATHS = {"avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-         "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512"}}
+PATHS = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_ENABLE_INSTRUCTIONS": "AVX512"},
+}
 TARGETS = ["models/tiny", "adapters/r1/tiny/sft", "results/cells/r1/tiny/sft/mem.json"]
 SHORT = ['tiny={"pretrain_steps": 20}', 'sft={"iters": 10}', 'eval={"max_tokens": 64}']
-JOBS = {"tiny_model": "benchmarks/tiny_model.tsv", "sft": "benchmarks/sft/r1/tiny.tsv", "eval": "benchmarks/eval/r1/tiny/sft/mem.tsv"}
+JOBS = {
+    "tiny_model": "benchmarks/tiny_model.tsv",
+    "sft": "benchmarks/sft/r1/tiny.tsv",
+    "eval": "benchmarks/eval/r1/tiny/sft/mem.tsv",
+}
 
 
 def snakemake(workdir: Path, targets: list[str], config: list[str], env: dict[str, str], cores: int) -> None:
-    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-           "--cores", str(cores), *targets, "--config", *config]
+    cmd = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--cores",
+        str(cores),
+        *targets,
+        "--config",
+        *config,
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{workdir}: snakemake failed:\n{done.stderr[-3000:]}")
@@ -82,10 +98,15 @@ def main() -> None:
                 shutil.rmtree(run, ignore_errors=True)
                 shutil.copytree(seed / "dataset", run / "dataset")
                 snakemake(run, TARGETS, [*config, f"determinism={mode}"], {**base, **PATHS[path]}, args.cores)
-            row = {"mode": mode, "path": path, "model": sha(run / "models/tiny/model.safetensors"),
-                   "adapter": sha(run / "adapters/r1/tiny/sft/adapter_model.safetensors"),
-                   "cell": cell_sha(run / TARGETS[-1]), "seconds": seconds(run),
-                   "determinism": json.loads((run / TARGETS[-1]).read_text()).get("determinism")}
+            row = {
+                "mode": mode,
+                "path": path,
+                "model": sha(run / "models/tiny/model.safetensors"),
+                "adapter": sha(run / "adapters/r1/tiny/sft/adapter_model.safetensors"),
+                "cell": cell_sha(run / TARGETS[-1]),
+                "seconds": seconds(run),
+                "determinism": json.loads((run / TARGETS[-1]).read_text()).get("determinism"),
+            }
             print(json.dumps(row), flush=True)
 
 

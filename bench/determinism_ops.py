@@ -36,10 +36,19 @@ def op_hashes(torch) -> dict[str, str]:
     x = torch.randn(80, 128, generator=g, requires_grad=True)
     # randn itself runs ATen kernels (vectorised Box-Muller): its bytes come first, so a diff tells an
     # input that differs from an operation that does
-    out = {"randn": digest(a, b, q, k, v, x), "matmul": digest(a @ b), "matmul_t": digest(b.T @ a.T), "bmm": digest(q.detach() @ k.detach().transpose(-1, -2))}
+    out = {
+        "randn": digest(a, b, q, k, v, x),
+        "matmul": digest(a @ b),
+        "matmul_t": digest(b.T @ a.T),
+        "bmm": digest(q.detach() @ k.detach().transpose(-1, -2)),
+    }
     for name in ("exp", "log1p", "tanh", "sigmoid", "rsqrt", "sqrt"):
         out[name] = digest(getattr(torch, name)(a.abs() + 0.5))
-    out["silu"], out["softmax"], out["log_softmax"] = digest(F.silu(a)), digest(a.softmax(-1)), digest(a.log_softmax(-1))
+    out["silu"], out["softmax"], out["log_softmax"] = (
+        digest(F.silu(a)),
+        digest(a.softmax(-1)),
+        digest(a.log_softmax(-1)),
+    )
     out["sum"], out["mean_sq"] = digest(a.sum(-1)), digest(a.pow(2).mean(-1))
     w = torch.ones(128, requires_grad=True)
     rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
@@ -65,18 +74,30 @@ def model_hashes(torch) -> dict[str, str]:
 
     c = TinyModelConfig()
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(
-        vocab_size=c.vocab_size, hidden_size=c.width, intermediate_size=int(round(c.width * c.mlp_ratio / 8)) * 8,
-        num_hidden_layers=c.depth, num_attention_heads=c.heads, num_key_value_heads=c.kv_heads,
-        max_position_embeddings=c.max_positions, tie_word_embeddings=True))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=c.vocab_size,
+            hidden_size=c.width,
+            intermediate_size=int(round(c.width * c.mlp_ratio / 8)) * 8,
+            num_hidden_layers=c.depth,
+            num_attention_heads=c.heads,
+            num_key_value_heads=c.kv_heads,
+            max_position_embeddings=c.max_positions,
+            tie_word_embeddings=True,
+        )
+    )
     ids = torch.randint(0, c.vocab_size, (2, 256), generator=torch.Generator().manual_seed(1))
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()
     grads = [p.grad for p in model.parameters()]
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     opt.step()
-    return {"model_logits": digest(out.logits), "model_loss": digest(out.loss), "model_grads": digest(*grads),
-            "model_after_adam": digest(*model.parameters())}
+    return {
+        "model_logits": digest(out.logits),
+        "model_loss": digest(out.loss),
+        "model_grads": digest(*grads),
+        "model_after_adam": digest(*model.parameters()),
+    }
 
 
 def main() -> int:
@@ -91,8 +112,14 @@ def main() -> int:
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(args.mode == "strict")
-    row = {"cpu": cpu_info().describe(), "mode": args.mode, "torch": torch.__version__,
-           "aten_capability": torch.backends.cpu.get_cpu_capability(), **op_hashes(torch), **model_hashes(torch)}
+    row = {
+        "cpu": cpu_info().describe(),
+        "mode": args.mode,
+        "torch": torch.__version__,
+        "aten_capability": torch.backends.cpu.get_cpu_capability(),
+        **op_hashes(torch),
+        **model_hashes(torch),
+    }
     json.dump(row, sys.stdout, indent=1)
     print()
     return 0

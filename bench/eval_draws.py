@@ -31,8 +31,13 @@ def main() -> None:
     ap.add_argument("--policy-n", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--max-batch-rows", type=int, nargs="+", default=[64],
-                    help="one-batch runs at each of these row caps (rows decoded together)")
+    ap.add_argument(
+        "--max-batch-rows",
+        type=int,
+        nargs="+",
+        default=[64],
+        help="one-batch runs at each of these row caps (rows decoded together)",
+    )
     args = ap.parse_args()
     b = load_backend(args.model, "torch", adapter=args.adapter, threads=args.threads)
     prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
@@ -42,8 +47,10 @@ def main() -> None:
     apart = [b.generate(prompts, d.n, d.params, progress=False) for d in plan]
     t_apart = time.perf_counter() - tic
     rows = sum(d.n for d in plan) * len(prompts)
-    print(f"{len(prompts)} prompts × {[d.n for d in plan]} rows, max_tokens {args.max_tokens}, {args.threads} thread(s); "
-          f"kind by kind at {b.max_batch_rows} rows: {t_apart:.1f} s")
+    print(
+        f"{len(prompts)} prompts × {[d.n for d in plan]} rows, max_tokens {args.max_tokens}, {args.threads} thread(s); "
+        f"kind by kind at {b.max_batch_rows} rows: {t_apart:.1f} s"
+    )
     print("| rows per batch | one batch | ratio (one batch / kind by kind) | rows identical |")
     print("|---:|---:|---:|---:|")
     for cap in args.max_batch_rows:
@@ -51,8 +58,12 @@ def main() -> None:
         tic = time.perf_counter()
         together = b.generate_draws(prompts, plan, progress=False)
         seconds = time.perf_counter() - tic
-        same = sum(a.token_ids == t.token_ids for da, dt in zip(apart, together) for pa, pt in zip(da, dt)
-                   for a, t in zip(pa, pt))
+        same = sum(
+            a.token_ids == t.token_ids
+            for da, dt in zip(apart, together)
+            for pa, pt in zip(da, dt)
+            for a, t in zip(pa, pt)
+        )
         print(f"| {cap} | {seconds:.1f} s | {seconds / t_apart:.2f} | {same}/{rows} |")
 
 

@@ -67,8 +67,12 @@ def completion(shape: str, kb: int) -> str:
 
 def load_revision(rev: str) -> types.ModuleType:
     """`jacrl.reward.extract` as it was at `rev` (its imports resolve against the current tree)."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:src/jacrl/reward/extract.py"],
-                            capture_output=True, text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{rev}:src/jacrl/reward/extract.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     module = types.ModuleType(f"extract_{rev}")
     sys.modules[module.__name__] = module  # dataclasses look their module up there
     exec(compile(source, f"{rev}:extract.py", "exec"), module.__dict__)  # noqa: S102 - our own history
@@ -100,7 +104,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", default="bf8e9a3", help="the revision to compare against")
     p.add_argument("--sizes", default="8,32,100,1024", help="completion sizes, KB")
-    p.add_argument("--budget", type=float, default=20.0, help="seconds the earlier extractor may take for one completion")
+    p.add_argument(
+        "--budget", type=float, default=20.0, help="seconds the earlier extractor may take for one completion"
+    )
     p.add_argument("--shapes", default=",".join(SHAPES), help="the shapes to measure")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -113,8 +119,11 @@ def main() -> None:
         before, after = row(shape, sizes, task, old, a.budget)
         at = max(i for i, b in enumerate(before) if b != "-") if before[0] != "-" else 0
         ratio = float(before[at]) / max(float(after[at]), 1.0)
-        print(f"{shape:24} | {'':6} {' '.join(f'{b:>8}' for b in before)} | {'':6} {' '.join(f'{x:>8}' for x in after)}"
-              f" | {ratio:7.1f}x at {sizes[at]}K", flush=True)
+        print(
+            f"{shape:24} | {'':6} {' '.join(f'{b:>8}' for b in before)} | {'':6} {' '.join(f'{x:>8}' for x in after)}"
+            f" | {ratio:7.1f}x at {sizes[at]}K",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -46,16 +46,32 @@ from jacrl.tasks.record import HOLE, Task  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "backends" / "fixtures"
 
-QWEN05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-           "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768}
-SMALL = {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
-         "num_key_value_heads": 2, "vocab_size": 4096, "max_position_embeddings": 4096}
+QWEN05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+}
+SMALL = {
+    "hidden_size": 64,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 4096,
+    "max_position_embeddings": 4096,
+}
 PIPELINE = {  # the tiny model's stages: on the GPU as the ladder runs them, on the CPU just enough to pass through
     "cuda": {"sft_iters": 20, "group": 4, "completion": 32, "holdout": 4, "n": 2, "max_tokens": 48},
     "cpu": {"sft_iters": 3, "group": 2, "completion": 8, "holdout": 2, "n": 1, "max_tokens": 16},
 }
-SHAPES = {"cuda": {"model": QWEN05B, "group": 8, "completion": 256, "prompt": 1200, "dtype": "bfloat16"},
-          "cpu": {"model": SMALL, "group": 2, "completion": 16, "prompt": 64, "dtype": "float32"}}
+SHAPES = {
+    "cuda": {"model": QWEN05B, "group": 8, "completion": 256, "prompt": 1200, "dtype": "bfloat16"},
+    "cpu": {"model": SMALL, "group": 2, "completion": 16, "prompt": 64, "dtype": "float32"},
+}
 
 
 class DeviceCheckError(AssertionError):
@@ -65,7 +81,9 @@ class DeviceCheckError(AssertionError):
 def expect_on(backend: Any, device: str, stage: str) -> None:
     where = {p.device.type for p in backend.model.parameters()}
     if backend.device != device or where != {device}:
-        raise DeviceCheckError(f"{stage}: backend on {backend.device}, parameters on {sorted(where)}; expected {device}")
+        raise DeviceCheckError(
+            f"{stage}: backend on {backend.device}, parameters on {sorted(where)}; expected {device}"
+        )
 
 
 class DeviceMemory:
@@ -93,8 +111,18 @@ def tiny_model(out: Path) -> Path:
     from jacrl.models.config import TinyModelConfig
     from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 
-    cfg = TinyModelConfig(vocab_size=1024, width=64, depth=2, heads=4, kv_heads=2, pretrain_steps=4, batch_size=2,
-                          seq_len=64, warmup_steps=1, corpus_chars=60_000)
+    cfg = TinyModelConfig(
+        vocab_size=1024,
+        width=64,
+        depth=2,
+        heads=4,
+        kv_heads=2,
+        pretrain_steps=4,
+        batch_size=2,
+        seq_len=64,
+        warmup_steps=1,
+        corpus_chars=60_000,
+    )
     drivers = driver_paths_from_tasks(FIXTURES / "trainpool.jsonl", FIXTURES)
     return build_tiny_model(out, drivers, cfg, threads=2)
 
@@ -126,27 +154,51 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     with DeviceMemory(device) as mem:
         sft = train_sft(model, train, work / "sft", SFTConfig(iters=size["sft_iters"], lr=2e-3), threads=2)
     report = json.loads((sft / "sft_report.json").read_text())
-    out["sft"] = {"s": round(time.perf_counter() - t0, 2), "loss_first": report["loss_first"],
-                  "loss_last": report["loss_last"], "peak_mb": round(mem.peak_mb, 1)}
+    out["sft"] = {
+        "s": round(time.perf_counter() - t0, 2),
+        "loss_first": report["loss_first"],
+        "loss_last": report["loss_last"],
+        "peak_mb": round(mem.peak_mb, 1),
+    }
     expect_allocated(device, mem, "sft")
 
-    cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
-                       "grpo": {"iters": 3, "lr": 1e-4, "group_size": size["group"], "max_completion": size["completion"], "max_seq": 4096,
-                                "temperature": 1.0, "reference": "start", "filter_zero_advantage": False,
-                                "save_every": 100}, "reward": reward})
+    cfg = load_config(
+        {
+            "losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
+            "grpo": {
+                "iters": 3,
+                "lr": 1e-4,
+                "group_size": size["group"],
+                "max_completion": size["completion"],
+                "max_seq": 4096,
+                "temperature": 1.0,
+                "reference": "start",
+                "filter_zero_advantage": False,
+                "save_every": 100,
+            },
+            "reward": reward,
+        }
+    )
     t0 = time.perf_counter()
     with RewardScorer(cfg.reward, threads=2) as scorer, DeviceMemory(device) as mem:
-        grpo = train_grpo(model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, threads=2,
-                          progress=False)
+        grpo = train_grpo(
+            model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, threads=2, progress=False
+        )
     rows = read_metrics(grpo / "metrics.jsonl")
-    out["grpo"] = {"s": round(time.perf_counter() - t0, 2), "steps": len(rows),
-                   "kl_reference_step1": rows[0].get("kl/reference"), "peak_mb": round(mem.peak_mb, 1)}
+    out["grpo"] = {
+        "s": round(time.perf_counter() - t0, 2),
+        "steps": len(rows),
+        "kl_reference_step1": rows[0].get("kl/reference"),
+        "peak_mb": round(mem.peak_mb, 1),
+    }
     expect_allocated(device, mem, "grpo")
 
     t0 = time.perf_counter()
     backend = load_model(model, threads=2, adapter=grpo)
     expect_on(backend, device, "eval")
-    ecfg = EvalConfig(n=size["n"], k=size["n"], max_tokens=size["max_tokens"], policy_n=size["n"], policy_temperature=1.0)
+    ecfg = EvalConfig(
+        n=size["n"], k=size["n"], max_tokens=size["max_tokens"], policy_n=size["n"], policy_temperature=1.0
+    )
     meta = {"rung": "1", "model": "tiny", "cond": "sft_grpo", "split": "gen"}
     with RewardScorer(reward, threads=2) as scorer:
         cell = evaluate_cell(holdout, backend, scorer, ecfg, meta, str(work / "gen.samples.jsonl"))
@@ -174,8 +226,14 @@ def shaped_model(shape: dict[str, Any], tokenizer_dir: Path, out: Path) -> Path:
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    conf = Qwen2Config(**shape["model"], tie_word_embeddings=False, rope_theta=1e6,
-                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    conf = Qwen2Config(
+        **shape["model"],
+        tie_word_embeddings=False,
+        rope_theta=1e6,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(conf).to(getattr(torch, shape["dtype"]))
     model.save_pretrained(out)
@@ -204,25 +262,53 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     folder = shaped_model(shape, work / "tiny", work / "shaped")
     model = ModelSpec(name="shaped", path=str(folder), backend="torch", device=device, dtype=shape["dtype"])
     # Scored by SyntheticScorer only: the fields the Jac reward needs are placeholders.
-    task = Task(id="shaped", family="bench", prompt=long_prompt(work / "tiny", shape["prompt"]), expected_stdout="",
-                unit={"kind": "def", "name": "f"}, template=HOLE + "\n", gold_body="")
-    cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
-                       "grpo": {"iters": 3, "lr": 1e-5, "group_size": shape["group"], "max_completion": shape["completion"],
-                                "max_seq": shape["prompt"] + shape["completion"] + 64, "temperature": 1.0,
-                                "lora_layers": -1, "lora_rank": 8, "filter_zero_advantage": False, "save_every": 100}})
+    task = Task(
+        id="shaped",
+        family="bench",
+        prompt=long_prompt(work / "tiny", shape["prompt"]),
+        expected_stdout="",
+        unit={"kind": "def", "name": "f"},
+        template=HOLE + "\n",
+        gold_body="",
+    )
+    cfg = load_config(
+        {
+            "losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
+            "grpo": {
+                "iters": 3,
+                "lr": 1e-5,
+                "group_size": shape["group"],
+                "max_completion": shape["completion"],
+                "max_seq": shape["prompt"] + shape["completion"] + 64,
+                "temperature": 1.0,
+                "lora_layers": -1,
+                "lora_rank": 8,
+                "filter_zero_advantage": False,
+                "save_every": 100,
+            },
+        }
+    )
     with DeviceMemory(device) as mem:
-        out = train_grpo(model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), threads=2,
-                         progress=False)
+        out = train_grpo(
+            model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), threads=2, progress=False
+        )
     rows = read_metrics(out / "metrics.jsonl")
     timed = rows[1:]
     return {
-        "parameters": _params(folder), "dtype": shape["dtype"], "group": shape["group"], "completion": shape["completion"],
-        "prompt_tokens": shape["prompt"], "layers": shape["model"]["num_hidden_layers"],
+        "parameters": _params(folder),
+        "dtype": shape["dtype"],
+        "group": shape["group"],
+        "completion": shape["completion"],
+        "prompt_tokens": shape["prompt"],
+        "layers": shape["model"]["num_hidden_layers"],
         "completion_tokens_mean": round(sum(r["samples/completion_tokens"] for r in timed) / len(timed), 1),
         "sample_s": round(sum(r["time/sample_s"] for r in timed) / len(timed), 3),
         "train_s": round(sum(r["time/train_s"] for r in timed) / len(timed), 3),
-        "step_s": round(sum(r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in timed) / len(timed), 3),
-        "peak_mem_mb": round(mem.peak_mb, 1), "peak_mem_of": "GPU allocated" if device == "cuda" else "process RSS",
+        "step_s": round(
+            sum(r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in timed) / len(timed), 3
+        ),
+        "peak_mem_mb": round(mem.peak_mb, 1),
+        "peak_mem_of": "GPU allocated" if device == "cuda" else "process RSS",
     }
 
 
@@ -236,17 +322,26 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="run on the CPU with small shapes (what the test suite runs)")
     p.add_argument("--out", type=Path, help="also write the JSON here")
-    p.add_argument("--isolation", choices=["strict", "weak"], default="strict",
-                   help="reward sandbox level (weak where the kernel refuses user namespaces)")
+    p.add_argument(
+        "--isolation",
+        choices=["strict", "weak"],
+        default="strict",
+        help="reward sandbox level (weak where the kernel refuses user namespaces)",
+    )
     args = p.parse_args(argv)
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
-        print(f"error: no CUDA device visible to torch {torch.__version__}; run with --cpu for the small CPU check",
-              file=sys.stderr)
+        print(
+            f"error: no CUDA device visible to torch {torch.__version__}; run with --cpu for the small CPU check",
+            file=sys.stderr,
+        )
         return 2
     t0 = time.perf_counter()
-    figures: dict[str, Any] = {"device": device, "torch": torch.__version__,
-                               "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
+    figures: dict[str, Any] = {
+        "device": device,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None,
+    }
     with tempfile.TemporaryDirectory(prefix="jacrl-gpu-check-") as tmp:
         work = Path(tmp)
         figures["pipeline"] = pipeline(device, work, args.isolation)

@@ -78,8 +78,9 @@ def loss_terms(beta: float) -> list[dict]:
     return [{"type": "rl"}] + ([{"type": "ref_kl", "name": "ref_kl", "beta": beta}] if beta > 0 else [])
 
 
-def sampled_passes(model: str, adapter: str | Path | None, tasks: list[Task], cfg: Config, n: int,
-                   threads: int, seed: int = EVAL_SEED) -> dict[str, Any]:
+def sampled_passes(
+    model: str, adapter: str | Path | None, tasks: list[Task], cfg: Config, n: int, threads: int, seed: int = EVAL_SEED
+) -> dict[str, Any]:
     """n samples per task at the GRPO temperature and length cap; pass = exact stdout.
     Returns {"pass": {"<task>#<i>": bool}, "rate", "truncated"} (its own scorer, closed at the end,
     so the CPU of the programs it ran is reaped and counted)."""
@@ -95,18 +96,35 @@ def sampled_passes(model: str, adapter: str | Path | None, tasks: list[Task], cf
     passes = {f"{t.id}#{i}": bool(s.exact) for t, scores in zip(tasks, scored) for i, s in enumerate(scores)}
     per_task = {t.id: sum(passes[f"{t.id}#{i}"] for i in range(n)) / n for t in tasks}
     completions = [c for grp in groups for c in grp]
-    return {"pass": passes, "rate": sum(passes.values()) / len(passes), "per_task": per_task,
-            "truncated": sum(c.truncated for c in completions) / len(completions)}
+    return {
+        "pass": passes,
+        "rate": sum(passes.values()) / len(passes),
+        "per_task": per_task,
+        "truncated": sum(c.truncated for c in completions) / len(completions),
+    }
 
 
 def paired_test(before: dict[str, bool], after: dict[str, bool]) -> dict[str, Any]:
     m = mcnemar_exact(after, before)
-    return {"test": "exact McNemar on (task, sample) pairs with shared seeds", "pairs": m.n,
-            "only_after": m.only_a, "only_before": m.only_b, "p_value": m.p_value}
+    return {
+        "test": "exact McNemar on (task, sample) pairs with shared seeds",
+        "pairs": m.n,
+        "only_after": m.only_a,
+        "only_before": m.only_b,
+        "p_value": m.p_value,
+    }
 
 
-def run_grpo(model: str, sft: Path, tasks: list[Task], cfg: Config, out: Path, threads: int,
-             eval_every: int | None, on_checkpoint: Callable[[int, Path], None]) -> Path:
+def run_grpo(
+    model: str,
+    sft: Path,
+    tasks: list[Task],
+    cfg: Config,
+    out: Path,
+    threads: int,
+    eval_every: int | None,
+    on_checkpoint: Callable[[int, Path], None],
+) -> Path:
     """Our GRPO loop from the SFT adapter; with eval_every it stops at every k-th step, lets
     on_checkpoint(step, adapter) look at the checkpoint, then resumes."""
     ckpt = checkpoint_path(out)
@@ -114,8 +132,19 @@ def run_grpo(model: str, sft: Path, tasks: list[Task], cfg: Config, out: Path, t
     grpo = cfg.grpo.model_copy(update={"save_every": eval_every or cfg.grpo.iters})
     while True:
         with RewardScorer(cfg.reward, threads=threads) as scorer:
-            got = train_grpo(ModelSpec(name="bench", path=model, backend="torch"), tasks, out, grpo, cfg, scorer,
-                             init_adapter=sft, threads=threads, ckpt_dir=ckpt, progress=False, stop_after=eval_every)
+            got = train_grpo(
+                ModelSpec(name="bench", path=model, backend="torch"),
+                tasks,
+                out,
+                grpo,
+                cfg,
+                scorer,
+                init_adapter=sft,
+                threads=threads,
+                ckpt_dir=ckpt,
+                progress=False,
+                stop_after=eval_every,
+            )
         if got == out:
             return out
         step = json.loads((ckpt / "state.json").read_text())["step"]
@@ -133,10 +162,16 @@ def plot(result: dict, path: Path) -> None:
     ax.plot(steps, [r["reward"] for r in result["train_log"]], label="reward (train batch)", alpha=0.6)
     ax.plot(steps, [r["pass_rate"] for r in result["train_log"]], label="pass rate (train batch)", alpha=0.6)
     ev = result["eval_curve"]
-    ax.plot([e["step"] for e in ev], [e["rate"] for e in ev], "o-k", label=f"sampled pass rate (eval, n={result['eval_n']})")
+    ax.plot(
+        [e["step"] for e in ev], [e["rate"] for e in ev], "o-k", label=f"sampled pass rate (eval, n={result['eval_n']})"
+    )
     s = result["settings"]
-    ax.set(xlabel="GRPO step", ylim=(0, 1), title=f"r{s['rung']} T={s['grpo']['temperature']} lr={s['grpo']['lr']} "
-           f"G={s['grpo']['group_size']} P={s['grpo']['prompts_per_step']} ref={s['grpo'].get('reference', 'base')}")
+    ax.set(
+        xlabel="GRPO step",
+        ylim=(0, 1),
+        title=f"r{s['rung']} T={s['grpo']['temperature']} lr={s['grpo']['lr']} "
+        f"G={s['grpo']['group_size']} P={s['grpo']['prompts_per_step']} ref={s['grpo'].get('reference', 'base')}",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -168,8 +203,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def grpo_settings(a: argparse.Namespace) -> dict:
-    g: dict[str, Any] = {"iters": a.iters, "group_size": a.group, "prompts_per_step": a.prompts, "lr": a.lr,
-                         "temperature": a.temperature}
+    g: dict[str, Any] = {
+        "iters": a.iters,
+        "group_size": a.group,
+        "prompts_per_step": a.prompts,
+        "lr": a.lr,
+        "temperature": a.temperature,
+    }
     if a.reference:
         g["reference"] = a.reference
     if a.mask_truncated is not None:
@@ -183,8 +223,14 @@ def grpo_settings(a: argparse.Namespace) -> dict:
 
 
 def train_log(rows: list[dict]) -> list[dict]:
-    keep = {"reward/mean": "reward", "reward/pass_rate": "pass_rate", "groups/zero_variance_frac": "zero_var",
-            "samples/truncated_frac": "truncated", "kl/reference": "kl_ref", "loss": "loss"}
+    keep = {
+        "reward/mean": "reward",
+        "reward/pass_rate": "pass_rate",
+        "groups/zero_variance_frac": "zero_var",
+        "samples/truncated_frac": "truncated",
+        "kl/reference": "kl_ref",
+        "loss": "loss",
+    }
     return [{"step": r["step"], **{short: r.get(k) for k, short in keep.items()}} for r in rows]
 
 
@@ -195,8 +241,16 @@ def main(argv: list[str] | None = None) -> int:
     tasks = read_tasks(a.tasks or f"dataset/rl/rungs/r{a.rung}/train.jsonl")
     sft = Path(a.adapter or f"adapters/r{a.rung}/tiny/sft")
     name = a.name or "r{}-T{}-lr{}-G{}-P{}-n{}-b{}-{}{}".format(
-        a.rung, a.temperature, a.lr, a.group, a.prompts, a.iters, a.beta, g.get("reference", "cfg"),
-        {True: "-mask", False: "-nomask", None: ""}[a.mask_truncated])
+        a.rung,
+        a.temperature,
+        a.lr,
+        a.group,
+        a.prompts,
+        a.iters,
+        a.beta,
+        g.get("reference", "cfg"),
+        {True: "-mask", False: "-nomask", None: ""}[a.mask_truncated],
+    )
     out = Path("bench/out") / name
     out.mkdir(parents=True, exist_ok=True)
     times: dict[str, dict] = {}
@@ -206,10 +260,20 @@ def main(argv: list[str] | None = None) -> int:
         spent: dict[str, dict] = {}
         with clock(spent, "eval"):
             ev = sampled_passes(a.model, adapter, tasks, cfg, a.eval_n, a.threads)
-        curve.append({"step": step, "rate": ev["rate"], "truncated": ev["truncated"], "per_task": ev["per_task"],
-                      **spent["eval"]})
-        print(f"  eval @ step {step:3d}: sampled pass {ev['rate']:.3f}  truncated {ev['truncated']:.2f}  "
-              f"per task {ev['per_task']}", flush=True)
+        curve.append(
+            {
+                "step": step,
+                "rate": ev["rate"],
+                "truncated": ev["truncated"],
+                "per_task": ev["per_task"],
+                **spent["eval"],
+            }
+        )
+        print(
+            f"  eval @ step {step:3d}: sampled pass {ev['rate']:.3f}  truncated {ev['truncated']:.2f}  "
+            f"per task {ev['per_task']}",
+            flush=True,
+        )
         return ev
 
     before = evaluate(0, sft)
@@ -221,18 +285,34 @@ def main(argv: list[str] | None = None) -> int:
     after = evaluate(a.iters, adapter)
     times["eval"] = {k: sum(e[k] for e in curve) for k in ("cpu_s", "wall_s")}
     rows = read_metrics(adapter / "metrics.jsonl")
-    result = {"settings": {"rung": a.rung, "grpo": g, "losses": loss_terms(a.beta), "start": str(sft),
-                           "threads": a.threads, "load_avg_1m": os.getloadavg()[0]},
-              "eval_n": a.eval_n, "eval_seed": EVAL_SEED, "tasks": len(tasks),
-              "before": before["rate"], "after": after["rate"], "delta": after["rate"] - before["rate"],
-              "paired": paired_test(before["pass"], after["pass"]), "eval_curve": curve,
-              "train_log": train_log(rows), "times": times}
+    result = {
+        "settings": {
+            "rung": a.rung,
+            "grpo": g,
+            "losses": loss_terms(a.beta),
+            "start": str(sft),
+            "threads": a.threads,
+            "load_avg_1m": os.getloadavg()[0],
+        },
+        "eval_n": a.eval_n,
+        "eval_seed": EVAL_SEED,
+        "tasks": len(tasks),
+        "before": before["rate"],
+        "after": after["rate"],
+        "delta": after["rate"] - before["rate"],
+        "paired": paired_test(before["pass"], after["pass"]),
+        "eval_curve": curve,
+        "train_log": train_log(rows),
+        "times": times,
+    }
     shutil.copy(adapter / "metrics.jsonl", out / "metrics.jsonl")
     write_text(out / "result.json", json.dumps(result, indent=1) + "\n")
     plot(result, out / "curve.png")
     pt = result["paired"]
-    print(f"{name}: sampled pass {before['rate']:.3f} -> {after['rate']:.3f} (Δ {result['delta']:+.3f}); "
-          f"McNemar {pt['only_after']} vs {pt['only_before']} of {pt['pairs']} pairs, p = {pt['p_value']:.3g}")
+    print(
+        f"{name}: sampled pass {before['rate']:.3f} -> {after['rate']:.3f} (Δ {result['delta']:+.3f}); "
+        f"McNemar {pt['only_after']} vs {pt['only_before']} of {pt['pairs']} pairs, p = {pt['p_value']:.3g}"
+    )
     print("  " + "  ".join(f"{k}: cpu {v['cpu_s']:.0f} s wall {v['wall_s']:.0f} s" for k, v in times.items()))
     return 0
 

@@ -44,29 +44,50 @@ RUNG = "dataset/rl/rungs/rall/train.jsonl"
 
 def merged_config(path: str) -> Config:
     """config.yaml under the given file, merged as Snakemake merges a --configfile (nested keys update)."""
+
     def merge(a: dict, b: dict) -> dict:
-        return {**a, **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
-                        for k, v in b.items()}}
+        return {
+            **a,
+            **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v for k, v in b.items()},
+        }
+
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", path))
     return load_config(merge(base, over))
 
 
-def probe(model: ModelSpec, adapter: Path, tasks: list[Task], scorer: RewardScorer, cfg: Config,
-          threads: int) -> dict:
+def probe(model: ModelSpec, adapter: Path, tasks: list[Task], scorer: RewardScorer, cfg: Config, threads: int) -> dict:
     """Greedy completions of `tasks` from `adapter`, loaded as an eval job loads it, and their scores."""
     b = load_model(model, threads, adapter=adapter)
     t0 = time.perf_counter()
-    groups = b.generate_ids([b.prompt_ids(t.prompt) for t in tasks], n=1,
-                            params=SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens), progress=False)
+    groups = b.generate_ids(
+        [b.prompt_ids(t.prompt) for t in tasks],
+        n=1,
+        params=SamplingParams(temperature=0.0, max_tokens=cfg.eval.max_tokens),
+        progress=False,
+    )
     texts = [g[0].text for g in groups]
     scores = scorer.score_batch(tasks, texts)
     rate = lambda key: round(statistics.mean(float(getattr(s, key)) for s in scores), 4)  # noqa: E731
-    return {"reward": round(statistics.mean(s.score for s in scores), 4), "compiles": rate("compiles"),
-            "runs": rate("runs"), "pass": rate("exact"), "texts": texts, "s": round(time.perf_counter() - t0, 1)}
+    return {
+        "reward": round(statistics.mean(s.score for s in scores), 4),
+        "compiles": rate("compiles"),
+        "runs": rate("runs"),
+        "pass": rate("exact"),
+        "texts": texts,
+        "s": round(time.perf_counter() - t0, 1),
+    }
 
 
-def arm(model: ModelSpec, tasks: list[Task], sft: Path, out: Path, lr: float, a: argparse.Namespace,
-        cfg: Config, scorer: RewardScorer) -> dict:
+def arm(
+    model: ModelSpec,
+    tasks: list[Task],
+    sft: Path,
+    out: Path,
+    lr: float,
+    a: argparse.Namespace,
+    cfg: Config,
+    scorer: RewardScorer,
+) -> dict:
     """K GRPO steps at `lr` from the SFT adapter (skipped when its adapter exists); the training curve."""
     g = cfg.grpo.model_copy(update={"lr": lr, "iters": a.iters, "save_every": 10**6})
     t0 = time.perf_counter()
@@ -74,9 +95,14 @@ def arm(model: ModelSpec, tasks: list[Task], sft: Path, out: Path, lr: float, a:
         train_grpo(model, tasks, out, g, cfg, scorer, init_adapter=sft, threads=a.threads, progress=False)
     rows = read_metrics(out / "metrics.jsonl")
     col = lambda key: [r.get(key) for r in rows]  # noqa: E731
-    return {"lr": lr, "reward": col("reward/mean"), "pass": col("reward/pass_rate"),
-            "truncated": col("samples/truncated_frac"), "kl_reference": col("kl/reference"),
-            "train_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "lr": lr,
+        "reward": col("reward/mean"),
+        "pass": col("reward/pass_rate"),
+        "truncated": col("samples/truncated_frac"),
+        "kl_reference": col("kl/reference"),
+        "train_s": round(time.perf_counter() - t0, 1),
+    }
 
 
 def row(name: str, p: dict, start: dict, curve: dict | None) -> str:
@@ -85,9 +111,11 @@ def row(name: str, p: dict, start: dict, curve: dict | None) -> str:
         return f"| {name} | — | — | {p['reward']:.3f} | {p['compiles']:.2f} | {p['runs']:.2f} | {p['pass']:.2f} | — |"
     r, kl = curve["reward"], [k for k in curve["kl_reference"] if k is not None]
     half = max(1, len(r) // 2)
-    return (f"| {name} | {statistics.mean(r[:half]):.3f} → {statistics.mean(r[half:]):.3f} | "
-            f"{kl[-1] if kl else float('nan'):.2e} | {p['reward']:.3f} | {p['compiles']:.2f} | {p['runs']:.2f} | "
-            f"{p['pass']:.2f} | {changed:.2f} |")
+    return (
+        f"| {name} | {statistics.mean(r[:half]):.3f} → {statistics.mean(r[half:]):.3f} | "
+        f"{kl[-1] if kl else float('nan'):.2e} | {p['reward']:.3f} | {p['compiles']:.2f} | {p['runs']:.2f} | "
+        f"{p['pass']:.2f} | {changed:.2f} |"
+    )
 
 
 def main() -> int:
@@ -96,7 +124,9 @@ def main() -> int:
     p.add_argument("--model", default="models/smollm2")
     p.add_argument("--sft-iters", type=int, default=20, help="gold-SFT steps of the starting adapter")
     p.add_argument("--iters", type=int, default=8, help="GRPO steps per learning rate")
-    p.add_argument("--lrs", type=float, nargs="*", default=[5e-5, 2e-4, 8e-4], help="none: the SFT adapter and its probe only")
+    p.add_argument(
+        "--lrs", type=float, nargs="*", default=[5e-5, 2e-4, 8e-4], help="none: the SFT adapter and its probe only"
+    )
     p.add_argument("--probe", type=int, default=None, help="probe tasks (default: eval.mem_max_tasks)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/out/grpo_lr"))
@@ -108,14 +138,21 @@ def main() -> int:
     sft = a.out / "sft"
     t0 = time.perf_counter()
     if not sft.exists():
-        train_sft(model, tasks, sft, cfg.sft.model_copy(update={"iters": a.sft_iters, "save_every": 10**6}),
-                  threads=a.threads)
+        train_sft(
+            model, tasks, sft, cfg.sft.model_copy(update={"iters": a.sft_iters, "save_every": 10**6}), threads=a.threads
+        )
     sft_s = round(time.perf_counter() - t0, 1)
-    print(f"cpu: {cpu_info().describe()}, {os.cpu_count()} cores; SFT {a.sft_iters} steps "
-          f"({sft_s} s); GRPO {a.iters} steps × group {cfg.grpo.group_size} × {cfg.grpo.prompts_per_step} prompt, "
-          f"T {cfg.grpo.temperature}; probe {len(probe_tasks)} tasks greedy", flush=True)
-    print("| lr | train reward 1st → 2nd half | KL ref (last) | probe reward | compiles | runs | pass | "
-          "probe changed |\n|---|---|---|---|---|---|---|---|", flush=True)
+    print(
+        f"cpu: {cpu_info().describe()}, {os.cpu_count()} cores; SFT {a.sft_iters} steps "
+        f"({sft_s} s); GRPO {a.iters} steps × group {cfg.grpo.group_size} × {cfg.grpo.prompts_per_step} prompt, "
+        f"T {cfg.grpo.temperature}; probe {len(probe_tasks)} tasks greedy",
+        flush=True,
+    )
+    print(
+        "| lr | train reward 1st → 2nd half | KL ref (last) | probe reward | compiles | runs | pass | "
+        "probe changed |\n|---|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     result = {"settings": {k: str(v) for k, v in vars(a).items()}, "sft_s": sft_s, "arms": []}
     with RewardScorer(cfg.reward, threads=a.threads) as scorer:
         start = probe(model, sft, probe_tasks, scorer, cfg, a.threads)

@@ -27,16 +27,35 @@ from jacrl.rl.loop import train_grpo
 from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
 
-KNOBS = {"group_size": 4, "prompts_per_step": 2, "max_completion": 128, "max_seq": 4096, "lr": 1e-4,
-         "lora_layers": -1, "save_every": 1000, "temperature": 1.0}
+KNOBS = {
+    "group_size": 4,
+    "prompts_per_step": 2,
+    "max_completion": 128,
+    "max_seq": 4096,
+    "lr": 1e-4,
+    "lora_layers": -1,
+    "save_every": 1000,
+    "temperature": 1.0,
+}
 
 
 def ours(backend: str, model: str, tasks: list[Task], steps: int, tmp: Path) -> float:
-    cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
-                       "grpo": {**KNOBS, "iters": steps + 1}})
+    cfg = load_config(
+        {
+            "losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}],
+            "grpo": {**KNOBS, "iters": steps + 1},
+        }
+    )
     with RewardScorer(cfg.reward, threads=2) as scorer:
-        out = train_grpo(ModelSpec(name="bench", path=model, backend=backend), tasks, tmp / f"ours-{backend}",
-                         cfg.grpo, cfg, scorer, progress=False)
+        out = train_grpo(
+            ModelSpec(name="bench", path=model, backend=backend),
+            tasks,
+            tmp / f"ours-{backend}",
+            cfg.grpo,
+            cfg,
+            scorer,
+            progress=False,
+        )
     rows = read_metrics(out / "metrics.jsonl")[1:]  # the first step pays one-off warm-up
     return sum(r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in rows) / len(rows)
 
@@ -48,8 +67,13 @@ def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks:
 
     def run(iters: int) -> float:
         t0 = time.perf_counter()
-        subprocess.run(command(model, data, tmp / f"mlx-adapter-{iters}", cfg, iters, batch=KNOBS["prompts_per_step"]),
-                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            command(model, data, tmp / f"mlx-adapter-{iters}", cfg, iters, batch=KNOBS["prompts_per_step"]),
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return time.perf_counter() - t0
 
     return (run(steps + 1) - run(1)) / steps
@@ -71,13 +95,17 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-bench-") as d:
         tmp = Path(d)
         times = {}
-        for name, fn in (("ours/torch", lambda: ours("torch", args.model, tasks, args.steps, tmp)),
-                         ("ours/mlx", lambda: ours("mlx", args.model, tasks, args.steps, tmp)),
-                         ("mlx_lm_lora", lambda: mlx_lm_lora(args.model, tasks, args.steps, tmp, args.all_tasks))):
+        for name, fn in (
+            ("ours/torch", lambda: ours("torch", args.model, tasks, args.steps, tmp)),
+            ("ours/mlx", lambda: ours("mlx", args.model, tasks, args.steps, tmp)),
+            ("mlx_lm_lora", lambda: mlx_lm_lora(args.model, tasks, args.steps, tmp, args.all_tasks)),
+        ):
             times[name] = fn()
             print(f"  {name:12s} {times[name]:8.2f} s/step", flush=True)
-    print(f"GRPO step: group {KNOBS['group_size']}, {KNOBS['prompts_per_step']} prompts, max completion "
-          f"{KNOBS['max_completion']}, model {args.model}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"GRPO step: group {KNOBS['group_size']}, {KNOBS['prompts_per_step']} prompts, max completion "
+        f"{KNOBS['max_completion']}, model {args.model}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     ref = times["mlx_lm_lora"]
     for name in ("ours/torch", "ours/mlx"):
         print(f"  ratio {name} / mlx_lm_lora = {times[name] / ref:.2f}  (target <= 1.0)")

@@ -42,12 +42,26 @@ from jacrl.training.metrics import read_metrics  # noqa: E402
 def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threads: int) -> dict:
     spent: dict[str, dict] = {}
     with clock(spent, "run"), RewardScorer(cfg.reward, threads=threads) as scorer:
-        train_grpo(ModelSpec(name="bench", path=model, backend="torch"), tasks, out, cfg.grpo, cfg, scorer,
-                   init_adapter=sft, threads=threads, progress=False)
+        train_grpo(
+            ModelSpec(name="bench", path=model, backend="torch"),
+            tasks,
+            out,
+            cfg.grpo,
+            cfg,
+            scorer,
+            init_adapter=sft,
+            threads=threads,
+            progress=False,
+        )
     rows = read_metrics(out / "metrics.jsonl")
     walls = [r["time/sample_s"] + r["time/reward_s"] + r["time/train_s"] for r in rows]
-    return {"adapter": out, "reward": [r["reward/mean"] for r in rows], "pass_rate": [r["reward/pass_rate"] for r in rows],
-            "step_wall_s": walls, "run": spent["run"]}
+    return {
+        "adapter": out,
+        "reward": [r["reward/mean"] for r in rows],
+        "pass_rate": [r["reward/pass_rate"] for r in rows],
+        "step_wall_s": walls,
+        "run": spent["run"],
+    }
 
 
 class PassRateReward(JacReward):
@@ -67,13 +81,33 @@ def trl_args(cfg: Config, out: Path, beta: float, threads: int) -> Any:
     g = cfg.grpo
     batch = g.group_size * g.prompts_per_step
     return TRLConfig(
-        output_dir=str(out), max_steps=g.iters, learning_rate=g.lr, lr_scheduler_type="constant", warmup_steps=0,
-        weight_decay=0.0, max_grad_norm=g.max_grad_norm, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_generations=g.group_size,
-        max_completion_length=g.max_completion, temperature=g.temperature, top_p=g.top_p, top_k=0,
-        beta=beta, scale_rewards="group", mask_truncated_completions=g.mask_truncated,
-        use_cpu=True, bf16=False, seed=g.seed, logging_steps=1, save_strategy="no", report_to="none",
-        disable_tqdm=True, dataloader_num_workers=0, torch_empty_cache_steps=None,
+        output_dir=str(out),
+        max_steps=g.iters,
+        learning_rate=g.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=g.max_grad_norm,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        steps_per_generation=1,
+        num_generations=g.group_size,
+        max_completion_length=g.max_completion,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=0,
+        beta=beta,
+        scale_rewards="group",
+        mask_truncated_completions=g.mask_truncated,
+        use_cpu=True,
+        bf16=False,
+        seed=g.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        torch_empty_cache_steps=None,
     )
 
 
@@ -86,9 +120,12 @@ def trl(model: str, sft: Path, tasks_file: str, cfg: Config, out: Path, beta: fl
 
     torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(model)
-    policy = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), sft, is_trainable=True)
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": t.prompt}], "task_id": t.id}
-                              for t in read_tasks(tasks_file)])
+    policy = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), sft, is_trainable=True
+    )
+    data = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": t.prompt}], "task_id": t.id} for t in read_tasks(tasks_file)]
+    )
     marks: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
@@ -102,19 +139,30 @@ def trl(model: str, sft: Path, tasks_file: str, cfg: Config, out: Path, beta: fl
     spent: dict[str, dict] = {}
     try:
         with clock(spent, "run"):
-            trainer = GRPOTrainer(model=policy, reward_funcs=[reward], args=trl_args(cfg, out, beta, threads),
-                                  train_dataset=data, processing_class=tok, callbacks=[StepClock()])
+            trainer = GRPOTrainer(
+                model=policy,
+                reward_funcs=[reward],
+                args=trl_args(cfg, out, beta, threads),
+                train_dataset=data,
+                processing_class=tok,
+                callbacks=[StepClock()],
+            )
             trainer.train()
             reward.close()  # reaps the fork servers, so their CPU is counted in this clock
     finally:
         reward.close()
     policy.save_pretrained(out / "adapter", selected_adapters=["default"])
     logs = [h for h in trainer.state.log_history if "reward" in h]
-    return {"adapter": out / "adapter", "reward": [h["reward"] for h in logs], "pass_rate": [h.get("pass_rate") for h in logs],
-            "step_wall_s": [e[0] - b[0] for b, e in zip(marks[::2], marks[1::2])],
-            "step_cpu_s": [e[1] - b[1] for b, e in zip(marks[::2], marks[1::2])],
-            "kl": [h.get("kl") for h in logs], "clipped": [h.get("completions/clipped_ratio") for h in logs],
-            "run": spent["run"]}
+    return {
+        "adapter": out / "adapter",
+        "reward": [h["reward"] for h in logs],
+        "pass_rate": [h.get("pass_rate") for h in logs],
+        "step_wall_s": [e[0] - b[0] for b, e in zip(marks[::2], marks[1::2])],
+        "step_cpu_s": [e[1] - b[1] for b, e in zip(marks[::2], marks[1::2])],
+        "kl": [h.get("kl") for h in logs],
+        "clipped": [h.get("completions/clipped_ratio") for h in logs],
+        "run": spent["run"],
+    }
 
 
 def same_prompt_ids(model: str, tasks: list[Task]) -> None:
@@ -125,7 +173,9 @@ def same_prompt_ids(model: str, tasks: list[Task]) -> None:
 
     tok, b = AutoTokenizer.from_pretrained(model), load_backend(model, "torch", threads=1)
     for t in tasks:
-        theirs = tok.apply_chat_template([{"role": "user", "content": t.prompt}], add_generation_prompt=True, tokenize=True)
+        theirs = tok.apply_chat_template(
+            [{"role": "user", "content": t.prompt}], add_generation_prompt=True, tokenize=True
+        )
         theirs = list(theirs["input_ids"] if isinstance(theirs, dict) or hasattr(theirs, "keys") else theirs)
         if theirs != b.prompt_ids(t.prompt):
             raise SystemExit(f"task {t.id}: TRL's prompt tokens differ from ours")
@@ -143,8 +193,13 @@ def plot(res: dict, path: Path, title: str) -> None:
         axes[0].plot(steps, res[who]["reward"], style, label=who)
         axes[1].plot(steps, res[who]["pass_rate"], style, label=f"{who} (train batch)")
         if who in res["evals"]:
-            axes[1].axhline(res["evals"][who], ls=style, lw=0.8, color=axes[1].lines[-1].get_color(),
-                            label=f"{who} sampled pass after (eval)")
+            axes[1].axhline(
+                res["evals"][who],
+                ls=style,
+                lw=0.8,
+                color=axes[1].lines[-1].get_color(),
+                label=f"{who} sampled pass after (eval)",
+            )
     if "before" in res["evals"]:
         axes[1].axhline(res["evals"]["before"], color="k", lw=0.8, label="sampled pass before (eval)")
     axes[0].set(xlabel="step", ylabel="reward mean")
@@ -179,8 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--config", default="config.yaml", help="the base config (grpo keys and losses are replaced)")
     a = p.parse_args(argv)
-    g = {"iters": a.steps, "group_size": a.group, "prompts_per_step": a.prompts, "lr": a.lr, "temperature": a.temperature,
-         "max_completion": a.max_completion, "mask_truncated": a.mask_truncated, "reference": "start", "save_every": 10_000}
+    g = {
+        "iters": a.steps,
+        "group_size": a.group,
+        "prompts_per_step": a.prompts,
+        "lr": a.lr,
+        "temperature": a.temperature,
+        "max_completion": a.max_completion,
+        "mask_truncated": a.mask_truncated,
+        "reference": "start",
+        "save_every": 10_000,
+    }
     cfg = bench_config(g, loss_terms(a.beta), a.config)
     tasks_file = f"dataset/rl/rungs/r{a.rung}/train.jsonl"
     tasks = read_tasks(tasks_file)
@@ -213,12 +277,20 @@ def main(argv: list[str] | None = None) -> int:
     plot(res, out / "curves.png", name)
     for who in ("ours", "trl"):
         r = res[who]
-        ev = f"  sampled pass {res['evals']['before']:.3f} -> {res['evals'][who]:.3f} " \
-             f"(p = {res['evals'][who + '_paired']['p_value']:.3g})" if a.eval_n else ""
-        print(f"{who:5s} {r['s_per_step_wall']:7.2f} s/step wall  {r['s_per_step_cpu_run']:7.2f} CPU-s/step (whole run)  "
-              f"reward {r['reward'][0]:.3f} -> {r['reward'][-1]:.3f}{ev}")
-    print(f"ratio ours/TRL: {res['ratio_wall']:.2f} (wall per step), {res['ratio_cpu_run']:.2f} (CPU per step, whole run); "
-          f"load {res['load_avg_1m']:.1f} on {os.cpu_count()} CPUs")
+        ev = (
+            f"  sampled pass {res['evals']['before']:.3f} -> {res['evals'][who]:.3f} "
+            f"(p = {res['evals'][who + '_paired']['p_value']:.3g})"
+            if a.eval_n
+            else ""
+        )
+        print(
+            f"{who:5s} {r['s_per_step_wall']:7.2f} s/step wall  {r['s_per_step_cpu_run']:7.2f} CPU-s/step (whole run)  "
+            f"reward {r['reward'][0]:.3f} -> {r['reward'][-1]:.3f}{ev}"
+        )
+    print(
+        f"ratio ours/TRL: {res['ratio_wall']:.2f} (wall per step), {res['ratio_cpu_run']:.2f} (CPU per step, whole run); "
+        f"load {res['load_avg_1m']:.1f} on {os.cpu_count()} CPUs"
+    )
     return 0
 
 

@@ -115,7 +115,9 @@ def timed(fn) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8, help="timed steps per configuration (after 1 warm-up)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: no idle-spinning workers in the cpu time)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: no idle-spinning workers in the cpu time)"
+    )
     parser.add_argument("--raw", action="store_true", help="also print every round's cpu times")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -158,7 +160,7 @@ def main() -> None:
     ref_cpu = []
     for round_index in range(args.rounds):
         shift = round_index % len(labels)
-        for label in labels[shift:] + labels[: shift]:  # rotate the order: no position bias
+        for label in labels[shift:] + labels[:shift]:  # rotate the order: no position bias
             w, c = timed(lambda label=label: full_step(label))
             wall[label].append(w)
             cpu[label].append(c)
@@ -177,7 +179,9 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print()
-    print(f"{'terms':<24} {'wall (s)':>9} {'cpu (s)':>8} {'vs [rl]':>8} {'loss+backward (ms)':>19} {'of [rl] step':>13}")
+    print(
+        f"{'terms':<24} {'wall (s)':>9} {'cpu (s)':>8} {'vs [rl]':>8} {'loss+backward (ms)':>19} {'of [rl] step':>13}"
+    )
     for label in labels:
         print(
             f"{label:<24} {min(wall[label]):>9.3f} {best[label]:>8.3f} {best[label] / base:>8.3f} "
@@ -195,12 +199,15 @@ def main() -> None:
     ref_extra = best["[rl, echo, ref_kl]"] / best["[rl, echo(assistant)]"] - 1
     verdict = "PASS" if max(echo_extra, ref_extra) <= 0.05 else "FAIL"
     print(f"step ratios: [rl, echo]/[rl] = {1 + echo_extra:.3f}, [rl, echo, ref_kl]/[rl, echo] = {1 + ref_extra:.3f}")
-    print(f"each extra term <= 5% over the step without it: echo {echo_extra * 100:+.1f}%, ref_kl {ref_extra * 100:+.1f}% -> {verdict}")
+    print(
+        f"each extra term <= 5% over the step without it: echo {echo_extra * 100:+.1f}%, ref_kl {ref_extra * 100:+.1f}% -> {verdict}"
+    )
     print(
         "each extra term's own loss+backward: echo "
         f"{(loss['[rl, echo(assistant)]'] - loss['[rl]']) / base * 100:+.3f}%, ref_kl "
         f"{(loss['[rl, echo, ref_kl]'] - loss['[rl, echo(assistant)]']) / base * 100:+.3f}% of the [rl] step"
     )
+
 
 if __name__ == "__main__":
     main()

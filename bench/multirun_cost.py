@@ -47,9 +47,19 @@ with RewardScorer({"cache": False}, threads=a["threads"]) as scorer:
 
 def child(args: argparse.Namespace, out: Path, only: int | None) -> tuple[float, float]:
     """(wall seconds, peak RSS MB) of one child process."""
-    payload = json.dumps({"model": args.model, "tasks": args.tasks, "init": args.init, "runs": args.runs,
-                          "iters": args.iters, "max_tokens": args.max_tokens, "threads": args.threads,
-                          "out": str(out), "only": only})
+    payload = json.dumps(
+        {
+            "model": args.model,
+            "tasks": args.tasks,
+            "init": args.init,
+            "runs": args.runs,
+            "iters": args.iters,
+            "max_tokens": args.max_tokens,
+            "threads": args.threads,
+            "out": str(out),
+            "only": only,
+        }
+    )
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", CHILD, payload], env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
     _, status, usage = os.wait4(proc.pid, 0)
@@ -70,12 +80,21 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     multi = child(args, out / "multi", None)
     separate = [child(args, out / "separate", i) for i in range(args.runs)]
-    identical = all((out / "multi" / f"run{i}" / "adapter_model.safetensors").read_bytes()
-                    == (out / "separate" / f"run{i}" / "adapter_model.safetensors").read_bytes() for i in range(args.runs))
-    result = {"settings": vars(args), "multi": {"wall_s": round(multi[0], 1), "peak_rss_mb": round(multi[1])},
-              "separate": {"wall_s_each": [round(w, 1) for w, _ in separate], "wall_s_total": round(sum(w for w, _ in separate), 1),
-                           "peak_rss_mb_each": [round(m) for _, m in separate]},
-              "adapters_identical": identical}
+    identical = all(
+        (out / "multi" / f"run{i}" / "adapter_model.safetensors").read_bytes()
+        == (out / "separate" / f"run{i}" / "adapter_model.safetensors").read_bytes()
+        for i in range(args.runs)
+    )
+    result = {
+        "settings": vars(args),
+        "multi": {"wall_s": round(multi[0], 1), "peak_rss_mb": round(multi[1])},
+        "separate": {
+            "wall_s_each": [round(w, 1) for w, _ in separate],
+            "wall_s_total": round(sum(w for w, _ in separate), 1),
+            "peak_rss_mb_each": [round(m) for _, m in separate],
+        },
+        "adapters_identical": identical,
+    }
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0

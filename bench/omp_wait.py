@@ -41,8 +41,13 @@ print(json.dumps({"s_per_step": (time.perf_counter() - t0) / len(losses), "loss"
 
 def run(policy: str, threads: int, steps: int, model: str) -> dict:
     env = {**os.environ, "OMP_WAIT_POLICY": policy}
-    out = subprocess.run([sys.executable, "-c", CHILD, str(threads), str(steps), model], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(threads), str(steps), model],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

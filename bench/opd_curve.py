@@ -41,8 +41,12 @@ from jacrl.training.sft import train_sft  # noqa: E402
 def greedy_pass(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens: int) -> tuple[float, float]:
     """Share of tasks whose greedy completion passes the reward, and their mean dense reward (which
     moves before a pass does)."""
-    groups = backend.generate_ids([backend.prompt_ids(t.prompt) for t in tasks], n=1,
-                                  params=SamplingParams(temperature=0.0, max_tokens=max_tokens), progress=False)
+    groups = backend.generate_ids(
+        [backend.prompt_ids(t.prompt) for t in tasks],
+        n=1,
+        params=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+        progress=False,
+    )
     scores = scorer.score_batch(tasks, [g[0].text for g in groups])
     return sum(float(s.exact) for s in scores) / len(tasks), sum(s.score for s in scores) / len(tasks)
 
@@ -51,13 +55,28 @@ def run(args: argparse.Namespace) -> dict:
     model = ModelSpec(name="model", path=args.model, backend="torch")
     tasks = read_tasks(args.tasks)[: args.n]
     out = Path(args.out)
-    teacher_dir = train_sft(model, tasks, out / "teacher_sft",
-                            SFTConfig(iters=args.sft_iters, lr=args.sft_lr, save_every=10**6),
-                            threads=args.threads)
+    teacher_dir = train_sft(
+        model,
+        tasks,
+        out / "teacher_sft",
+        SFTConfig(iters=args.sft_iters, lr=args.sft_lr, save_every=10**6),
+        threads=args.threads,
+    )
     loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}]})
-    cfg = GRPOConfig(iters=args.iters, lr=args.lr, group_size=args.group, prompts_per_step=len(tasks),
-                     max_completion=args.max_tokens, max_seq=4096, temperature=args.temperature, lora_layers=-1,
-                     lora_rank=8, lora_scale=10.0, seed=0, log_reference_kl=False)
+    cfg = GRPOConfig(
+        iters=args.iters,
+        lr=args.lr,
+        group_size=args.group,
+        prompts_per_step=len(tasks),
+        max_completion=args.max_tokens,
+        max_seq=4096,
+        temperature=args.temperature,
+        lora_layers=-1,
+        lora_rank=8,
+        lora_scale=10.0,
+        seed=0,
+        log_reference_kl=False,
+    )
     with RewardScorer({"cache_path": str(out / "reward.sqlite")}, threads=args.threads) as scorer:
         student = prepare_backend(model, cfg, args.threads, None, None, None)
         teacher = load_teacher(Teacher(model, teacher_dir), student, args.threads)
@@ -71,10 +90,19 @@ def run(args: argparse.Namespace) -> dict:
             kl.append(row.get("loss/opd/reverse_kl_k3"))
             if (step + 1) % args.every == 0:
                 curve.append((step + 1, *greedy_pass(student, tasks, scorer, args.max_tokens)))
-            print(f"step {step + 1}: reverse KL {kl[-1]:.4f}" + (f", mem pass {curve[-1][1]:.2f} reward {curve[-1][2]:.3f}"
-                  if curve[-1][0] == step + 1 else ""), flush=True)
-    return {"settings": vars(args), "teacher_pass": teacher_pass, "teacher_reward": teacher_reward,
-            "reverse_kl_k3": kl, "student_pass": [c[:2] for c in curve], "student_reward": [(c[0], c[2]) for c in curve]}
+            print(
+                f"step {step + 1}: reverse KL {kl[-1]:.4f}"
+                + (f", mem pass {curve[-1][1]:.2f} reward {curve[-1][2]:.3f}" if curve[-1][0] == step + 1 else ""),
+                flush=True,
+            )
+    return {
+        "settings": vars(args),
+        "teacher_pass": teacher_pass,
+        "teacher_reward": teacher_reward,
+        "reverse_kl_k3": kl,
+        "student_pass": [c[:2] for c in curve],
+        "student_reward": [(c[0], c[2]) for c in curve],
+    }
 
 
 def plot(result: dict, path: Path) -> None:

@@ -106,13 +106,17 @@ def source_design(task: Task, completion: str, cfg: RewardConfig) -> float:
     with tempfile.TemporaryDirectory() as d:
         Path(d, "snippet.jac").write_text(program)
         try:
-            p = subprocess.run([jac, "run", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=task.run_timeout)
+            p = subprocess.run(
+                [jac, "run", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=task.run_timeout
+            )
             code, out, err = p.returncode, p.stdout, p.stderr
         except subprocess.TimeoutExpired:
             code, out, err = -9, "", ""
         compiles = code == 0
         if code != 0:
-            c = subprocess.run([jac, "check", "-p", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=cfg.check_timeout)
+            c = subprocess.run(
+                [jac, "check", "-p", "snippet.jac"], cwd=d, capture_output=True, text=True, timeout=cfg.check_timeout
+            )
             compiles = c.returncode == 0
     run = RunResult(exit_code=code, stdout=out, stderr=err, compiles=compiles)
     return score_run(cfg, body=body, gold=task.gold_body, expected=task.expected_stdout, run=run).score
@@ -158,7 +162,7 @@ def isolation_cost(rounds: int) -> None:
     cpu: dict[str, list[float]] = {"weak": [], "strict": []}
     run: dict[str, list[float]] = {"weak": [], "strict": []}
     for i in range(rounds):
-        for lvl in (("weak", "strict") if i % 2 == 0 else ("strict", "weak")):
+        for lvl in ("weak", "strict") if i % 2 == 0 else ("strict", "weak"):
             wall, used = _confine_once(plans[lvl], tmp_root(cfgs[lvl]))
             step[lvl].append(wall)
             cpu[lvl].append(used)
@@ -167,7 +171,7 @@ def isolation_cost(rounds: int) -> None:
         for r in runners.values():
             r.wait_ready()
         for i in range(rounds):
-            for lvl in (("weak", "strict") if i % 2 == 0 else ("strict", "weak")):
+            for lvl in ("weak", "strict") if i % 2 == 0 else ("strict", "weak"):
                 t0 = time.perf_counter()
                 res = runners[lvl].run(TRIVIAL, 10.0)
                 run[lvl].append((time.perf_counter() - t0) * 1000)
@@ -178,9 +182,15 @@ def isolation_cost(rounds: int) -> None:
     med = lambda xs: statistics.median(xs)  # noqa: E731
     print(f"(d) strict vs weak, {rounds} interleaved trials each, median wall ms:")
     print("                                      weak     strict    cost of strict")
-    rows = (("fork + confine + exit (step alone)", step), ("  the child's CPU time in it", cpu), ("fork server run, trivial program", run))
+    rows = (
+        ("fork + confine + exit (step alone)", step),
+        ("  the child's CPU time in it", cpu),
+        ("fork server run, trivial program", run),
+    )
     for name, d in rows:
-        print(f"    {name:34s}{med(d['weak']):7.1f}  {med(d['strict']):9.1f}  {med(d['strict']) - med(d['weak']):+9.1f} ms")
+        print(
+            f"    {name:34s}{med(d['weak']):7.1f}  {med(d['strict']):9.1f}  {med(d['strict']) - med(d['weak']):+9.1f} ms"
+        )
 
 
 def main() -> None:
@@ -203,8 +213,10 @@ def main() -> None:
     cfg = RewardConfig()
     workers = default_workers(cfg, a.workers or None)
     unique = len({(t.id, extract_body(c, t).body) for t, c in zip(refs, comps)})
-    print(f"batch: {N_TASKS} tasks x group {GROUP} = {len(comps)} completions, {unique} distinct (task, body) "
-          f"from {path.relative_to(REPO)}; workers={workers}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"batch: {N_TASKS} tasks x group {GROUP} = {len(comps)} completions, {unique} distinct (task, body) "
+        f"from {path.relative_to(REPO)}; workers={workers}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}"
+    )
 
     t0 = time.perf_counter()
     serial = [source_design(t, c, cfg) for t, c in zip(refs, comps)]
@@ -221,21 +233,29 @@ def main() -> None:
         tb = time.perf_counter() - t1
         stats = dict(scorer.stats)
         scorer.close()
-    print(f"(b) default path, cold cache, warm pool       : {len(comps) / tb:7.2f} completions/s  ({tb:6.1f} s)  "
-          f"ratio {ta / tb:5.1f}x   [runs {stats.get('runs', 0)}, dedup hits {stats.get('dedup_hits', 0)}]")
-    print(f"    ... including the pool's start-up ({startup:.1f} s)  : {len(comps) / (tb + startup):7.2f} completions/s"
-          f"               ratio {ta / (tb + startup):5.1f}x")
+    print(
+        f"(b) default path, cold cache, warm pool       : {len(comps) / tb:7.2f} completions/s  ({tb:6.1f} s)  "
+        f"ratio {ta / tb:5.1f}x   [runs {stats.get('runs', 0)}, dedup hits {stats.get('dedup_hits', 0)}]"
+    )
+    print(
+        f"    ... including the pool's start-up ({startup:.1f} s)  : {len(comps) / (tb + startup):7.2f} completions/s"
+        f"               ratio {ta / (tb + startup):5.1f}x"
+    )
 
     plain = RewardConfig(workers=workers, dedup=False, cache=False)
     with RewardScorer(plain).warm() as scorer:
         t0 = time.perf_counter()
         bare = scorer.score_batch(refs, comps)
         tc = time.perf_counter() - t0
-    print(f"(c) fork server + pool alone (no dedup/cache) : {len(comps) / tc:7.2f} completions/s  ({tc:6.1f} s)  ratio {ta / tc:5.1f}x")
+    print(
+        f"(c) fork server + pool alone (no dedup/cache) : {len(comps) / tc:7.2f} completions/s  ({tc:6.1f} s)  ratio {ta / tc:5.1f}x"
+    )
 
     same = [round(x, 9) for x in serial] == [round(s.score, 9) for s in ours] == [round(s.score, 9) for s in bare]
     passes = sum(s.exact for s in ours)
-    print(f"scores identical across (a), (b), (c): {same}; exact passes {passes}/{len(comps)}; mean score {sum(s.score for s in ours) / len(ours):.3f}")
+    print(
+        f"scores identical across (a), (b), (c): {same}; exact passes {passes}/{len(comps)}; mean score {sum(s.score for s in ours) / len(ours):.3f}"
+    )
     print(f"target (b) >= 10x (a): {'met' if ta / tb >= 10 else 'NOT met'}")
     if a.isolation_rounds:
         isolation_cost(a.isolation_rounds)

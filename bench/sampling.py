@@ -76,7 +76,9 @@ def bench_batching(model: Path, prompts: list[str], n: int, max_tokens: int, thr
         out = b.generate_ids(ids, n, params, progress=False)
         seconds[label] = time.perf_counter() - t0
         tokens = sum(len(c.token_ids) for g in out for c in g)
-        print(f"torch {label:>20}: {len(ids)} prompts × {n} → {tokens} tok in {seconds[label]:.1f}s = {tokens / seconds[label]:.1f} tok/s")
+        print(
+            f"torch {label:>20}: {len(ids)} prompts × {n} → {tokens} tok in {seconds[label]:.1f}s = {tokens / seconds[label]:.1f} tok/s"
+        )
     print(f"ratio batched/one-at-a-time speed: {seconds['one prompt at a time'] / seconds['batched']:.2f}x")
 
 

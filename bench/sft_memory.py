@@ -54,8 +54,18 @@ def child(a: argparse.Namespace) -> None:
     backend.step(cfg.lr)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KB → GB
-    print(json.dumps({"way": a.way, "peak_gb": round(peak, 2), "seconds": round(seconds, 1), "loss": round(loss, 4),
-                      "rows": [len(e) for e in batch], "dtype": str(backend.dtype)}))
+    print(
+        json.dumps(
+            {
+                "way": a.way,
+                "peak_gb": round(peak, 2),
+                "seconds": round(seconds, 1),
+                "loss": round(loss, 4),
+                "rows": [len(e) for e in batch],
+                "dtype": str(backend.dtype),
+            }
+        )
+    )
 
 
 def rss_gb(pid: int) -> float:
@@ -67,8 +77,25 @@ def rss_gb(pid: int) -> float:
 
 def run_way(a: argparse.Namespace, way: str) -> dict:
     """The way in a child process, stopped if its resident memory passes the cap."""
-    cmd = [sys.executable, __file__, "--child", "--way", way, "--model", a.model, "--tasks", a.tasks,
-           "--batch", str(a.batch), "--max-seq", str(a.max_seq), "--threads", str(a.threads), "--dtype", a.dtype]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--way",
+        way,
+        "--model",
+        a.model,
+        "--tasks",
+        a.tasks,
+        "--batch",
+        str(a.batch),
+        "--max-seq",
+        str(a.max_seq),
+        "--threads",
+        str(a.threads),
+        "--dtype",
+        a.dtype,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
     high = 0.0
     while proc.poll() is None:
@@ -79,7 +106,9 @@ def run_way(a: argparse.Namespace, way: str) -> dict:
             return {"way": way, "peak_gb": f"> {a.cap_gb} (stopped)", "seconds": None}
         time.sleep(0.1)
     out = proc.stdout.read().strip().splitlines()
-    return json.loads(out[-1]) if proc.returncode == 0 and out else {"way": way, "peak_gb": f"failed ({proc.returncode})"}
+    return (
+        json.loads(out[-1]) if proc.returncode == 0 and out else {"way": way, "peak_gb": f"failed ({proc.returncode})"}
+    )
 
 
 def estimate_mb(a: argparse.Namespace, micro: int | None, ckpt: bool) -> int:

@@ -48,22 +48,35 @@ def sweep_sft(a: argparse.Namespace) -> None:
     from jacrl.training.sft import fit_lora, gold_completion, sft_examples
 
     tasks = read_tasks(RUNG)
-    print("| lr | rank | steps × batch | train loss first → last 4 | holdout gold NLL | s/step |\n|---|---|---|---|---|---|")
+    print(
+        "| lr | rank | steps × batch | train loss first → last 4 | holdout gold NLL | s/step |\n|---|---|---|---|---|---|"
+    )
     base_nll = None
     for rank in a.ranks:
         for lr in a.lrs:
             b = load_model(spec(a.model), threads=a.threads)
             base_nll = base_nll if base_nll is not None else holdout_nll(b)
             examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
-            cfg = SFTConfig(iters=a.iters, lr=lr, rank=rank, scale=2.0, warmup=2, batch=a.batch, max_seq=2048,
-                            micro_batch_tokens=2048)
+            cfg = SFTConfig(
+                iters=a.iters,
+                lr=lr,
+                rank=rank,
+                scale=2.0,
+                warmup=2,
+                batch=a.batch,
+                max_seq=2048,
+                micro_batch_tokens=2048,
+            )
             t0 = time.perf_counter()
             losses = fit_lora(b, examples, cfg)
             dt = (time.perf_counter() - t0) / a.iters
             b.save_adapter(OUT / f"lr{lr:.0e}-r{rank}")
             tail = statistics.mean(losses[-4:])
-            print(f"| {lr:g} | {rank} | {a.iters} × {a.batch} | {losses[0]:.3f} → {tail:.3f} | {holdout_nll(b):.4f} "
-                  f"(base {base_nll:.4f}) | {dt:.1f} |", flush=True)
+            print(
+                f"| {lr:g} | {rank} | {a.iters} × {a.batch} | {losses[0]:.3f} → {tail:.3f} | {holdout_nll(b):.4f} "
+                f"(base {base_nll:.4f}) | {dt:.1f} |",
+                flush=True,
+            )
 
 
 def sweep_grpo(a: argparse.Namespace) -> None:
@@ -89,8 +102,11 @@ def sweep_grpo(a: argparse.Namespace) -> None:
             passed = statistics.mean(float(s.exact) for g in scores for s in g)
             differ = statistics.mean(float(len(set(g)) > 1) for g in rewards)
             trunc = statistics.mean(float(c.truncated) for g in drawn for c in g)
-            print(f"| {temp:g} | {statistics.mean(flat):.3f} | {passed:.3f} | {differ:.2f} | {trunc:.2f} | "
-                  f"{time.perf_counter() - t0:.0f} |", flush=True)
+            print(
+                f"| {temp:g} | {statistics.mean(flat):.3f} | {passed:.3f} | {differ:.2f} | {trunc:.2f} | "
+                f"{time.perf_counter() - t0:.0f} |",
+                flush=True,
+            )
 
 
 def main() -> None:

@@ -68,7 +68,9 @@ def mlx_step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     mx.eval(lps)
     backend.model.train()
     for g in groups:
-        _, grads = nn.value_and_grad(backend.model, lambda m, g=g: sum(lp.sum() for lp in score(m, g)) / count)(backend.model)
+        _, grads = nn.value_and_grad(backend.model, lambda m, g=g: sum(lp.sum() for lp in score(m, g)) / count)(
+            backend.model
+        )
         mx.eval(grads)
     backend.model.eval()
     order = [i for g in groups for i in g]
@@ -108,8 +110,10 @@ def main() -> None:
     padded, shared = (statistics.median(times[k]) for k in ("padded", "shared"))
     prompt_tokens = sum(len(h) for h in heads) // len(heads)
     completion_tokens = sum(map(len, tails)) / len(tails)
-    print(f"{a.model} ({a.backend}): {a.prompts} prompts × {a.group} rows, prompt {prompt_tokens} tokens, "
-          f"completions {completion_tokens:.0f} tokens on average, {a.threads} thread(s)")
+    print(
+        f"{a.model} ({a.backend}): {a.prompts} prompts × {a.group} rows, prompt {prompt_tokens} tokens, "
+        f"completions {completion_tokens:.0f} tokens on average, {a.threads} thread(s)"
+    )
     print(f"padded rows  {padded:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['padded'])})")
     print(f"shared prompt {shared:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['shared'])})")
     print(f"ratio shared / padded = {shared / padded:.3f}; largest logprob difference {diff:.2e}")

@@ -13,7 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 with logged(snakemake):
     cfg = TasksConfig(**snakemake.params.cfg)
     records = build_tasks(
-        ROOT / cfg.drivers, snakemake.output.tasks, snakemake.output.templates, snakemake.output.refbodies,
-        timeout=cfg.timeout, build_timeout=cfg.build_timeout, jobs=snakemake.threads, root=ROOT, runner=cfg.gold_runner,
+        ROOT / cfg.drivers,
+        snakemake.output.tasks,
+        snakemake.output.templates,
+        snakemake.output.refbodies,
+        timeout=cfg.timeout,
+        build_timeout=cfg.build_timeout,
+        jobs=snakemake.threads,
+        root=ROOT,
+        runner=cfg.gold_runner,
     )
     summary(f"{len(records)} tasks from {len({t.driver for t in records})} drivers")

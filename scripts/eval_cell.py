@@ -20,15 +20,28 @@ with logged(snakemake):
     cfg = load_config(snakemake.params.config)
     spec = ModelSpec(**snakemake.params.spec)
     adapter = snakemake.input.get("adapter") or None
-    backend = load_backend(snakemake.params.model_dir, spec.backend, adapter=adapter, threads=snakemake.threads, model_name=spec.name,
-                           placement=Placement.of(spec))
+    backend = load_backend(
+        snakemake.params.model_dir,
+        spec.backend,
+        adapter=adapter,
+        threads=snakemake.threads,
+        model_name=spec.name,
+        placement=Placement.of(spec),
+    )
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
-    jobs = zip(snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True)
+    jobs = zip(
+        snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True
+    )
     special = tokenizer_special_tokens(backend.hf_tokenizer)  # cut out of completions with the chat tokens
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         for one, tasks, cell_out, samples_out in jobs:
-            meta = {**one["meta"], "adapter": adapter, **cell_provenance(one["cell_config"]), "code_version": code_version(),
-                    "determinism": determinism_record()}
+            meta = {
+                **one["meta"],
+                "adapter": adapter,
+                **cell_provenance(one["cell_config"]),
+                "code_version": code_version(),
+                "determinism": determinism_record(),
+            }
             cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")
             summary(f"{one['split']}: {cell['tasks']} tasks: {cell_line(cell)}")

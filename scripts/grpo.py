@@ -20,9 +20,23 @@ with logged(snakemake):
     # the tokenizer the backend loads from the model folder: its special tokens are cut out of completions
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     t = snakemake.params.teacher  # the opd condition's
-    teacher = None if t is None else Teacher(ModelSpec(**{**t["spec"], "path": t["model_dir"], "builtin": None}),
-                                             t["adapter"] and Path(t["adapter"]))
+    teacher = (
+        None
+        if t is None
+        else Teacher(
+            ModelSpec(**{**t["spec"], "path": t["model_dir"], "builtin": None}), t["adapter"] and Path(t["adapter"])
+        )
+    )
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
-        train_grpo(model, read_tasks(snakemake.input.tasks), snakemake.output[0], cfg.grpo, cfg, scorer,
-                   init_adapter=snakemake.input.init or None, threads=snakemake.threads, teacher=teacher,
-                   tracker=job_tracker(snakemake.output[0]))
+        train_grpo(
+            model,
+            read_tasks(snakemake.input.tasks),
+            snakemake.output[0],
+            cfg.grpo,
+            cfg,
+            scorer,
+            init_adapter=snakemake.input.init or None,
+            threads=snakemake.threads,
+            teacher=teacher,
+            tracker=job_tracker(snakemake.output[0]),
+        )

@@ -14,8 +14,10 @@ from jacrl.workflow.job import logged
 with logged(snakemake):
     configs = {cond: load_config(raw) for cond, raw in snakemake.params.runs.items()}
     tasks = read_tasks(snakemake.input.tasks)
-    runs = [RunSpec(cond, tasks, Path(out), cfg.grpo, cfg, Path(snakemake.input.init))
-            for (cond, cfg), out in zip(configs.items(), snakemake.output)]
+    runs = [
+        RunSpec(cond, tasks, Path(out), cfg.grpo, cfg, Path(snakemake.input.init))
+        for (cond, cfg), out in zip(configs.items(), snakemake.output)
+    ]
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     reward = next(iter(configs.values())).reward  # the reward section is shared by every arm

@@ -5,4 +5,4 @@ from jacrl.workflow.job import logged
 
 with logged(snakemake):
     panels = write_curves(snakemake.input[0], snakemake.output[0], snakemake.params.title)
-    summary(', '.join(panels) or 'no metrics')
+    summary(", ".join(panels) or "no metrics")

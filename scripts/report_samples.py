@@ -4,5 +4,7 @@ from jacrl.report.samples import write_samples_html
 from jacrl.workflow.job import logged
 
 with logged(snakemake):
-    n = write_samples_html(snakemake.input.cell, snakemake.input.samples, snakemake.output[0], rung=snakemake.wildcards.rung)
+    n = write_samples_html(
+        snakemake.input.cell, snakemake.input.samples, snakemake.output[0], rung=snakemake.wildcards.rung
+    )
     summary(f"{n} completions")

@@ -7,6 +7,13 @@ from jacrl.training.tracking import job_tracker
 from jacrl.workflow.job import logged
 
 with logged(snakemake):
-    train_rft(ModelSpec(**snakemake.params.spec), snakemake.input.tasks, snakemake.output[0],
-              RFTConfig(**snakemake.params.cfg), reward_cfg=RewardConfig(**snakemake.params.reward),
-              threads=snakemake.threads, sft_cfg=SFTConfig(**snakemake.params.sft), tracker=job_tracker(snakemake.output[0]))
+    train_rft(
+        ModelSpec(**snakemake.params.spec),
+        snakemake.input.tasks,
+        snakemake.output[0],
+        RFTConfig(**snakemake.params.cfg),
+        reward_cfg=RewardConfig(**snakemake.params.reward),
+        threads=snakemake.threads,
+        sft_cfg=SFTConfig(**snakemake.params.sft),
+        tracker=job_tracker(snakemake.output[0]),
+    )

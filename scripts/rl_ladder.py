@@ -5,7 +5,9 @@ from jacrl.workflow.job import logged
 
 with logged(snakemake):
     p = snakemake.params
-    cells, left_out = current_cells(p.root, p.expected, p.rungs, required=list(snakemake.input), shared_under=p.selected)
+    cells, left_out = current_cells(
+        p.root, p.expected, p.rungs, required=list(snakemake.input), shared_under=p.selected
+    )
     for cell in left_out:
         console_warning(str(cell))
     rows = write_ladder(cells, snakemake.output[0])

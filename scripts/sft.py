@@ -7,5 +7,11 @@ from jacrl.workflow.job import logged
 
 with logged(snakemake):
     model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
-    train_sft(model, snakemake.input.tasks, snakemake.output[0], SFTConfig(**snakemake.params.cfg), threads=snakemake.threads,
-              tracker=job_tracker(snakemake.output[0]))
+    train_sft(
+        model,
+        snakemake.input.tasks,
+        snakemake.output[0],
+        SFTConfig(**snakemake.params.cfg),
+        threads=snakemake.threads,
+        tracker=job_tracker(snakemake.output[0]),
+    )

@@ -3,5 +3,12 @@ from jacrl.ladder.pivot import show_ladder
 from jacrl.workflow.job import logged
 
 with logged(snakemake):
-    print(show_ladder(snakemake.input.rows, snakemake.output.md, snakemake.output.csv, snakemake.output.png,
-                      plan_path=snakemake.input.get("plan") or None))
+    print(
+        show_ladder(
+            snakemake.input.rows,
+            snakemake.output.md,
+            snakemake.output.csv,
+            snakemake.output.png,
+            plan_path=snakemake.input.get("plan") or None,
+        )
+    )

@@ -32,8 +32,14 @@ def test_another_working_directory_plans_the_same_jobs(repo, tmp_path):
     assert job_counts(there) == job_counts(here)
     drivers = sorted(p.name for p in (repo / "dataset/drivers").rglob("*.jac"))
     # the tasks job reads the bundled drivers, found from the workflow's folder
-    assert sorted(build_tasks_inputs(plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path),
-                                          "dataset/rl/tasks.jsonl"))) == drivers
+    assert (
+        sorted(
+            build_tasks_inputs(
+                plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "dataset/rl/tasks.jsonl")
+            )
+        )
+        == drivers
+    )
 
 
 RULE_KINDS = """
@@ -48,18 +54,31 @@ with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
 
 
 def test_short_jobs_are_local_rules(repo, tmp_path):
-    proc = subprocess.run([sys.executable, "-c", RULE_KINDS, str(repo / "Snakefile"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", RULE_KINDS, str(repo / "Snakefile"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     local = set(proc.stdout.split())
     assert LOCAL_RULES <= local and not local & CLUSTER_RULES, proc.stdout + proc.stderr
 
 
 def test_slurm_profile_groups_a_rungs_cells(repo, tmp_path):
-    out = plan(repo, "--profile", "profiles/slurm", "-d", str(tmp_path), "--config",
-               'ladder={"rungs": [1], "conditions": ["base", "sft"], "splits": ["gen", "mem"]}')
+    out = plan(
+        repo,
+        "--profile",
+        "profiles/slurm",
+        "-d",
+        str(tmp_path),
+        "--config",
+        'ladder={"rungs": [1], "conditions": ["base", "sft"], "splits": ["gen", "mem"]}',
+    )
     # the rung's three eval cells of the model (base mem; sft gen and mem in one job) travel as one cluster job
     group = re.search(r"Group job eval_r1_tiny \(jobs in lexicogr\. order\):\n(.*?)(?=\n\[|\Z)", out, re.DOTALL)
-    assert group and len(re.findall(r"rule eval:", group[1])) == 1 and len(re.findall(r"rule eval_base:", group[1])) == 1
+    assert (
+        group and len(re.findall(r"rule eval:", group[1])) == 1 and len(re.findall(r"rule eval_base:", group[1])) == 1
+    )
     for cell in ("r1/tiny/base/mem.json", "r1/tiny/sft/gen.json", "r1/tiny/sft/mem.json"):
         assert f"results/cells/{cell}" in group[1], cell
 

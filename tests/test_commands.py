@@ -39,15 +39,24 @@ def files(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--task", "nope", "{d}/completion.txt", "--tasks", REWARD_TASKS], f"{REWARD_TASKS}: no task 'nope'"),
-    (["--task", "fx_visit_city", "{d}/missing.txt", "--tasks", REWARD_TASKS], "{d}/missing.txt: No such file"),
-    (["--task", "a", "{d}/completion.txt", "--tasks", "{d}/absent.jsonl"], "{d}/absent.jsonl: No such file"),
-    (["--task", "a", "{d}/completion.txt", "--tasks", "{d}/broken.jsonl"], "{d}/broken.jsonl:2: not valid JSON"),
-    (["--task", "a", "{d}/completion.txt", "--tasks", "{d}/notask.jsonl"], "{d}/notask.jsonl:1: not a task record (id:"),
-    (["--task", "a", "{d}/completion.txt", "--tasks", REWARD_TASKS, "--config", "{d}/bad.yaml"], "scheme"),
-    (["--task", "a", "{d}/completion.txt", "--tasks", REWARD_TASKS, "--config", "{d}/no.yaml"], "{d}/no.yaml: No such file"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--task", "nope", "{d}/completion.txt", "--tasks", REWARD_TASKS], f"{REWARD_TASKS}: no task 'nope'"),
+        (["--task", "fx_visit_city", "{d}/missing.txt", "--tasks", REWARD_TASKS], "{d}/missing.txt: No such file"),
+        (["--task", "a", "{d}/completion.txt", "--tasks", "{d}/absent.jsonl"], "{d}/absent.jsonl: No such file"),
+        (["--task", "a", "{d}/completion.txt", "--tasks", "{d}/broken.jsonl"], "{d}/broken.jsonl:2: not valid JSON"),
+        (
+            ["--task", "a", "{d}/completion.txt", "--tasks", "{d}/notask.jsonl"],
+            "{d}/notask.jsonl:1: not a task record (id:",
+        ),
+        (["--task", "a", "{d}/completion.txt", "--tasks", REWARD_TASKS, "--config", "{d}/bad.yaml"], "scheme"),
+        (
+            ["--task", "a", "{d}/completion.txt", "--tasks", REWARD_TASKS, "--config", "{d}/no.yaml"],
+            "{d}/no.yaml: No such file",
+        ),
+    ],
+)
 def test_reward_score_bad_input(files, capsys, argv, needle):
     argv = [a.format(d=files) for a in argv]
     assert reward_main(["score", *argv]) == 1
@@ -61,13 +70,16 @@ def test_tasks_check_missing_path(tmp_path, capsys):
     assert f"{tmp_path}/drivers: No such file or directory" in one_error_line(capsys)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--tasks", "{d}/absent.jsonl"], "{d}/absent.jsonl: No such file"),
-    (["--tasks", "{d}/broken.jsonl"], "{d}/broken.jsonl:2: not valid JSON"),
-    (["--tasks", "{d}/broken.jsonl", "--config", "{d}/no.yaml"], "{d}/no.yaml: No such file"),
-    (["--tasks", "{d}/notask.jsonl", "--dry-run"], "{d}/notask.jsonl:1: not a task record (id:"),
-    (["--tasks", REWARD_TASKS, "--model", "{d}/no-model", "--dry-run"], "{d}/no-model: No such model folder"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--tasks", "{d}/absent.jsonl"], "{d}/absent.jsonl: No such file"),
+        (["--tasks", "{d}/broken.jsonl"], "{d}/broken.jsonl:2: not valid JSON"),
+        (["--tasks", "{d}/broken.jsonl", "--config", "{d}/no.yaml"], "{d}/no.yaml: No such file"),
+        (["--tasks", "{d}/notask.jsonl", "--dry-run"], "{d}/notask.jsonl:1: not a task record (id:"),
+        (["--tasks", REWARD_TASKS, "--model", "{d}/no-model", "--dry-run"], "{d}/no-model: No such model folder"),
+    ],
+)
 def test_interop_bad_input(files, capsys, repo, monkeypatch, argv, needle):
     monkeypatch.chdir(repo)  # the default --config is the workflow's config.yaml
     assert interop_main([a.format(d=files) for a in argv]) == 1
@@ -75,16 +87,23 @@ def test_interop_bad_input(files, capsys, repo, monkeypatch, argv, needle):
 
 
 def test_a_missing_extra_is_named():
-    with pytest.raises(cli.MissingExtra, match=r"^tool needs no_such_pkg_here \(not installed\): pip install 'jacrl\[interop\]'$"):
+    with pytest.raises(
+        cli.MissingExtra, match=r"^tool needs no_such_pkg_here \(not installed\): pip install 'jacrl\[interop\]'$"
+    ):
         cli.require("no_such_pkg_here", "interop", "tool")
 
 
-@pytest.mark.parametrize("error", [
-    IsolationUnavailable("reward sandbox: user namespaces are off here; isolation: weak runs without them"),
-    cli.MissingExtra("tool needs no_such_pkg_here (not installed): pip install 'jacrl[interop]'"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        IsolationUnavailable("reward sandbox: user namespaces are off here; isolation: weak runs without them"),
+        cli.MissingExtra("tool needs no_such_pkg_here (not installed): pip install 'jacrl[interop]'"),
+    ],
+)
 def test_an_input_error_from_any_package_ends_in_one_line(error, capsys):
-    assert all(issubclass(kind, InputError) for kind in (IsolationUnavailable, ConfigError, JsonlError, cli.MissingExtra))
+    assert all(
+        issubclass(kind, InputError) for kind in (IsolationUnavailable, ConfigError, JsonlError, cli.MissingExtra)
+    )
 
     def body() -> int:
         raise error

@@ -44,17 +44,23 @@ def test_reward_timeout_is_gone_with_a_pointer_to_tasks_timeout():
 
 
 def test_conditions_and_splits_are_one_vocabulary():
-    with pytest.raises(ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd'.*got 'grpo'"):
+    with pytest.raises(
+        ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd'.*got 'grpo'"
+    ):
         load_config({"ladder": {"conditions": ["grpo"]}})
     with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
         load_config({"eval": {"policy_splits": ["train"]}})
-    assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS) and load_config({}).ladder.splits == list(SPLITS)
+    assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS) and load_config({}).ladder.splits == list(
+        SPLITS
+    )
     assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
 
 
 def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
     base = reward_config_digest(RewardConfig())
-    assert reward_config_digest(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
+    assert (
+        reward_config_digest(RewardConfig(workers=4, runner="subprocess", cache=False, dense_v2={"runs": 0.5})) == base
+    )
     assert reward_config_digest(RewardConfig(tiered={"exact": 2.0})) != base
     assert reward_config_digest(RewardConfig(isolation="weak")) != base
 
@@ -96,26 +102,47 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
     assert arm.losses == cfg.losses  # not overridden: the top-level terms
     job = load_config(cfg.grpo_job_config("tuned"))  # what the GRPO job of sft_grpo@tuned reads
     assert (job.grpo.lr, job.grpo.iters, job.losses) == (1e-5, 500, cfg.losses)
-    assert cfg.grpo_job_config(None) == cfg.model_dump(mode="json", include={"threads", "reward", "grpo", "losses",
-                                                                               "training_mode", "trainer", "orchestrator"})
+    assert cfg.grpo_job_config(None) == cfg.model_dump(
+        mode="json", include={"threads", "reward", "grpo", "losses", "training_mode", "trainer", "orchestrator"}
+    )
     own = load_config({**TUNED, "grpo_arms": {"tuned": {"losses": [{"type": "rl", "kl_tau": 0.5}]}}}).grpo_arms["tuned"]
     assert own.losses[0].kl_tau == 0.5 and own.trainer.losses == own.losses and own.grpo == cfg.grpo
     assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
 
 
-@pytest.mark.parametrize("data,needle", [
-    ({"grpo_arms": {"tuned": {"grpo": {"lrr": 1}}}},
-     "unknown config key 'grpo_arms.tuned.grpo.lrr'; allowed keys under grpo_arms.tuned.grpo: advantage,"),
-    ({"grpo_arms": {"tuned": {"grpo": {"lr": -1}}}}, "config key 'grpo_arms.tuned.grpo.lr': Input should be greater than 0"),
-    ({"grpo_arms": {"tuned": {"sft": {}}}}, "unknown config key 'grpo_arms.tuned.sft'; allowed keys under grpo_arms.tuned: grpo, losses,"),
-    ({"grpo_arms": {"tuned": {"losses": [{"type": "ref_kl"}]}}}, "config key 'grpo_arms.tuned': Value error, training_mode = 'rl' needs a primary"),
-    ({"grpo_arms": {"a/b": {}}}, "arm names ['a/b'] must match"),
-    ({"ladder": {"conditions": ["sft_grpo@tuned"]}}, "ladder.conditions names ['sft_grpo@tuned'], whose arm is not in `grpo_arms`"),
-    ({"ladder": {"conditions": ["sft@tuned"]}}, "config key 'ladder.conditions.0': Value error, Input should be 'base', 'sft'"),
-    ({"ladder": {"plan": "smart", "splits": ["gen"]}}, "ladder.plan smart needs `mem` in ladder.splits"),
-    ({"ladder": {"plan": "greedy"}}, "config key 'ladder.plan': Input should be 'full' or 'smart'"),
-    ({"rft": {"tasks": "all"}}, "config key 'rft.tasks': Input should be 'rung' or 'pool'"),
-])
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (
+            {"grpo_arms": {"tuned": {"grpo": {"lrr": 1}}}},
+            "unknown config key 'grpo_arms.tuned.grpo.lrr'; allowed keys under grpo_arms.tuned.grpo: advantage,",
+        ),
+        (
+            {"grpo_arms": {"tuned": {"grpo": {"lr": -1}}}},
+            "config key 'grpo_arms.tuned.grpo.lr': Input should be greater than 0",
+        ),
+        (
+            {"grpo_arms": {"tuned": {"sft": {}}}},
+            "unknown config key 'grpo_arms.tuned.sft'; allowed keys under grpo_arms.tuned: grpo, losses,",
+        ),
+        (
+            {"grpo_arms": {"tuned": {"losses": [{"type": "ref_kl"}]}}},
+            "config key 'grpo_arms.tuned': Value error, training_mode = 'rl' needs a primary",
+        ),
+        ({"grpo_arms": {"a/b": {}}}, "arm names ['a/b'] must match"),
+        (
+            {"ladder": {"conditions": ["sft_grpo@tuned"]}},
+            "ladder.conditions names ['sft_grpo@tuned'], whose arm is not in `grpo_arms`",
+        ),
+        (
+            {"ladder": {"conditions": ["sft@tuned"]}},
+            "config key 'ladder.conditions.0': Value error, Input should be 'base', 'sft'",
+        ),
+        ({"ladder": {"plan": "smart", "splits": ["gen"]}}, "ladder.plan smart needs `mem` in ladder.splits"),
+        ({"ladder": {"plan": "greedy"}}, "config key 'ladder.plan': Input should be 'full' or 'smart'"),
+        ({"rft": {"tasks": "all"}}, "config key 'rft.tasks': Input should be 'rung' or 'pool'"),
+    ],
+)
 def test_bad_arms_and_plans_are_named(data, needle):
     with pytest.raises(ConfigError) as err:
         load_config(data)
@@ -134,10 +161,15 @@ def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog
     caplog.set_level(logging.INFO, logger="jacrl.config")
     said = lambda: [r.getMessage() for r in caplog.records if r.name == "jacrl.config"]  # noqa: E731
     assert load_config({"grpo": {"temperature": 0.437}}).eval.policy_temperature == 0.437
-    assert said() == ["eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature (0.437), "
-                      "the one GRPO samples at, for every arm's cells alike"]
+    assert said() == [
+        "eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature (0.437), "
+        "the one GRPO samples at, for every arm's cells alike"
+    ]
     load_config({"grpo": {"temperature": 0.437}})
     assert len(said()) == 1
     caplog.clear()
-    assert load_config({"grpo": {"temperature": 0.437}, "eval": {"policy_temperature": 0.2}}).eval.policy_temperature == 0.2
+    assert (
+        load_config({"grpo": {"temperature": 0.437}, "eval": {"policy_temperature": 0.2}}).eval.policy_temperature
+        == 0.2
+    )
     assert said() == []

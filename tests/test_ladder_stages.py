@@ -55,8 +55,13 @@ def workdir(tmp_path_factory, name: str, **overrides) -> Path:
 
 
 def snakemake(work: Path, *args: str, ok: bool = True) -> str:
-    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", "--cores", "2",
-                           *args], cwd=work, capture_output=True, text=True, timeout=5400)
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", "--cores", "2", *args],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=5400,
+    )
     out = proc.stdout + proc.stderr
     assert (proc.returncode == 0) == ok, out[-4000:]
     return out
@@ -83,8 +88,11 @@ def cell(work: Path, rung: str, cond: str, split: str) -> dict:
 
 
 def adapters(work: Path) -> list[str]:
-    return sorted(str(p.relative_to(work / "adapters")) for p in (work / "adapters").glob("*/*/*")
-                  if p.is_dir() and not p.name.endswith(".ckpt"))
+    return sorted(
+        str(p.relative_to(work / "adapters"))
+        for p in (work / "adapters").glob("*/*/*")
+        if p.is_dir() and not p.name.endswith(".ckpt")
+    )
 
 
 def digest(folder: Path) -> str:
@@ -112,15 +120,30 @@ def test_the_smart_plan_runs_grpo_only_at_the_elbow_it_chose(smart):
     elbow = next((r for r in RUNGS if mem[r]["pass1"] < mem[r]["tasks"]), RUNGS[-1])
     assert [(e["model"], e["rung"], e["split"]) for e in plan["elbows"]] == [("tiny", elbow, "mem")]
     # GRPO under both arms at the elbow, one raw control at rung 1, SFT on every rung
-    assert adapters(work) == sorted([*(f"r{r}/tiny/sft" for r in RUNGS), f"r{elbow}/tiny/sft_grpo",
-                                     f"r{elbow}/tiny/sft_grpo@tuned", "r1/tiny/raw_grpo"])
+    assert adapters(work) == sorted(
+        [
+            *(f"r{r}/tiny/sft" for r in RUNGS),
+            f"r{elbow}/tiny/sft_grpo",
+            f"r{elbow}/tiny/sft_grpo@tuned",
+            "r1/tiny/raw_grpo",
+        ]
+    )
     # what ran is what the plan counted; the full grid is what Snakemake plans for it
     ran = jobs_run(console)
-    assert {r: n for r, n in ran.items() if r in MODEL_RULES} == {r: n for r, n in plan["jobs"]["smart"].items()
-                                                                  if n and r != "total"}
+    assert {r: n for r, n in ran.items() if r in MODEL_RULES} == {
+        r: n for r, n in plan["jobs"]["smart"].items() if n and r != "total"
+    }
     assert ran["smoke"] == ran["elbow"] == 1
-    full = snakemake(work, "results/rl_ladder.jsonl", "-n", "--forceall", "--quiet", "rules", "--config",
-                     'ladder={"conditions": ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]}')
+    full = snakemake(
+        work,
+        "results/rl_ladder.jsonl",
+        "-n",
+        "--forceall",
+        "--quiet",
+        "rules",
+        "--config",
+        'ladder={"conditions": ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]}',
+    )
     planned = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", full, re.MULTILINE) if m[1] in MODEL_RULES}
     assert planned == {r: n for r, n in plan["jobs"]["full"].items() if n and r != "total"}
     assert plan["jobs"]["smart"]["total"] < plan["jobs"]["full"]["total"]
@@ -149,8 +172,11 @@ def staged(tmp_path_factory):
     GRPO at one rung."""
     work = workdir(tmp_path_factory, "staged")
     tables = []
-    for selection in ('{"conditions": ["sft"], "rungs": [1]}', '{"conditions": ["base", "sft"]}',
-                      '{"conditions": ["sft_grpo"], "rungs": [2]}'):
+    for selection in (
+        '{"conditions": ["sft"], "rungs": [1]}',
+        '{"conditions": ["base", "sft"]}',
+        '{"conditions": ["sft_grpo"], "rungs": [2]}',
+    ):
         ladder(work, selection)
         tables.append(sorted(r["tag"] for r in rows(work)))
     return work, tables
@@ -174,8 +200,10 @@ def test_a_second_arm_sits_beside_the_default_without_overwriting_it(staged):
     console = ladder(work, '{"conditions": ["sft_grpo@tuned"], "rungs": [2]}')
     assert jobs_run(console).get("grpo") == 1  # the tuned arm's run only
     assert (digest(default), (work / "results/cells/r2/tiny/sft_grpo/gen.json").read_bytes()) == before
-    steps = {arm: len((work / f"adapters/r2/tiny/{arm}/metrics.jsonl").read_text().splitlines())
-             for arm in ("sft_grpo", "sft_grpo@tuned")}
+    steps = {
+        arm: len((work / f"adapters/r2/tiny/{arm}/metrics.jsonl").read_text().splitlines())
+        for arm in ("sft_grpo", "sft_grpo@tuned")
+    }
     assert steps == {"sft_grpo": 2, "sft_grpo@tuned": 3}  # each arm's own iters
     tuned, plain = cell(work, "2", "sft_grpo@tuned", "gen"), cell(work, "2", "sft_grpo", "gen")
     assert "grpo@tuned" in tuned["config_parts"] and "grpo" in plain["config_parts"]

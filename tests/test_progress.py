@@ -89,19 +89,28 @@ with logged(snakemake):
 
 def test_a_snakemake_job_log_is_plain_and_the_console_gets_its_summary(tmp_path, repo):
     (tmp_path / "job.py").write_text(JOB)
-    (tmp_path / "Snakefile").write_text(textwrap.dedent("""
+    (tmp_path / "Snakefile").write_text(
+        textwrap.dedent("""
         rule train:
             output: "out/{name}.txt"
             log: "logs/{name}.log"
             script: "job.py"
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": str(repo / "src")}
-    run = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "out/a.txt"], cwd=tmp_path,
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "out/a.txt"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     console = run.stdout + run.stderr
     assert [ln for ln in console.splitlines() if "out/a.txt: loss" in ln] == [
-        next(ln for ln in console.splitlines() if ln.startswith("train a → out/a.txt: loss 4.2 → 0.9 ("))]
+        next(ln for ln in console.splitlines() if ln.startswith("train a → out/a.txt: loss 4.2 → 0.9 ("))
+    ]
     warned = [ln for ln in console.splitlines() if "left out" in ln]
     assert warned == ["warning: left out results/cells/r1/tiny/sft/gen.json: built under another `sft` config"]
     log = (tmp_path / "logs/a.log").read_text()

@@ -38,15 +38,17 @@ def test_default_plan_has_every_stage(repo):
 
 
 def test_every_rung_reads_the_one_shared_base_gen_cell(repo):
-    rc, out = dry_run(repo, "--forceall", "results/rl_ladder.jsonl", "results/report/samples/r3/tiny/base/gen.html",
-                      quiet=())
+    rc, out = dry_run(
+        repo, "--forceall", "results/rl_ladder.jsonl", "results/report/samples/r3/tiny/base/gen.html", quiet=()
+    )
     assert rc == 0, out
     [cells] = job_inputs(out, "rl_ladder").values()
     shared = "results/cells/shared/tiny/base/gen.json"
     assert cells.count(shared) == 3 and len(cells) == 24
     assert not [c for c in cells if "/base/gen" in c and c != shared]
     assert job_inputs(out, "report_samples") == {
-        "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]}
+        "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]
+    }
 
 
 def test_a_rung_base_gen_cell_points_at_the_shared_one(repo):
@@ -57,14 +59,23 @@ def test_a_rung_base_gen_cell_points_at_the_shared_one(repo):
 RFT_TINY = 'models=[{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]'
 
 
-@pytest.mark.parametrize("models,raw_base,rft_tasks", [
-    ((), "models/tiny", None),
-    (("--config", RFT_TINY), "models/tiny-rft-r1", "dataset/rl/rungs/r1/train.jsonl"),  # rft.tasks: rung
-    (("--config", RFT_TINY, 'rft={"tasks": "pool"}'), "models/tiny-rft", "dataset/rl/trainpool.jsonl"),
-])
+@pytest.mark.parametrize(
+    "models,raw_base,rft_tasks",
+    [
+        ((), "models/tiny", None),
+        (("--config", RFT_TINY), "models/tiny-rft-r1", "dataset/rl/rungs/r1/train.jsonl"),  # rft.tasks: rung
+        (("--config", RFT_TINY, 'rft={"tasks": "pool"}'), "models/tiny-rft", "dataset/rl/trainpool.jsonl"),
+    ],
+)
 def test_each_condition_starts_from_its_own_model(repo, models, raw_base, rft_tasks):
-    rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft_grpo/gen.json",
-                      "results/cells/r1/tiny/raw_grpo/mem.json", *models, quiet=())
+    rc, out = dry_run(
+        repo,
+        "--forceall",
+        "results/cells/r1/tiny/sft_grpo/gen.json",
+        "results/cells/r1/tiny/raw_grpo/mem.json",
+        *models,
+        quiet=(),
+    )
     assert rc == 0, out
     assert job_inputs(out, "rft") == ({raw_base: ["models/tiny", rft_tasks]} if rft_tasks else {})
     tasks = "dataset/rl/rungs/r1/train.jsonl"
@@ -76,7 +87,9 @@ def test_each_condition_starts_from_its_own_model(repo, models, raw_base, rft_ta
     stem = "results/cells/r1/tiny/{}/{}"
 
     def outputs(cond):
-        return ", ".join(stem.format(cond, f) for f in ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl"))
+        return ", ".join(
+            stem.format(cond, f) for f in ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl")
+        )
 
     holdout = "dataset/rl/holdout.jsonl"
     assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, "adapters/r1/tiny/raw_grpo"]
@@ -99,11 +112,17 @@ def test_selectors_narrow_the_grid(repo):
     assert jobs["eval_base_gen"] == 1
 
 
-@pytest.mark.parametrize("override,needle", [
-    ('splits={"holdot_size": 3}', "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size, valid_size"),
-    ("threads=lots", "config key 'threads'"),
-    ('grpo={"group_size": 1}', "config key 'grpo.group_size'"),
-])
+@pytest.mark.parametrize(
+    "override,needle",
+    [
+        (
+            'splits={"holdot_size": 3}',
+            "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size, valid_size",
+        ),
+        ("threads=lots", "config key 'threads'"),
+        ('grpo={"group_size": 1}', "config key 'grpo.group_size'"),
+    ],
+)
 def test_bad_config_fails_the_plan_naming_the_key(repo, override, needle):
     rc, out = dry_run(repo, "--config", override)
     assert rc != 0 and needle in out
@@ -120,8 +139,14 @@ def test_source_grid_plans_quickly(repo):
 
 def test_two_arms_train_and_evaluate_in_their_own_folders(repo):
     # config.yaml defines the arm `tuned`
-    rc, out = dry_run(repo, "--forceall", "results/cells/r3/tiny/sft_grpo/gen.json", "results/cells/r3/tiny/sft_grpo@tuned/gen.json",
-                      "results/cells/r3/tiny/raw_grpo@tuned/gen.json", quiet=())
+    rc, out = dry_run(
+        repo,
+        "--forceall",
+        "results/cells/r3/tiny/sft_grpo/gen.json",
+        "results/cells/r3/tiny/sft_grpo@tuned/gen.json",
+        "results/cells/r3/tiny/raw_grpo@tuned/gen.json",
+        quiet=(),
+    )
     assert rc == 0, out
     tasks, sft = "dataset/rl/rungs/r3/train.jsonl", "adapters/r3/tiny/sft"
     assert job_inputs(out, "grpo") == {
@@ -130,18 +155,37 @@ def test_two_arms_train_and_evaluate_in_their_own_folders(repo):
         "adapters/r3/tiny/raw_grpo@tuned": ["models/tiny", tasks],
     }
     assert sorted(o.split(", ")[0] for o in job_inputs(out, "eval")) == [
-        "results/cells/r3/tiny/raw_grpo@tuned/gen.json", "results/cells/r3/tiny/sft_grpo/gen.json",
-        "results/cells/r3/tiny/sft_grpo@tuned/gen.json"]
+        "results/cells/r3/tiny/raw_grpo@tuned/gen.json",
+        "results/cells/r3/tiny/sft_grpo/gen.json",
+        "results/cells/r3/tiny/sft_grpo@tuned/gen.json",
+    ]
 
 
 def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
-    rc, out = dry_run(repo, "results/rl_ladder.jsonl", "results/ladder.md", "--forceall", "--config", 'ladder={"plan": "smart"}',
-                      quiet=())
+    rc, out = dry_run(
+        repo,
+        "results/rl_ladder.jsonl",
+        "results/ladder.md",
+        "--forceall",
+        "--config",
+        'ladder={"plan": "smart"}',
+        quiet=(),
+    )
     assert rc == 0, out
     jobs = job_counts(out)
     # rung 1's SFT and its cells, the gate; the curve and GRPO come once the checkpoints have run
-    assert jobs == {"build_tasks": 1, "splits": 1, "rung": 1, "tiny_model": 1, "sft": 1, "eval": 1, "smoke": 1, "elbow": 1,
-                    "rl_ladder": 1, "show_ladder": 1}
+    assert jobs == {
+        "build_tasks": 1,
+        "splits": 1,
+        "rung": 1,
+        "tiny_model": 1,
+        "sft": 1,
+        "eval": 1,
+        "smoke": 1,
+        "elbow": 1,
+        "rl_ladder": 1,
+        "show_ladder": 1,
+    }
     assert job_inputs(out, "sft") == {"adapters/r1/tiny/sft": ["models/tiny", "dataset/rl/rungs/r1/train.jsonl"]}
     assert "checkpoint smoke:\n    input: results/cells/r1/tiny/sft/mem.json\n    output: results/smoke.json" in out
 
@@ -156,10 +200,19 @@ def test_the_plans_job_count_is_the_dags(repo, extra):
     from jacrl.ladder.plan import grid, model_jobs
 
     conds = ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]
-    rc, out = dry_run(repo, "--forceall", "results/rl_ladder.jsonl", "--config", f'ladder={{"conditions": {conds}}}'.replace("'", '"'),
-                      *extra)
+    rc, out = dry_run(
+        repo,
+        "--forceall",
+        "results/rl_ladder.jsonl",
+        "--config",
+        f'ladder={{"conditions": {conds}}}'.replace("'", '"'),
+        *extra,
+    )
     assert rc == 0, out
     planned = {rule: n for rule, n in job_counts(out).items() if rule in MODEL_RULES}
-    counted = model_jobs(grid(["1", "3", "all"], ["tiny"], conds, ["gen", "mem"]), {"tiny"} if extra else set(),
-                         "pool" if len(extra) == 2 else "rung")
+    counted = model_jobs(
+        grid(["1", "3", "all"], ["tiny"], conds, ["gen", "mem"]),
+        {"tiny"} if extra else set(),
+        "pool" if len(extra) == 2 else "rung",
+    )
     assert planned == {rule: n for rule, n in counted.items() if n and rule != "total"}

@@ -44,12 +44,19 @@ SFT_CKPT = "adapters/r1/tiny/sft.ckpt"
 SFT_LOG = "logs/sft/r1/tiny.log"
 RUN_FIELDS = {
     # wall-clock measurements of the run that wrote the file
-    "seconds", "elapsed_s", "tokens_per_s", "time/sample_s", "time/reward_s", "time/train_s",
+    "seconds",
+    "elapsed_s",
+    "tokens_per_s",
+    "time/sample_s",
+    "time/reward_s",
+    "time/train_s",
     # where the run was: the base model's absolute path in an adapter's config, the sandbox's
     # temporary folder in a compiler message
-    "base_model_name_or_path", "stderr_tail",
+    "base_model_name_or_path",
+    "stderr_tail",
     # how it was run: the git state of the code, a score taken from the score cache
-    "code_version", "cached",
+    "code_version",
+    "cached",
 }
 """Fields that differ between two runs of the same jobs in two folders; everything else must match."""
 
@@ -57,8 +64,11 @@ RUN_FIELDS = {
 def snakemake(workdir: Path, *args: str, log: Path) -> tuple[int, float]:
     t0 = time.monotonic()
     with open(log, "w") as fh:
-        rc = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args,
-                             "--config", *CONFIG, "--", TARGET], stdout=fh, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args, "--config", *CONFIG, "--", TARGET],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        ).returncode
     return rc, time.monotonic() - t0
 
 
@@ -74,7 +84,9 @@ class SftKiller(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set() and self.killed is None:
             jobs = subprocess.run(["squeue", "-h", "-o", "%i|%k|%T"], capture_output=True, text=True).stdout
-            running = [line.split("|")[0] for line in jobs.splitlines() if "rule_sft" in line and line.endswith("RUNNING")]
+            running = [
+                line.split("|")[0] for line in jobs.splitlines() if "rule_sft" in line and line.endswith("RUNNING")
+            ]
             if running and self.state.exists():
                 step = json.loads(self.state.read_text())["step"]
                 subprocess.run(["scancel", running[0]], check=True)
@@ -83,9 +95,21 @@ class SftKiller(threading.Thread):
 
 
 def accounting(run_id: str) -> list[dict]:
-    out = subprocess.run(["sacct", "-X", "-P", "-n", "-S", "now-1day", f"--name={run_id}",
-                          "--format=JobIDRaw,Comment%100,State,ReqMem,ReqCPUS,Elapsed"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            "sacct",
+            "-X",
+            "-P",
+            "-n",
+            "-S",
+            "now-1day",
+            f"--name={run_id}",
+            "--format=JobIDRaw,Comment%100,State,ReqMem,ReqCPUS,Elapsed",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     keys = ["jobid", "comment", "state", "reqmem", "cpus", "elapsed"]
     return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line]
 
@@ -125,8 +149,10 @@ def compare_outputs(a: Path, b: Path) -> tuple[list[str], dict[str, set[str]], l
     otherwise) under both runs."""
     same, same_but_timings, differ = [], {}, []
     roots = ["dataset/rl", "models/tiny", "adapters", "results"]
-    files = sorted({p.relative_to(a) for r in roots for p in (a / r).rglob("*") if p.is_file()}
-                   | {p.relative_to(b) for r in roots for p in (b / r).rglob("*") if p.is_file()})
+    files = sorted(
+        {p.relative_to(a) for r in roots for p in (a / r).rglob("*") if p.is_file()}
+        | {p.relative_to(b) for r in roots for p in (b / r).rglob("*") if p.is_file()}
+    )
     for rel in files:
         pa, pb = a / rel, b / rel
         if not (pa.exists() and pb.exists()):
@@ -150,9 +176,21 @@ def run_slurm(workdir: Path, log: Path) -> tuple[int, float, SftKiller]:
     killer = SftKiller(workdir)
     killer.start()
     rc, wall = snakemake(
-        workdir, "--profile", str(REPO / "profiles/slurm"), "--cores", "2",
-        "--default-resources", f"slurm_account={ACCOUNT}", f"slurm_partition={PARTITION}", "runtime=30", "mem_mb=2000",
-        "--slurm-init-seconds-before-status-checks", "5", "--slurm-keep-successful-logs", log=log)
+        workdir,
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--cores",
+        "2",
+        "--default-resources",
+        f"slurm_account={ACCOUNT}",
+        f"slurm_partition={PARTITION}",
+        "runtime=30",
+        "mem_mb=2000",
+        "--slurm-init-seconds-before-status-checks",
+        "5",
+        "--slurm-keep-successful-logs",
+        log=log,
+    )
     killer.done.set()
     return rc, wall, killer
 
@@ -165,8 +203,9 @@ def main() -> int:
     failures: list[str] = []
 
     print(f"local run   → {local_dir}")
-    rc, local_wall = snakemake(local_dir, "--profile", str(REPO / "profiles/default"), "--cores", "2",
-                               log=WORK / "local.log")
+    rc, local_wall = snakemake(
+        local_dir, "--profile", str(REPO / "profiles/default"), "--cores", "2", log=WORK / "local.log"
+    )
     check(rc == 0, f"local run finished ({local_wall:.0f} s; log {WORK / 'local.log'})", failures)
 
     print(f"SLURM run   → {slurm_dir}")
@@ -180,21 +219,39 @@ def main() -> int:
     rows = accounting(run_id)
     remote, local = executed(re.sub(r"\n={80}\n.*?\n={80}\n", "\n", text, flags=re.DOTALL))  # not failed jobs' logs
     print(f"\njobs submitted with sbatch: {len(submitted)}; run ID {run_id}; sacct lines:")
-    print("  " + "\n  ".join(f"{r['jobid']:>5} {r['state']:<10} mem {r['reqmem']:>7} cpus {r['cpus']} "
-                             f"{r['elapsed']} {r['comment']}" for r in rows))
+    print(
+        "  "
+        + "\n  ".join(
+            f"{r['jobid']:>5} {r['state']:<10} mem {r['reqmem']:>7} cpus {r['cpus']} {r['elapsed']} {r['comment']}"
+            for r in rows
+        )
+    )
     print(f"cluster jobs (rules): {remote}\nlocal jobs (rules):   {local}")
-    check(len(rows) == len(submitted) and {r["jobid"] for r in rows} == {s[1] for s in submitted},
-          "sacct lists every sbatch submission of the run", failures)
-    check(set(local) == LOCAL_RULES and not set(local) & set(remote), f"only local rules ran here: {sorted(set(local))}",
-          failures)
+    check(
+        len(rows) == len(submitted) and {r["jobid"] for r in rows} == {s[1] for s in submitted},
+        "sacct lists every sbatch submission of the run",
+        failures,
+    )
+    check(
+        set(local) == LOCAL_RULES and not set(local) & set(remote),
+        f"only local rules ran here: {sorted(set(local))}",
+        failures,
+    )
     check(not any(rule in r["comment"] for r in rows for rule in LOCAL_RULES), "no local rule in accounting", failures)
 
     print("\nretry after scancel:")
-    check(killer.killed is not None, f"SFT job cancelled at checkpoint step {killer.killed and killer.killed[1]} "
-          f"(SLURM job {killer.killed and killer.killed[0]})", failures)
+    check(
+        killer.killed is not None,
+        f"SFT job cancelled at checkpoint step {killer.killed and killer.killed[1]} "
+        f"(SLURM job {killer.killed and killer.killed[0]})",
+        failures,
+    )
     sft = [r for r in rows if "rule_sft" in r["comment"]]
-    check([r["state"].split()[0] for r in sft] == ["CANCELLED", "COMPLETED"],
-          f"SFT submitted twice: {[(r['jobid'], r['state'], r['reqmem']) for r in sft]}", failures)
+    check(
+        [r["state"].split()[0] for r in sft] == ["CANCELLED", "COMPLETED"],
+        f"SFT submitted twice: {[(r['jobid'], r['state'], r['reqmem']) for r in sft]}",
+        failures,
+    )
     if len(sft) == 2:
         mem = [int(re.match(r"\d+", r["reqmem"])[0]) for r in sft]
         check(mem[1] > mem[0], f"the retry asks for more memory ({mem[0]}M → {mem[1]}M)", failures)
@@ -202,8 +259,11 @@ def main() -> int:
     check(all(r["state"] == "COMPLETED" for r in others), "every other submission COMPLETED", failures)
     resumed = re.search(r"resuming SFT from \S+ at step (\d+)/(\d+)", (slurm_dir / SFT_LOG).read_text())
     print(f"  SFT log: {resumed and resumed[0]}")
-    check(bool(resumed) and killer.killed is not None and int(resumed[1]) == killer.killed[1] > 0,
-          "the retried SFT resumed from the checkpoint's step", failures)
+    check(
+        bool(resumed) and killer.killed is not None and int(resumed[1]) == killer.killed[1] > 0,
+        "the retried SFT resumed from the checkpoint's step",
+        failures,
+    )
 
     print("\noutputs, SLURM run against local run:")
     same, timing_only, differ = compare_outputs(local_dir, slurm_dir)

@@ -52,10 +52,16 @@ class Config(LossFrameworkConfig):
     `trainer`, `orchestrator`) are top-level keys by its design, which propagates `losses` into
     the other two; so the root extends `LossFrameworkConfig` and adds its other sections."""
 
-    threads: int = Field(2, ge=1, json_schema_extra=RESULT_FREE,
-                         description="Threads per job (torch intra-op threads, reward workers, gold runs).")
+    threads: int = Field(
+        2,
+        ge=1,
+        json_schema_extra=RESULT_FREE,
+        description="Threads per job (torch intra-op threads, reward workers, gold runs).",
+    )
     train_threads: int | None = Field(
-        None, ge=1, json_schema_extra=RESULT_FREE,
+        None,
+        ge=1,
+        json_schema_extra=RESULT_FREE,
         description="Threads of one SFT, RFT or GRPO job; None = `threads`. On a small model a second thread buys "
         "little for the CPU it takes (tiny-model SFT: docs/design.md#measured-facts), so 1 lets two jobs share 2 cores.",
     )
@@ -67,23 +73,30 @@ class Config(LossFrameworkConfig):
         "fastest paths, repeatable on the same machine only. Cells record it either way.",
     )
     tracking: Tracking = Field(
-        "none", json_schema_extra=RESULT_FREE,
+        "none",
+        json_schema_extra=RESULT_FREE,
         description="Live training curves: SFT, RFT and GRPO also send every metrics.jsonl row, as they write it, to "
         "TensorBoard (results/tracking/tensorboard/) or MLflow (a SQLite store, results/tracking/mlflow.db); each "
         "needs its optional extra (`pip install -e '.[tensorboard]'`). Turning it on or off reruns no job.",
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Where drivers live and task timeouts.")
-    splits: SplitsConfig = Field(default_factory=SplitsConfig, description="Holdout / train pool / valid split settings.")
+    splits: SplitsConfig = Field(
+        default_factory=SplitsConfig, description="Holdout / train pool / valid split settings."
+    )
     rungs: list[Rung] = Field(
         default_factory=lambda: [1, 3, "all"],
         description="Train-set sizes of the ladder: the first N tasks of the train pool; 'all' is the whole pool.",
     )
-    reward: RewardConfig = Field(default_factory=RewardConfig, description="The Jac reward: scheme, weights, sandbox, cache.")
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="The Jac reward: scheme, weights, sandbox, cache."
+    )
     models: list[ModelSpec] = Field(
         default_factory=lambda: [ModelSpec(name="tiny", builtin="tiny")],
         description="Models of the ladder: local folders (`path`) or the embedded tiny model (`builtin: tiny`).",
     )
-    tiny: TinyModelConfig = Field(default_factory=TinyModelConfig, description="The embedded tiny model's size and pre-training.")
+    tiny: TinyModelConfig = Field(
+        default_factory=TinyModelConfig, description="The embedded tiny model's size and pre-training."
+    )
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Gold-SFT (LoRA) on a rung's gold bodies.")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="RFT warm start for models with `warm_start: rft`.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO knobs (sft_grpo and raw_grpo).")
@@ -93,9 +106,15 @@ class Config(LossFrameworkConfig):
         "`losses`, `training_mode`, `trainer`, `orchestrator` (replaced). An arm `tuned` adds the conditions "
         "sft_grpo@tuned and raw_grpo@tuned, with their own adapters, cells and pivot columns.",
     )
-    opd: OPDConfig = Field(default_factory=OPDConfig, description="The `opd` condition's teacher (on-policy distillation).")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T).")
-    ladder: LadderConfig = Field(default_factory=LadderConfig, description="Selectors: which models × rungs × conditions × splits run.")
+    opd: OPDConfig = Field(
+        default_factory=OPDConfig, description="The `opd` condition's teacher (on-policy distillation)."
+    )
+    eval: EvalConfig = Field(
+        default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T)."
+    )
+    ladder: LadderConfig = Field(
+        default_factory=LadderConfig, description="Selectors: which models × rungs × conditions × splits run."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -151,8 +170,10 @@ class Config(LossFrameworkConfig):
             raise ValueError(f"ladder.rungs {extra} are not among `rungs` {self.rungs}")
         unknown_arms = [c for c in self.ladder.conditions if condition_parts(c)[1] not in (None, *self.grpo_arms)]
         if unknown_arms:
-            raise ValueError(f"ladder.conditions names {unknown_arms}, whose arm is not in `grpo_arms` "
-                             f"({', '.join(self.grpo_arms) or 'none defined'})")
+            raise ValueError(
+                f"ladder.conditions names {unknown_arms}, whose arm is not in `grpo_arms` "
+                f"({', '.join(self.grpo_arms) or 'none defined'})"
+            )
         if self.ladder.plan == "smart" and "mem" not in self.ladder.splits:
             raise ValueError("ladder.plan smart needs `mem` in ladder.splits: its smoke gate reads the SFT mem cell")
         if self.opd.teacher_model is not None and self.opd.teacher_model not in names:
@@ -161,8 +182,13 @@ class Config(LossFrameworkConfig):
         if opd_listed and self.opd.teacher_adapter == "sft" and str(self.opd.teacher_rung) not in rungs:
             raise ValueError(f"opd.teacher_rung {self.opd.teacher_rung!r} is not among `rungs` {self.rungs}")
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
-            check_same_losses(self.losses, {f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
-                                            for name, arm in self.grpo_arms.items()})
+            check_same_losses(
+                self.losses,
+                {
+                    f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
+                    for name, arm in self.grpo_arms.items()
+                },
+            )
         return self
 
     @model_validator(mode="after")
@@ -171,8 +197,10 @@ class Config(LossFrameworkConfig):
         every arm's cells, so they compare."""
         if self.eval.policy_temperature is None:
             self.eval.policy_temperature = self.grpo.temperature
-            _say_once(f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
-                      f"({self.grpo.temperature}), the one GRPO samples at, for every arm's cells alike")
+            _say_once(
+                f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
+                f"({self.grpo.temperature}), the one GRPO samples at, for every arm's cells alike"
+            )
         return self
 
     def model(self, name: str) -> ModelSpec:

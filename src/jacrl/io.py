@@ -49,7 +49,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):  # a killed job's half-written output: a SIGTERM
-        shutil.rmtree(stale, ignore_errors=True)            # skips the clean-up below; one job owns a path
+        shutil.rmtree(stale, ignore_errors=True)  # skips the clean-up below; one job owns a path
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp

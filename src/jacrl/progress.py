@@ -62,9 +62,18 @@ class Progress:
     about ten lines and a long one at least one a minute.
     """
 
-    def __init__(self, iterable: Iterable[Any] | None = None, total: int | None = None, desc: str = "",
-                 unit: str = "it", initial: int = 0, disable: bool = False, every: int | None = None,
-                 seconds: float = 60.0, stream: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        iterable: Iterable[Any] | None = None,
+        total: int | None = None,
+        desc: str = "",
+        unit: str = "it",
+        initial: int = 0,
+        disable: bool = False,
+        every: int | None = None,
+        seconds: float = 60.0,
+        stream: TextIO | None = None,
+    ) -> None:
         if total is None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit

@@ -36,11 +36,15 @@ def test_adapter_config_is_the_same_whatever_the_hash_seed(tiny_model, tmp_path,
     texts = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(repo / "src")}
-        subprocess.run([sys.executable, "-c", SAVE, str(tiny_model), str(tmp_path / seed)], env=env, check=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-c", SAVE, str(tiny_model), str(tmp_path / seed)], env=env, check=True, timeout=300
+        )
         texts.append((tmp_path / seed / "adapter_config.json").read_text())
     assert texts[0] == texts[1]
     conf = json.loads(texts[0])
-    assert conf["target_modules"] == sorted(conf["target_modules"]) and len(conf["target_modules"]) == 14  # 7 per block, 2 blocks
+    assert (
+        conf["target_modules"] == sorted(conf["target_modules"]) and len(conf["target_modules"]) == 14
+    )  # 7 per block, 2 blocks
 
 
 def test_adapter_and_fused_model_are_readable_by_others_and_load_from_anywhere(tiny_model, tmp_path, monkeypatch):
@@ -61,7 +65,9 @@ def test_adapter_and_fused_model_are_readable_by_others_and_load_from_anywhere(t
     for folder in (tmp_path / "adapter", tmp_path / "fused"):
         for rel, mode in modes(folder).items():
             assert mode == (dir_mode if (folder / rel).is_dir() else file_mode), (folder.name, rel, oct(mode))
-    assert json.loads((tmp_path / "adapter/adapter_config.json").read_text())["base_model_name_or_path"] == str(tiny_model)
+    assert json.loads((tmp_path / "adapter/adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        tiny_model
+    )
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

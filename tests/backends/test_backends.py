@@ -78,7 +78,9 @@ def test_torch_batched_sampling_equals_one_prompt_at_a_time(tiny_model, temperat
     b.max_batch_rows = 1
     alone = b.generate(prompts, n=2, params=params, progress=False)
     assert [[c.token_ids for c in g] for g in together] == [[c.token_ids for c in g] for g in alone]
-    diff = max(float(np.abs(np.subtract(x.logprobs, y.logprobs)).max()) for g, h in zip(together, alone) for x, y in zip(g, h))
+    diff = max(
+        float(np.abs(np.subtract(x.logprobs, y.logprobs)).max()) for g, h in zip(together, alone) for x, y in zip(g, h)
+    )
     assert diff < 1e-4
 
 
@@ -137,8 +139,12 @@ def test_merged_adapter_samples_and_scores_as_the_adapter(tiny_model, backend, t
     assert [g[0].token_ids for g in again] == [g[0].token_ids for g in drawn]
     base = load_backend(tiny_model, backend, threads=2)
     assert _max_diff(b.logprobs(P, C), base.logprobs(P, C)) > 1e-3, "the merged weights carry the adapter"
-    for refused in (lambda: b.save_adapter(tmp_path / "ad"), lambda: b.configure_optimizer(1e-3),
-                    lambda: b.adapter_disabled().__enter__(), lambda: b.keep_reference(tmp_path)):
+    for refused in (
+        lambda: b.save_adapter(tmp_path / "ad"),
+        lambda: b.configure_optimizer(1e-3),
+        lambda: b.adapter_disabled().__enter__(),
+        lambda: b.keep_reference(tmp_path),
+    ):
         with pytest.raises(RuntimeError, match="the adapter is merged into the weights"):
             refused()
 

@@ -38,8 +38,13 @@ print(json.dumps({"sha256": hashlib.sha256((out / "model.safetensors").read_byte
 def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in (*AVX2_CPU, DETERMINISM_ENV, *job_environment("strict"))}
     pythonpath = os.pathsep.join([REPO_SRC, TESTS, clean.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-c", code], env={**clean, **env, "PYTHONPATH": pythonpath},
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env, "PYTHONPATH": pythonpath},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def build(cpu: dict[str, str], mode: str) -> dict:

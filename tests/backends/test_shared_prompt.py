@@ -47,6 +47,7 @@ def trained(backend, batches, temperature):
     backend.model.zero_grad(set_to_none=True)
     seen = []
     for prompts, completions, weights in batches:
+
         def loss(t: TokenLogprobs, weights=weights):
             seen.append((t.logprobs.detach(), t.mask))
             return (t.logprobs * weights).sum(), {}
@@ -125,6 +126,7 @@ def mlx_trained(backend, batches, temperature):
     backend.configure_optimizer(0.0)
     seen = []
     for prompts, completions, weights in batches:
+
         def loss(t: TokenLogprobs, weights=weights, completions=completions):
             seen.extend(t.logprobs[i, : len(c)].detach().numpy() for i, c in enumerate(completions))
             return (t.logprobs * weights).sum(), {}

@@ -24,7 +24,9 @@ def gpu_check(repo):
 def test_a_backend_off_its_device_fails_the_check(gpu_check, tiny_model):
     b = load_backend(tiny_model, "torch", threads=1)
     gpu_check.expect_on(b, "cpu", "eval")
-    with pytest.raises(gpu_check.DeviceCheckError, match="eval: backend on cpu, parameters on \\['cpu'\\]; expected cuda"):
+    with pytest.raises(
+        gpu_check.DeviceCheckError, match="eval: backend on cpu, parameters on \\['cpu'\\]; expected cuda"
+    ):
         gpu_check.expect_on(b, "cuda", "eval")
 
 

@@ -11,7 +11,9 @@ from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
 
 # bench/ is scripts, not a package: the module is loaded from its file.
-_SPEC = importlib.util.spec_from_file_location("grpo_learning", Path(__file__).resolve().parents[2] / "bench" / "grpo_learning.py")
+_SPEC = importlib.util.spec_from_file_location(
+    "grpo_learning", Path(__file__).resolve().parents[2] / "bench" / "grpo_learning.py"
+)
 bench = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(bench)
 
@@ -36,7 +38,9 @@ def test_bench_config_replaces_grpo_keys_and_losses(tmp_path):
 def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_fixtures, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     grpo = {"iters": 3, "lr": 1e-3, "group_size": 2, "max_completion": 8, "max_seq": 4096}
-    cfg = load_config({"reward": {"cache_path": str(tmp_path / "cache.sqlite")}, "losses": bench.loss_terms(0.0), "grpo": grpo})
+    cfg = load_config(
+        {"reward": {"cache_path": str(tmp_path / "cache.sqlite")}, "losses": bench.loss_terms(0.0), "grpo": grpo}
+    )
     b = load_backend(tiny_model, "torch", threads=1)
     b.attach_lora(LoraSpec(rank=4, scale=4.0, layers=-1))
     start = b.save_adapter(tmp_path / "start")

@@ -27,8 +27,10 @@ class ScriptedModel:
 
     def generate_draws(self, prompts, draws):
         self.asked += [(d.n, d.params.temperature) for d in draws]
-        return [[[Completion(text, [1], [0.0], False) for text in per_prompt[i][: d.n]] for i in range(len(prompts))]
-                for d, per_prompt in zip(draws, self.script.values())]
+        return [
+            [[Completion(text, [1], [0.0], False) for text in per_prompt[i][: d.n]] for i in range(len(prompts))]
+            for d, per_prompt in zip(draws, self.script.values())
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +54,17 @@ def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path)
     assert cell["samples"] == 2 and cell["policy_samples"] == 3 and cell["policy_temperature"] == 0.5
     assert cell["isolation"] == "strict" and all(r["score"]["isolation"] == "strict" for r in records)
     # verified@n from the samples file by hand: per task, is the first sample that runs exact
-    verified = [next((r["score"]["exact"] for r in records if r["task_id"] == t.id and r["kind"] == "sample"
-                      and r["score"]["runs"]), False) for t in tasks]
+    verified = [
+        next(
+            (
+                r["score"]["exact"]
+                for r in records
+                if r["task_id"] == t.id and r["kind"] == "sample" and r["score"]["runs"]
+            ),
+            False,
+        )
+        for t in tasks
+    ]
     assert cell["verified_pct"] == 100 * sum(verified) / len(tasks)
     policy = [r["score"]["exact"] for r in records if r["kind"] == "policy"]
     assert cell["policy_pass_pct"] == round(100 * sum(policy) / len(policy), 2)

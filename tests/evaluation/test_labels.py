@@ -2,13 +2,25 @@
 
 from jacrl.evaluation.labels import cell_line, metric_labels
 
-CELL = {"tasks": 6, "samples": 2, "k": 8, "temperature": 0.8, "pass1_pct": 100.0, "passk_pct": 0.0,
-        "verified_pct": 50.0, "run_pct": 100.0, "policy_samples": 4, "policy_temperature": 0.3, "policy_pass_pct": 12.5}
+CELL = {
+    "tasks": 6,
+    "samples": 2,
+    "k": 8,
+    "temperature": 0.8,
+    "pass1_pct": 100.0,
+    "passk_pct": 0.0,
+    "verified_pct": 50.0,
+    "run_pct": 100.0,
+    "policy_samples": 4,
+    "policy_temperature": 0.3,
+    "policy_pass_pct": 12.5,
+}
 
 
 def test_the_console_line_names_greedy_and_the_sampling_temperature():
-    assert cell_line(CELL) == ("greedy 100.0 %  pass@2 (T 0.8) 0.0 %  verified@2 (T 0.8) 50.0 %  "
-                               "sampled (T 0.3) 12.5 %  runs 100.0 %")
+    assert cell_line(CELL) == (
+        "greedy 100.0 %  pass@2 (T 0.8) 0.0 %  verified@2 (T 0.8) 50.0 %  sampled (T 0.3) 12.5 %  runs 100.0 %"
+    )
 
 
 def test_a_greedy_only_cell_prints_greedy_alone():
@@ -20,5 +32,8 @@ def test_a_greedy_only_cell_prints_greedy_alone():
 
 def test_pass_at_k_is_labelled_with_the_k_the_estimator_used():
     labels = metric_labels({**CELL, "samples": 8, "k": 4, "temperature": 1.0})
-    assert (labels["pass1_pct"], labels["passk_pct"], labels["verified_pct"]) == \
-        ("greedy pass@1", "pass@4 (T 1)", "verified@8 (T 1)")
+    assert (labels["pass1_pct"], labels["passk_pct"], labels["verified_pct"]) == (
+        "greedy pass@1",
+        "pass@4 (T 1)",
+        "verified@8 (T 1)",
+    )

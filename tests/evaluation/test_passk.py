@@ -29,7 +29,9 @@ def test_invalid_arguments():
         pass_at_k(4, 1, 5)
 
 
-def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None, kind=None, flagged=False, iso="strict"):
+def o(
+    tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None, kind=None, flagged=False, iso="strict"
+):
     kind = kind or ("greedy" if greedy else "sample")
     return Outcome(tid, kind, runs, exact, exact if norm is None else norm, ratio, idiom, trunc, flagged, iso)
 
@@ -37,9 +39,15 @@ def o(tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=Non
 def test_cell_metrics():
     tasks = [task("a", family="f1"), task("b", family="f1"), task("c", family="f2")]
     outs = [
-        o("a", True, True), o("a", False, True), o("a", False, False),
-        o("b", True, False, ratio=0.95, norm=True), o("b", False, False), o("b", False, True),
-        o("c", True, False, runs=False, ratio=0.0, idiom=0.0, trunc=True), o("c", False, False), o("c", False, False),
+        o("a", True, True),
+        o("a", False, True),
+        o("a", False, False),
+        o("b", True, False, ratio=0.95, norm=True),
+        o("b", False, False),
+        o("b", False, True),
+        o("c", True, False, runs=False, ratio=0.0, idiom=0.0, trunc=True),
+        o("c", False, False),
+        o("c", False, False),
     ]
     m = cell_metrics(tasks, outs, k=2)
     assert (m["tasks"], m["samples"], m["runs"], m["pass1"], m["near_pass"], m["norm_pass"]) == (3, 2, 2, 1, 1, 2)
@@ -54,10 +62,16 @@ def test_norm_pass_is_the_rewards_whitespace_normalisation():
     """A cell's norm_pass counts the reward's norm_exact: stdout equal to the expected once every
     whitespace run (line breaks included) is alike; other text differing is not a pass."""
     stdouts = {"a": "a  b\n\n  c \n", "b": "a b c", "c": "ab\nc"}
-    scores = {t: score_run(RewardConfig(), body="", gold="", expected="a b\nc\n", run=RunResult(exit_code=0, stdout=s, stderr=""))
-              for t, s in stdouts.items()}
+    scores = {
+        t: score_run(
+            RewardConfig(), body="", gold="", expected="a b\nc\n", run=RunResult(exit_code=0, stdout=s, stderr="")
+        )
+        for t, s in stdouts.items()
+    }
     assert [(s.exact, s.norm_exact) for s in scores.values()] == [(False, True), (False, True), (False, False)]
-    m = cell_metrics([task(t, family="f") for t in stdouts], [o(t, True, s.exact, norm=s.norm_exact) for t, s in scores.items()], k=1)
+    m = cell_metrics(
+        [task(t, family="f") for t in stdouts], [o(t, True, s.exact, norm=s.norm_exact) for t, s in scores.items()], k=1
+    )
     assert (m["pass1"], m["norm_pass"], m["norm_pct"]) == (0, 2, pytest.approx(200 / 3, abs=0.01))
 
 
@@ -65,13 +79,21 @@ def test_verified_at_n_takes_the_first_sample_that_runs():
     tasks = [task(t, family="f") for t in "abcd"]
     outs = [
         # a: first sample fails to run, the second runs and passes → verified
-        o("a", True, False), o("a", False, False, runs=False), o("a", False, True),
+        o("a", True, False),
+        o("a", False, False, runs=False),
+        o("a", False, True),
         # b: the first running sample is wrong though a later one passes → not verified
-        o("b", True, True), o("b", False, False), o("b", False, True),
+        o("b", True, True),
+        o("b", False, False),
+        o("b", False, True),
         # c: nothing runs → not verified
-        o("c", True, False), o("c", False, False, runs=False), o("c", False, False, runs=False),
+        o("c", True, False),
+        o("c", False, False, runs=False),
+        o("c", False, False, runs=False),
         # d: first sample runs and passes
-        o("d", True, False), o("d", False, True), o("d", False, False, runs=False),
+        o("d", True, False),
+        o("d", False, True),
+        o("d", False, False, runs=False),
     ]
     m = cell_metrics(tasks, outs, k=2)
     assert [m["per_task"][t]["verified"] for t in "abcd"] == [1, 0, 0, 1]
@@ -81,8 +103,12 @@ def test_verified_at_n_takes_the_first_sample_that_runs():
 def test_policy_samples_flags_and_isolation():
     tasks = [task("a", family="f"), task("b", family="f")]
     outs = [
-        o("a", True, True, flagged=True), o("a", False, True, kind="policy"), o("a", False, False, kind="policy"),
-        o("b", True, False), o("b", False, True, kind="policy"), o("b", False, True, kind="policy", flagged=True),
+        o("a", True, True, flagged=True),
+        o("a", False, True, kind="policy"),
+        o("a", False, False, kind="policy"),
+        o("b", True, False),
+        o("b", False, True, kind="policy"),
+        o("b", False, True, kind="policy", flagged=True),
     ]
     m = cell_metrics(tasks, outs, k=1)
     assert m["samples"] == 0 and m["policy_samples"] == 2

@@ -10,8 +10,9 @@ from jacrl.tasks.record import read_tasks
 
 
 def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypatch):
-    datasets = pytest.importorskip("mlx_lm_lora.trainer.datasets",
-                                   reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'")
+    datasets = pytest.importorskip(
+        "mlx_lm_lora.trainer.datasets", reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'"
+    )
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:3]

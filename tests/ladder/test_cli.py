@@ -5,12 +5,15 @@ import pytest
 from jacrl.ladder.__main__ import main
 
 
-@pytest.mark.parametrize("content,needle", [
-    (None, "No such file"),
-    ("", "no rows"),
-    ('{"a": 1}\n', "not ladder rows"),
-    ('{"rung": "1"}\nnot json\n', ":2: not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        (None, "No such file"),
+        ("", "no rows"),
+        ('{"a": 1}\n', "not ladder rows"),
+        ('{"rung": "1"}\nnot json\n', ":2: not valid JSON"),
+    ],
+)
 def test_show_bad_input(tmp_path, capsys, content, needle):
     path = tmp_path / "rows.jsonl"
     if content is not None:

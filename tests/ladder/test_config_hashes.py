@@ -14,8 +14,16 @@ from jacrl.workflow.provenance import cell_config, cell_provenance
 
 def cell(cond: str, split: str, config: dict | None = None, rung: str = "1") -> dict:
     per_task = {"t0": {"pass1": 1, "idiom": 0.5, "policy_n": 0, "policy_c": 0}}
-    out = {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 1, "pass1": 1, "per_task": per_task,
-           "isolation": "strict"}
+    out = {
+        "rung": rung,
+        "model": "tiny",
+        "cond": cond,
+        "split": split,
+        "tasks": 1,
+        "pass1": 1,
+        "per_task": per_task,
+        "isolation": "strict",
+    }
     if config is not None:
         out.update(cell_provenance(cell_config(load_config(config), "tiny", cond, split)))
     return out
@@ -59,7 +67,9 @@ def test_cells_without_hashes_are_not_mixed_with_cells_that_have_them():
 
 
 def test_the_pivot_refuses_mixed_rows_in_one_line(tmp_path, capsys):
-    rows = build_rows([cell("base", "gen", {})]) + build_rows([cell("sft", "gen", {"reward": {"tiered": {"exact": 2.0}}})])
+    rows = build_rows([cell("base", "gen", {})]) + build_rows(
+        [cell("sft", "gen", {"reward": {"tiered": {"exact": 2.0}}})]
+    )
     path = tmp_path / "rl_ladder.jsonl"
     write_jsonl(path, rows)
     with pytest.raises(ConfigMismatch, match="different `reward` configs"):

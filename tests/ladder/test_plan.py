@@ -23,8 +23,16 @@ from jacrl.ladder.rows import write_ladder
 def cell(rung, split, passed, tasks, cond="sft", model="tiny"):
     """A cell whose first `passed` of `tasks` tasks pass (nested rungs pass a superset on gen)."""
     per_task = {f"t{i}": {"pass1": int(i < passed), "idiom": 0.0} for i in range(tasks)}
-    return {"rung": rung, "model": model, "cond": cond, "split": split, "tasks": tasks, "pass1": passed,
-            "per_task": per_task, "isolation": "strict"}
+    return {
+        "rung": rung,
+        "model": model,
+        "cond": cond,
+        "split": split,
+        "tasks": tasks,
+        "pass1": passed,
+        "per_task": per_task,
+        "isolation": "strict",
+    }
 
 
 def curve(gen=None, mem=None):
@@ -49,7 +57,9 @@ def test_the_gate_stops_in_one_line_saying_what_failed_and_what_to_check():
     with pytest.raises(SmokeGateFailed) as err:
         smoke_gate(cells, smoke_min=1.0)
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("smoke gate: r1/big/sft/mem passed 1/2 greedy (50 %; the gate asks 100 %)")
+    assert "\n" not in msg and msg.startswith(
+        "smoke gate: r1/big/sft/mem passed 1/2 greedy (50 %; the gate asks 100 %)"
+    )
     assert "r1/tiny" not in msg  # the model that passed is not named
     assert "adapters/r1/big/sft/metrics.jsonl" in msg and "sft.iters" in msg
     assert smoke_gate(cells, smoke_min=0.5)  # a lower bar passes both
@@ -74,10 +84,13 @@ def test_ties_at_the_top_go_to_the_smaller_rung():
     assert e.rung == "3" and "best, r3" in e.reason
 
 
-@pytest.mark.parametrize("gen", [
-    {"1": (0, 100), "3": (0, 100), "all": (0, 100)},   # nothing passes the holdout (the tiny model)
-    {"1": (40, 100), "3": (42, 100), "all": (41, 100)},  # a flat curve the test cannot separate
-])
+@pytest.mark.parametrize(
+    "gen",
+    [
+        {"1": (0, 100), "3": (0, 100), "all": (0, 100)},  # nothing passes the holdout (the tiny model)
+        {"1": (40, 100), "3": (42, 100), "all": (41, 100)},  # a flat curve the test cannot separate
+    ],
+)
 def test_a_flat_gen_curve_falls_back_to_the_first_rung_sft_does_not_memorise(gen):
     sft = curve(gen=gen, mem={"1": (1, 1), "3": (2, 3), "all": (1, 12)})
     e = choose_elbow("tiny", sft, 0.05, 1.0)
@@ -108,11 +121,26 @@ def test_model_jobs_follow_the_rules():
     assert jobs == {"sft": 2, "rft": 0, "grpo": 6, "eval": 8, "eval_base": 2, "eval_base_gen": 1, "total": 19}
     assert model_jobs(cells, {"tiny"}, "rung")["rft"] == 2 and model_jobs(cells, {"tiny"}, "pool")["rft"] == 1
     assert model_jobs(grid(["1"], ["tiny"], ["base"], ["gen"]), set(), "rung") == {
-        "sft": 0, "rft": 0, "grpo": 0, "eval": 0, "eval_base": 0, "eval_base_gen": 1, "total": 1}
+        "sft": 0,
+        "rft": 0,
+        "grpo": 0,
+        "eval": 0,
+        "eval_base": 0,
+        "eval_base_gen": 1,
+        "total": 1,
+    }
 
 
-SPEC = PlanSpec(rungs=["1", "3", "all"], models=["tiny"], splits=["gen", "mem"], at_elbow=["sft_grpo", "sft_grpo@tuned"],
-                alpha=0.05, smoke_min=1.0, rft_models=[], rft_tasks="rung")
+SPEC = PlanSpec(
+    rungs=["1", "3", "all"],
+    models=["tiny"],
+    splits=["gen", "mem"],
+    at_elbow=["sft_grpo", "sft_grpo@tuned"],
+    alpha=0.05,
+    smoke_min=1.0,
+    rft_models=[],
+    rft_tasks="rung",
+)
 SMOKE = [{"tag": "r1/tiny/sft/mem", "passed": 1, "tasks": 1, "smoke_min": 1.0}]
 
 
@@ -123,11 +151,28 @@ def test_the_plan_puts_every_arm_at_the_elbow_and_one_raw_control_at_the_smalles
     grpo = {(k.rung, k.cond) for k in cells if "grpo" in k.cond}
     assert grpo == {("3", "sft_grpo"), ("3", "sft_grpo@tuned"), ("1", "raw_grpo")}
     assert {(k.rung, k.cond) for k in cells if k.cond in ("base", "sft")} == {
-        (r, c) for r in ("1", "3", "all") for c in ("base", "sft")}
+        (r, c) for r in ("1", "3", "all") for c in ("base", "sft")
+    }
     assert plan["elbows"] == [{"model": "tiny", "rung": "3", "split": "mem", "reason": plan["elbows"][0]["reason"]}]
     # the full grid: the same conditions on every rung
-    assert plan["jobs"]["full"] == {"sft": 3, "rft": 0, "grpo": 9, "eval": 12, "eval_base": 3, "eval_base_gen": 1, "total": 28}
-    assert plan["jobs"]["smart"] == {"sft": 3, "rft": 0, "grpo": 3, "eval": 6, "eval_base": 3, "eval_base_gen": 1, "total": 16}
+    assert plan["jobs"]["full"] == {
+        "sft": 3,
+        "rft": 0,
+        "grpo": 9,
+        "eval": 12,
+        "eval_base": 3,
+        "eval_base_gen": 1,
+        "total": 28,
+    }
+    assert plan["jobs"]["smart"] == {
+        "sft": 3,
+        "rft": 0,
+        "grpo": 3,
+        "eval": 6,
+        "eval_base": 3,
+        "eval_base_gen": 1,
+        "total": 16,
+    }
     assert plan["rule"] == ELBOW_RULE and json.loads(json.dumps(plan)) == plan
 
 
@@ -136,11 +181,16 @@ def test_the_plan_heads_ladder_md(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps(smart_plan(SPEC, SMOKE, sft)))
     cells = [{**cell("1", "gen", 0, 9, cond="base"), "rung": r} for r in ("1", "3")] + [cell("3", "gen", 1, 9)]
     rows = tmp_path / "rl_ladder.jsonl"
-    write_ladder([{**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0} for c in cells], rows)
+    write_ladder(
+        [{**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0} for c in cells], rows
+    )
     md = show_ladder(rows, tmp_path / "l.md", tmp_path / "l.csv", tmp_path / "l.png", plan_path=tmp_path / "plan.json")
     head = md.split("## tiny · gen")[0]
     assert head.startswith("# The Jac RL ladder\n\n## The plan (`ladder.plan: smart`)")
     assert "- Smoke gate: r1/tiny/sft/mem passed 1/1 greedy (needs ≥ 100 %)." in head
     assert "- **tiny: elbow r3** (mem) — gen is flat" in head and ELBOW_RULE in head
-    assert "raw_grpo at r1 only" in head and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head
+    assert (
+        "raw_grpo at r1 only" in head
+        and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head
+    )
     assert "## The plan" not in show_ladder(rows, tmp_path / "m.md", tmp_path / "m.csv", tmp_path / "m.png")

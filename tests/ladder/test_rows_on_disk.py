@@ -15,14 +15,27 @@ CONFIG = {"grpo_arms": {"tuned": {"grpo": {"lr": 1e-5, "iters": 500}}}}
 
 def expected(config: dict) -> dict:
     cfg = load_config(config)
-    return {f"tiny/{c}/{s}": cell_provenance(cell_config(cfg, "tiny", c, s)) for c in cfg.conditions for s in ("gen", "mem")}
+    return {
+        f"tiny/{c}/{s}": cell_provenance(cell_config(cfg, "tiny", c, s)) for c in cfg.conditions for s in ("gen", "mem")
+    }
 
 
 def put(root, rung, cond, split, config=CONFIG, passes=(0,)):
     """A cell file as rule eval writes it, built under `config`."""
     per_task = {f"t{i}": {"pass1": int(i in passes), "idiom": 0.0} for i in range(3)}
-    cell = {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 3, "pass1": len(passes),
-            "per_task": per_task, "isolation": "strict", "samples": 0, "pass1_pct": 100 * len(passes) / 3, "near_pct": 0.0}
+    cell = {
+        "rung": rung,
+        "model": "tiny",
+        "cond": cond,
+        "split": split,
+        "tasks": 3,
+        "pass1": len(passes),
+        "per_task": per_task,
+        "isolation": "strict",
+        "samples": 0,
+        "pass1_pct": 100 * len(passes) / 3,
+        "near_pct": 0.0,
+    }
     if config is not None:
         cell.update(cell_provenance(cell_config(load_config(config), "tiny", cond, split)))
     path = root / ("shared" if rung == "shared" else f"r{rung}") / "tiny" / cond / f"{split}.json"
@@ -40,15 +53,21 @@ def tags(cells):
 
 
 def test_cells_of_earlier_runs_are_collected_and_the_shared_base_gen_filed_under_each_rung(tmp_path):
-    put(tmp_path, "shared", "base", "gen")           # run 1: the curve
+    put(tmp_path, "shared", "base", "gen")  # run 1: the curve
     for rung in ("1", "3"):
         put(tmp_path, rung, "sft", "gen")
-    put(tmp_path, "3", "sft_grpo", "gen")             # run 2: GRPO at the elbow, two arms
+    put(tmp_path, "3", "sft_grpo", "gen")  # run 2: GRPO at the elbow, two arms
     put(tmp_path, "3", "sft_grpo@tuned", "gen")
     cells, left = collect(tmp_path)
     assert not left
-    assert tags(cells) == ["r1/tiny/base/gen", "r1/tiny/sft/gen", "r3/tiny/base/gen", "r3/tiny/sft/gen",
-                           "r3/tiny/sft_grpo/gen", "r3/tiny/sft_grpo@tuned/gen"]
+    assert tags(cells) == [
+        "r1/tiny/base/gen",
+        "r1/tiny/sft/gen",
+        "r3/tiny/base/gen",
+        "r3/tiny/sft/gen",
+        "r3/tiny/sft_grpo/gen",
+        "r3/tiny/sft_grpo@tuned/gen",
+    ]
     rows = build_rows(cells)
     assert [r["cond"] for r in rows if r["rung"] == "3"] == ["base", "sft", "sft_grpo", "sft_grpo@tuned"]
 
@@ -91,8 +110,11 @@ def test_a_named_arm_changes_only_its_own_cells(tmp_path):
 
 def test_this_runs_own_input_out_of_config_is_an_error(tmp_path):
     stale = put(tmp_path, "1", "sft", "gen", config={"sft": {"iters": 3}})
-    with pytest.raises(ConfigMismatch, match=r"r1/tiny/sft/gen.json, an input of this run, is out of the current config "
-                                             r"\(built under another `sft` config than the current one\); rebuild it"):
+    with pytest.raises(
+        ConfigMismatch,
+        match=r"r1/tiny/sft/gen.json, an input of this run, is out of the current config "
+        r"\(built under another `sft` config than the current one\); rebuild it",
+    ):
         collect(tmp_path, required=[stale])
 
 

@@ -14,24 +14,64 @@ TASKS = [f"h{i}" for i in range(6)]
 
 def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict"):
     policy = policy or {}
-    per_task = {t: {"family": "fa" if i < 3 else "fb", "pass1": int(i in passes), "n": 2, "c": int(i in passes),
-                    "passk": float(i in passes), "verified": int(i in passes), "policy_n": 4 if policy else 0,
-                    "policy_c": policy.get(i, 0), "idiom": idiom} for i, t in enumerate(TASKS)}
+    per_task = {
+        t: {
+            "family": "fa" if i < 3 else "fb",
+            "pass1": int(i in passes),
+            "n": 2,
+            "c": int(i in passes),
+            "passk": float(i in passes),
+            "verified": int(i in passes),
+            "policy_n": 4 if policy else 0,
+            "policy_c": policy.get(i, 0),
+            "idiom": idiom,
+        }
+        for i, t in enumerate(TASKS)
+    }
     p = len(passes)
-    return {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": 6, "samples": 2, "k": 2,
-            "temperature": 0.8, "policy_temperature": 0.3 if policy else None, "runs": p + 1, "pass1": p, "near_pass": 0,
-            "norm_pass": p, "verified": p, "run_pct": round(100 * (p + 1) / 6, 2), "pass1_pct": round(100 * p / 6, 2),
-            "passk_pct": round(100 * p / 6, 2), "verified_pct": round(100 * p / 6, 2), "near_pct": 0.0,
-            "norm_pct": round(100 * p / 6, 2), "policy_samples": 4 if policy else 0,
-            "policy_pass_pct": round(100 * sum(policy.values()) / 24, 2) if policy else None,
-            "avg_osim": 0.5, "avg_idiom": idiom, "trunc_rate": 0.0, "passes": p, "flagged_passes": 0,
-            "flagged_pass_share": 0.0, "isolation": isolation, "by_family": {}, "per_task": per_task,
-            "config_hash": "abc", "code_version": "test"}
+    return {
+        "rung": rung,
+        "model": "tiny",
+        "cond": cond,
+        "split": split,
+        "tasks": 6,
+        "samples": 2,
+        "k": 2,
+        "temperature": 0.8,
+        "policy_temperature": 0.3 if policy else None,
+        "runs": p + 1,
+        "pass1": p,
+        "near_pass": 0,
+        "norm_pass": p,
+        "verified": p,
+        "run_pct": round(100 * (p + 1) / 6, 2),
+        "pass1_pct": round(100 * p / 6, 2),
+        "passk_pct": round(100 * p / 6, 2),
+        "verified_pct": round(100 * p / 6, 2),
+        "near_pct": 0.0,
+        "norm_pct": round(100 * p / 6, 2),
+        "policy_samples": 4 if policy else 0,
+        "policy_pass_pct": round(100 * sum(policy.values()) / 24, 2) if policy else None,
+        "avg_osim": 0.5,
+        "avg_idiom": idiom,
+        "trunc_rate": 0.0,
+        "passes": p,
+        "flagged_passes": 0,
+        "flagged_pass_share": 0.0,
+        "isolation": isolation,
+        "by_family": {},
+        "per_task": per_task,
+        "config_hash": "abc",
+        "code_version": "test",
+    }
 
 
 CELLS = [
-    cell("1", "base", "gen", {0}), cell("1", "sft", "gen", {0, 1}, idiom=0.5), cell("1", "sft_grpo", "gen", {0, 1, 2, 3}),
-    cell("3", "sft", "gen", {0, 1, 2}), cell("1", "base", "mem", {0}),
+    cell("1", "base", "gen", {0}),
+    cell("1", "sft", "gen", {0, 1}, idiom=0.5),
+    cell("1", "sft_grpo", "gen", {0, 1, 2, 3}),
+    cell("3", "sft", "gen", {0, 1, 2}),
+    cell("1", "base", "mem", {0}),
     cell("1", "sft", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 1, 1: 2, 2: 1, 3: 0, 4: 1, 5: 2}),
     cell("1", "sft_grpo", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 3, 1: 4, 2: 2, 3: 1, 4: 1, 5: 4}, isolation="weak"),
 ]
@@ -72,10 +112,21 @@ def test_a_greedy_only_cell_shows_no_pass_at_k_or_verified():
 
     from jacrl.ladder.pivot import format_cell
 
-    row = {"pass1_pct": 10.0, "ci_lo": 4.0, "ci_hi": 19.0, "passk_pct": 10.0, "verified_pct": 10.0, "near_pct": 2.0,
-           "isolation": "strict", "k": 8, "temperature": 0.8}
+    row = {
+        "pass1_pct": 10.0,
+        "ci_lo": 4.0,
+        "ci_hi": 19.0,
+        "passk_pct": 10.0,
+        "verified_pct": 10.0,
+        "near_pct": 2.0,
+        "isolation": "strict",
+        "k": 8,
+        "temperature": 0.8,
+    }
     assert format_cell(pd.Series({**row, "samples": 0})) == "greedy 10.0 [4–19] · near 2.0"
-    assert format_cell(pd.Series({**row, "samples": 2})) == \
-        "greedy 10.0 [4–19] · pass@2 (T 0.8) 10.0 · verified@2 (T 0.8) 10.0 · near 2.0"
+    assert (
+        format_cell(pd.Series({**row, "samples": 2}))
+        == "greedy 10.0 [4–19] · pass@2 (T 0.8) 10.0 · verified@2 (T 0.8) 10.0 · near 2.0"
+    )
     sampled = {**row, "samples": 2, "policy_samples": 4, "policy_temperature": 0.3, "policy_pass_pct": 25.0}
     assert format_cell(pd.Series(sampled)).endswith("· near 2.0 · sampled (T 0.3) 25.0")

@@ -58,7 +58,11 @@ def test_losses_propagate_to_trainer_and_orchestrator():
 
 def test_default_losses_propagate_too():
     config = load({})
-    assert dump_losses(config.trainer.losses) == dump_losses(config.orchestrator.losses) == [dump_losses([RLLossConfig()])[0]]
+    assert (
+        dump_losses(config.trainer.losses)
+        == dump_losses(config.orchestrator.losses)
+        == [dump_losses([RLLossConfig()])[0]]
+    )
 
 
 def test_setting_the_same_losses_in_a_section_is_accepted():
@@ -165,7 +169,13 @@ def test_unknown_term_type_is_rejected():
         ({"losses": [{"type": "rl", "kl_tauu": 1}]}, "kl_tauu"),
         ({"losses": [{"type": "rl", "name": "rl2"}]}, "losses.0.rl.name"),
         ({"losses": RL_ECHO[:1] + [{"type": "echo", "assistant": {"alpa": 1, "alpha": 1}}]}, "alpa"),
-        ({"losses": RL_ECHO[:1] + [{"type": "echo", "user": {"alpha": 1}, "filter": {"import_path": "a.b", "kwarg": {}}}]}, "kwarg"),
+        (
+            {
+                "losses": RL_ECHO[:1]
+                + [{"type": "echo", "user": {"alpha": 1}, "filter": {"import_path": "a.b", "kwarg": {}}}]
+            },
+            "kwarg",
+        ),
         ({"losses": [{"type": "ref_kl", "beat": 1}, {"type": "rl"}]}, "beat"),
         ({"orchestrator": {"renderr": "chat_template"}}, "renderr"),
         ({"orchestrator": {"train": {"env": [{"id": "jac", "name": "a", "enabled_loss": ["rl"]}]}}}, "enabled_loss"),
@@ -210,38 +220,71 @@ TWO_ECHOES = RL_ECHO + [{"type": "echo", "name": "echo2", "user": {"alpha": 1}}]
 
 
 def test_at_most_one_echo_term_per_env():
-    rejects(envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "echo", "echo2"]}, losses=TWO_ECHOES), "at most one echo term per env")
+    rejects(
+        envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "echo", "echo2"]}, losses=TWO_ECHOES),
+        "at most one echo term per env",
+    )
     rejects(envs({"id": "jac", "name": "a"}, losses=TWO_ECHOES), "enabled_losses = None enables every term")
     rejects({"losses": TWO_ECHOES}, "one implicit env")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LossConfigWarning)
-        ok = load(envs({"id": "jac", "name": "a", "enabled_losses": ["rl", "echo"]}, {"id": "jac", "name": "b", "enabled_losses": ["echo2"]}, losses=TWO_ECHOES))
+        ok = load(
+            envs(
+                {"id": "jac", "name": "a", "enabled_losses": ["rl", "echo"]},
+                {"id": "jac", "name": "b", "enabled_losses": ["echo2"]},
+                losses=TWO_ECHOES,
+            )
+        )
     assert len(ok.orchestrator.train.env) == 2
 
 
 def test_loss_overrides_keys_must_be_defined_echo_terms():
-    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"rl": {"kl_tau": 0.1}}}), "loss_overrides key 'rl' is not a defined echo term")
-    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"ehco": {}}}), "loss_overrides key 'ehco'", "echo terms: echo")
+    rejects(
+        envs({"id": "jac", "name": "a", "loss_overrides": {"rl": {"kl_tau": 0.1}}}),
+        "loss_overrides key 'rl' is not a defined echo term",
+    )
+    rejects(
+        envs({"id": "jac", "name": "a", "loss_overrides": {"ehco": {}}}),
+        "loss_overrides key 'ehco'",
+        "echo terms: echo",
+    )
 
 
 def test_loss_overrides_must_target_an_enabled_term():
     rejects(
-        envs({"id": "jac", "name": "a", "enabled_losses": ["rl"], "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}}}),
+        envs(
+            {
+                "id": "jac",
+                "name": "a",
+                "enabled_losses": ["rl"],
+                "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}}},
+            }
+        ),
         "overrides a term this env does not enable",
     )
 
 
 def test_loss_overrides_must_give_a_valid_echo_term():
-    rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"echo": {"assistant": {"alpha": "lots"}}}}), "loss_overrides['echo'] gives an invalid echo term")
+    rejects(
+        envs({"id": "jac", "name": "a", "loss_overrides": {"echo": {"assistant": {"alpha": "lots"}}}}),
+        "loss_overrides['echo'] gives an invalid echo term",
+    )
     rejects(envs({"id": "jac", "name": "a", "loss_overrides": {"echo": {"assistant": {"alfa": 1}}}}), "alfa")
-    rejects(envs({"id": "jac", "loss_overrides": {"echo": {"name": "other"}}}), "loss_overrides['echo'].name cannot be overridden")
+    rejects(
+        envs({"id": "jac", "loss_overrides": {"echo": {"name": "other"}}}),
+        "loss_overrides['echo'].name cannot be overridden",
+    )
 
 
 def test_loss_overrides_deep_merge_into_the_env_plan():
     config = load(
         envs(
             {"id": "jac", "name": "math", "enabled_losses": ["rl"]},
-            {"id": "jac", "name": "chat", "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}, "user": {"alpha": 2.0}}}},
+            {
+                "id": "jac",
+                "name": "chat",
+                "loss_overrides": {"echo": {"assistant": {"alpha": 0.1}, "user": {"alpha": 2.0}}},
+            },
             renderer="chat_template",
         )
     )
@@ -275,12 +318,19 @@ def test_no_warning_with_a_renderer_or_for_assistant_echo():
     with warnings.catch_warnings():
         warnings.simplefilter("error", LossConfigWarning)
         load({"losses": RL_ECHO})
-        load({"losses": [{"type": "rl"}, {"type": "echo", "user": {"alpha": 1.0}}], "orchestrator": {"renderer": "chat_template"}})
+        load(
+            {
+                "losses": [{"type": "rl"}, {"type": "echo", "user": {"alpha": 1.0}}],
+                "orchestrator": {"renderer": "chat_template"},
+            }
+        )
 
 
 def test_prompt_role_added_by_loss_overrides_without_a_renderer_warns_at_load():
-    envs = [{"id": "jac", "name": "plain"},
-            {"id": "jac", "name": "chatty", "loss_overrides": {"echo": {"user": {"alpha": 0.2}}}}]
+    envs = [
+        {"id": "jac", "name": "plain"},
+        {"id": "jac", "name": "chatty", "loss_overrides": {"echo": {"user": {"alpha": 0.2}}}},
+    ]
     with pytest.warns(LossConfigWarning) as caught:
         load({"losses": RL_ECHO, "orchestrator": {"train": {"env": envs}}})
     messages = [str(w.message) for w in caught if issubclass(w.category, LossConfigWarning)]
@@ -317,7 +367,9 @@ def test_rl_mode_keeps_its_renderer():
 
 def test_standalone_orchestrator_config_validates_its_envs():
     with pytest.raises(pydantic.ValidationError, match="enabled_losses names 'nope'"):
-        OrchestratorConfig.model_validate({"losses": RL_ECHO, "train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["nope"]}]}})
+        OrchestratorConfig.model_validate(
+            {"losses": RL_ECHO, "train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["nope"]}]}}
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,8 +26,19 @@ def scorer(tmp_path_factory):
 
 def grpo_cfg():
     # no zero-advantage filter: the tiny model's Jac rarely varies within a group, and each term should train
-    return GRPOConfig(iters=2, lr=1e-3, group_size=2, prompts_per_step=4, max_completion=12, max_seq=4096,
-                      lora_layers=-1, lora_rank=4, lora_scale=4.0, seed=0, filter_zero_advantage=False)
+    return GRPOConfig(
+        iters=2,
+        lr=1e-3,
+        group_size=2,
+        prompts_per_step=4,
+        max_completion=12,
+        max_seq=4096,
+        lora_layers=-1,
+        lora_rank=4,
+        lora_scale=4.0,
+        seed=0,
+        filter_zero_advantage=False,
+    )
 
 
 def total(rows, key):
@@ -39,14 +50,23 @@ def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = load_config(yaml.safe_load(path.read_text()))
-        out = train_grpo(model_spec(tiny_model, "torch"), read_tasks(tiny_fixtures / "trainpool.jsonl")[:3],
-                         tmp_path / "grpo", grpo_cfg(), config, scorer, progress=False)
+        out = train_grpo(
+            model_spec(tiny_model, "torch"),
+            read_tasks(tiny_fixtures / "trainpool.jsonl")[:3],
+            tmp_path / "grpo",
+            grpo_cfg(),
+            config,
+            scorer,
+            progress=False,
+        )
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2]
     for term in config.losses:
         assert all(f"loss/{term.name}/loss" in r for r in rows), term.name
-    print(path.stem, {k: round(total(rows, k), 3) for k in sorted(rows[-1])
-                      if k.startswith(("loss/", "batch/", "echo/", "env/"))})
+    print(
+        path.stem,
+        {k: round(total(rows, k), 3) for k in sorted(rows[-1]) if k.startswith(("loss/", "batch/", "echo/", "env/"))},
+    )
     CHECKS[path.name[:2]](rows, [str(w.message) for w in caught])
 
 

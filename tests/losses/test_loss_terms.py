@@ -98,11 +98,19 @@ def test_build_terms_binds_each_core_with_its_knobs():
         {"beta": 0.02},
         True,
     )
-    assert [t.core for t in build_terms(losses, "sft")] == [sft_core, echo_core, ref_kl_core]  # sft replaces the primary
+    assert [t.core for t in build_terms(losses, "sft")] == [
+        sft_core,
+        echo_core,
+        ref_kl_core,
+    ]  # sft replaces the primary
 
 
 def test_custom_term_imports_its_core(my_pkg):
-    (term,) = build_terms(parse_losses([{"type": "custom", "name": "mine", "import_path": "my_pkg.losses.my_core", "kwargs": {"beta": 0.3}}]))
+    (term,) = build_terms(
+        parse_losses(
+            [{"type": "custom", "name": "mine", "import_path": "my_pkg.losses.my_core", "kwargs": {"beta": 0.3}}]
+        )
+    )
     assert term.core is my_pkg.losses.my_core and dict(term.kwargs) == {"beta": 0.3}
 
 
@@ -152,7 +160,11 @@ def test_default_losses_equal_dppo_kl_reference_bit_for_bit(seed, dtype):
 
 
 @pytest.mark.parametrize(
-    "knobs", [dict(kl_tau=5e-4, dppo_mask_low=0.1, dppo_mask_high=0.3, adv_tau=0.7), dict(kl_tau=0.0, dppo_mask_low=0.0, dppo_mask_high=0.0, adv_tau=2.0)]
+    "knobs",
+    [
+        dict(kl_tau=5e-4, dppo_mask_low=0.1, dppo_mask_high=0.3, adv_tau=0.7),
+        dict(kl_tau=0.0, dppo_mask_low=0.0, dppo_mask_high=0.0, adv_tau=2.0),
+    ],
 )
 def test_rl_term_with_tuned_knobs_equals_reference_bit_for_bit(knobs):
     inputs = random_inputs(11, dtype=torch.float64)
@@ -303,7 +315,9 @@ def _gradcheck(core, inputs, **kwargs):
     def fn(logprobs):
         return core(dataclasses.replace(inputs, trainer_logprobs=logprobs), **kwargs).loss
 
-    assert torch.autograd.gradcheck(fn, (inputs.trainer_logprobs.detach().clone().requires_grad_(),), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradcheck(
+        fn, (inputs.trainer_logprobs.detach().clone().requires_grad_(),), eps=1e-6, atol=1e-7
+    )
 
 
 def test_gradcheck_rl_core():

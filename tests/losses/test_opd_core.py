@@ -9,8 +9,13 @@ from jacrl.losses import LossFrameworkConfig, LossInputs, build_terms, compute_l
 
 def inputs(logprobs, teacher, mask):
     zeros = torch.zeros_like(logprobs)
-    return LossInputs(trainer_logprobs=logprobs, inference_logprobs=zeros.detach(), advantages=zeros.detach(),
-                      loss_mask=mask, teacher_logprobs=teacher)
+    return LossInputs(
+        trainer_logprobs=logprobs,
+        inference_logprobs=zeros.detach(),
+        advantages=zeros.detach(),
+        loss_mask=mask,
+        teacher_logprobs=teacher,
+    )
 
 
 def logits_and_mask(seed=0):
@@ -56,20 +61,32 @@ def test_the_gradient_step_lowers_the_exact_reverse_kl():
     p = lp.exp().detach()
     surrogate = (p * (lp - teacher).detach() * torch.exp(lp - lp.detach())).sum()
     (grad,) = torch.autograd.grad(surrogate, student)
-    exact = torch.func.grad(lambda s: (torch.softmax(s, -1) * (torch.log_softmax(s, -1) - teacher)).sum())(student.detach())
+    exact = torch.func.grad(lambda s: (torch.softmax(s, -1) * (torch.log_softmax(s, -1) - teacher)).sum())(
+        student.detach()
+    )
     assert torch.allclose(grad, exact, atol=1e-6)
 
 
 def test_opd_mode_replaces_the_primary_and_keeps_the_other_terms():
-    config = LossFrameworkConfig.model_validate({"training_mode": "opd", "losses": [
-        {"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}, {"type": "ref_kl", "beta": 0.1}]})
+    config = LossFrameworkConfig.model_validate(
+        {
+            "training_mode": "opd",
+            "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}, {"type": "ref_kl", "beta": 0.1}],
+        }
+    )
     terms = build_terms(config.trainer.losses, config.training_mode)
     assert [t.name for t in terms] == ["opd", "echo", "ref_kl"]
     logits, tokens, mask = logits_and_mask(2)
     lp = token_lp(logits, tokens)
     base = inputs(lp, lp.detach() - 0.1, mask)
-    full = LossInputs(**{**base.__dict__, "ref_logprobs": lp.detach() + 0.2, "echo_mask": mask,
-                         "echo_weights": torch.full_like(lp, 0.5).detach()})
+    full = LossInputs(
+        **{
+            **base.__dict__,
+            "ref_logprobs": lp.detach() + 0.2,
+            "echo_mask": mask,
+            "echo_weights": torch.full_like(lp, 0.5).detach(),
+        }
+    )
     result = compute_loss(terms, full)
     assert result.metrics["loss/opd/reverse_kl"] == pytest.approx(0.1, rel=1e-5)
     assert {"loss/echo/loss", "loss/ref_kl/kl"} <= set(result.metrics)

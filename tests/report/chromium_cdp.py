@@ -31,8 +31,12 @@ class WebSocket:
         u = urllib.parse.urlsplit(url)
         self.sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
         key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
-                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        self.sock.sendall(
+            (
+                f"GET {u.path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         head = b""
         while not head.endswith(b"\r\n\r\n"):  # byte by byte: the first frame may follow at once
             head += self._exact(1)
@@ -51,8 +55,13 @@ class WebSocket:
 
     def _frame(self, opcode: int, payload: bytes) -> None:
         n, mask = len(payload), os.urandom(4)
-        size = bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big") if n < 1 << 16 \
+        size = (
+            bytes([0x80 | n])
+            if n < 126
+            else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+            if n < 1 << 16
             else bytes([0x80 | 127]) + n.to_bytes(8, "big")
+        )
         masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))  # client frames are always masked
         self.sock.sendall(bytes([0x80 | opcode]) + size + mask + masked)
 
@@ -90,11 +99,24 @@ class Browser:
         self.log = profile / "chromium.stderr"
         with open(self.log, "w") as err:  # a file, not a pipe: a full pipe would stall the browser
             self.proc = subprocess.Popen(
-                [binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-                 f"--user-data-dir={profile}", "--remote-debugging-port=0", f"--window-size={width},{height}",
-                 # data: iframes stay in the page's process, so their frames are reachable from this target
-                 "--disable-features=IsolateOrigins,site-per-process", "--disable-site-isolation-trials", "about:blank"],
-                stdout=subprocess.DEVNULL, stderr=err)
+                [
+                    binary,
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    "--no-default-browser-check",
+                    f"--user-data-dir={profile}",
+                    "--remote-debugging-port=0",
+                    f"--window-size={width},{height}",
+                    # data: iframes stay in the page's process, so their frames are reachable from this target
+                    "--disable-features=IsolateOrigins,site-per-process",
+                    "--disable-site-isolation-trials",
+                    "about:blank",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
         self.events: list[dict] = []
         self._id = 0
         try:
@@ -133,8 +155,10 @@ class Browser:
             params["contextId"] = context_id
         out = self.call("Runtime.evaluate", **params)
         if "exceptionDetails" in out:
-            raise RuntimeError(f"{expression[:80]}: {out['exceptionDetails'].get('text')} "
-                               f"{out['exceptionDetails'].get('exception', {}).get('description', '')}")
+            raise RuntimeError(
+                f"{expression[:80]}: {out['exceptionDetails'].get('text')} "
+                f"{out['exceptionDetails'].get('exception', {}).get('description', '')}"
+            )
         return out["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 30.0, context_id: int | None = None):
@@ -156,9 +180,13 @@ class Browser:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             tree = self.call("Page.getFrameTree")["frameTree"]
-            frame = next((c["frame"] for c in tree.get("childFrames", []) if c["frame"]["url"].startswith(url_prefix)), None)
+            frame = next(
+                (c["frame"] for c in tree.get("childFrames", []) if c["frame"]["url"].startswith(url_prefix)), None
+            )
             if frame is not None:
-                ctx = self.call("Page.createIsolatedWorld", frameId=frame["id"], worldName="check")["executionContextId"]
+                ctx = self.call("Page.createIsolatedWorld", frameId=frame["id"], worldName="check")[
+                    "executionContextId"
+                ]
                 if self.evaluate(f"document.readyState === 'complete' && ({ready})", ctx):
                     return ctx
             time.sleep(0.2)
@@ -180,7 +208,12 @@ class Browser:
                 d = p["exceptionDetails"]
                 out.append(f"exception: {d.get('text')} {d.get('exception', {}).get('description', '')}".strip())
             elif ev.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append("console." + p["type"] + ": " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
+                out.append(
+                    "console."
+                    + p["type"]
+                    + ": "
+                    + " ".join(str(a.get("value", a.get("description"))) for a in p["args"])
+                )
             elif ev.get("method") == "Log.entryAdded" and p["entry"]["level"] == "error":
                 out.append(f"log ({p['entry']['source']}): {p['entry']['text']} {p['entry'].get('url', '')}".strip())
         return out

@@ -13,18 +13,56 @@ TASKS = ["t0", "t1", "t2", "t3"]
 def make_cell(rung, cond, split, passes, policy=None, flagged=0, isolation="strict"):
     """A cell record as `evaluate_cell` writes it (per-task entries included)."""
     policy = policy or {}
-    per_task = {t: {"family": "fa" if i < 2 else "fb", "pass1": int(i in passes), "n": 2, "c": int(i in passes),
-                    "passk": float(i in passes), "verified": int(i in passes), "policy_n": 4 if policy else 0,
-                    "policy_c": policy.get(i, 0), "idiom": 0.25} for i, t in enumerate(TASKS)}
+    per_task = {
+        t: {
+            "family": "fa" if i < 2 else "fb",
+            "pass1": int(i in passes),
+            "n": 2,
+            "c": int(i in passes),
+            "passk": float(i in passes),
+            "verified": int(i in passes),
+            "policy_n": 4 if policy else 0,
+            "policy_c": policy.get(i, 0),
+            "idiom": 0.25,
+        }
+        for i, t in enumerate(TASKS)
+    }
     p, n = len(passes), len(TASKS)
-    return {"rung": rung, "model": "tiny", "cond": cond, "split": split, "tasks": n, "samples": 2, "k": 2,
-            "temperature": 0.8, "policy_temperature": 0.3 if policy else None, "runs": p, "pass1": p, "near_pass": 0,
-            "norm_pass": p, "verified": p, "run_pct": 100 * p / n, "pass1_pct": 100 * p / n, "passk_pct": 100 * p / n,
-            "verified_pct": 100 * p / n, "near_pct": 0.0, "norm_pct": 100 * p / n, "policy_samples": 4 if policy else 0,
-            "policy_pass_pct": 100 * sum(policy.values()) / (4 * n) if policy else None, "avg_osim": 0.5,
-            "avg_idiom": 0.25, "trunc_rate": 0.0, "passes": p, "flagged_passes": flagged,
-            "flagged_pass_share": flagged / p if p else 0.0, "isolation": isolation, "by_family": {},
-            "per_task": per_task, "config_hash": "abc", "code_version": "test"}
+    return {
+        "rung": rung,
+        "model": "tiny",
+        "cond": cond,
+        "split": split,
+        "tasks": n,
+        "samples": 2,
+        "k": 2,
+        "temperature": 0.8,
+        "policy_temperature": 0.3 if policy else None,
+        "runs": p,
+        "pass1": p,
+        "near_pass": 0,
+        "norm_pass": p,
+        "verified": p,
+        "run_pct": 100 * p / n,
+        "pass1_pct": 100 * p / n,
+        "passk_pct": 100 * p / n,
+        "verified_pct": 100 * p / n,
+        "near_pct": 0.0,
+        "norm_pct": 100 * p / n,
+        "policy_samples": 4 if policy else 0,
+        "policy_pass_pct": 100 * sum(policy.values()) / (4 * n) if policy else None,
+        "avg_osim": 0.5,
+        "avg_idiom": 0.25,
+        "trunc_rate": 0.0,
+        "passes": p,
+        "flagged_passes": flagged,
+        "flagged_pass_share": flagged / p if p else 0.0,
+        "isolation": isolation,
+        "by_family": {},
+        "per_task": per_task,
+        "config_hash": "abc",
+        "code_version": "test",
+    }
 
 
 @pytest.fixture
@@ -39,10 +77,27 @@ def cells():
 
 
 def score(**kw):
-    base = {"score": 0.0, "scheme": "tiered", "compiles": False, "runs": False, "exact": False, "norm_exact": False,
-            "output_ratio": 0.0, "line_frac": 0.0, "idiom": 0.0, "body_sim": 0.0, "timed_out": False, "killed": "",
-            "exit_code": None, "stderr_tail": "", "extract": "fenced", "rejected": "", "task_id": "t0",
-            "cached": False, "isolation": "strict"}
+    base = {
+        "score": 0.0,
+        "scheme": "tiered",
+        "compiles": False,
+        "runs": False,
+        "exact": False,
+        "norm_exact": False,
+        "output_ratio": 0.0,
+        "line_frac": 0.0,
+        "idiom": 0.0,
+        "body_sim": 0.0,
+        "timed_out": False,
+        "killed": "",
+        "exit_code": None,
+        "stderr_tail": "",
+        "extract": "fenced",
+        "rejected": "",
+        "task_id": "t0",
+        "cached": False,
+        "isolation": "strict",
+    }
     return {**base, **kw}
 
 
@@ -53,19 +108,58 @@ HOSTILE = 'print("<b>bold</b>");\n</pre></details></td></tr><script>window.__pwn
 def samples():
     """One record per outcome, a flagged pass, and a completion made of markup."""
     return [
-        {"task_id": "t0", "family": "fa", "kind": "greedy", "index": 0, "truncated": False, "tokens": 12,
-         "completion": "```jac\nprint(1);\n```", "score": score(score=1.0, compiles=True, runs=True, exact=True,
-                                                                 output_ratio=1.0)},
-        {"task_id": "t0", "family": "fa", "kind": "sample", "index": 1, "truncated": True, "tokens": 160,
-         "completion": HOSTILE, "score": score(score=0.4, compiles=True, runs=True, output_ratio=0.95,
-                                                stderr_tail="Error: <stderr>")},
-        {"task_id": "t1", "family": "fb", "kind": "policy", "index": 0, "truncated": False, "tokens": 9,
-         "completion": "import os;", "score": score(score=1.0, compiles=True, runs=True, exact=True, output_ratio=1.0,
-                                                     flags=["file", "module:os"])},
-        {"task_id": "t1", "family": "fb", "kind": "sample", "index": 0, "truncated": False, "tokens": 3,
-         "completion": "", "score": score(rejected="no body found")},
-        {"task_id": "t2", "family": "fb", "kind": "greedy", "index": 0, "truncated": False, "tokens": 5,
-         "completion": "x = ;", "score": score()},
+        {
+            "task_id": "t0",
+            "family": "fa",
+            "kind": "greedy",
+            "index": 0,
+            "truncated": False,
+            "tokens": 12,
+            "completion": "```jac\nprint(1);\n```",
+            "score": score(score=1.0, compiles=True, runs=True, exact=True, output_ratio=1.0),
+        },
+        {
+            "task_id": "t0",
+            "family": "fa",
+            "kind": "sample",
+            "index": 1,
+            "truncated": True,
+            "tokens": 160,
+            "completion": HOSTILE,
+            "score": score(score=0.4, compiles=True, runs=True, output_ratio=0.95, stderr_tail="Error: <stderr>"),
+        },
+        {
+            "task_id": "t1",
+            "family": "fb",
+            "kind": "policy",
+            "index": 0,
+            "truncated": False,
+            "tokens": 9,
+            "completion": "import os;",
+            "score": score(
+                score=1.0, compiles=True, runs=True, exact=True, output_ratio=1.0, flags=["file", "module:os"]
+            ),
+        },
+        {
+            "task_id": "t1",
+            "family": "fb",
+            "kind": "sample",
+            "index": 0,
+            "truncated": False,
+            "tokens": 3,
+            "completion": "",
+            "score": score(rejected="no body found"),
+        },
+        {
+            "task_id": "t2",
+            "family": "fb",
+            "kind": "greedy",
+            "index": 0,
+            "truncated": False,
+            "tokens": 5,
+            "completion": "x = ;",
+            "score": score(),
+        },
     ]
 
 
@@ -73,12 +167,28 @@ def grpo_rows():
     """GRPO metrics rows: step 2 trained nothing (no loss keys), step 3 lost a non-finite value."""
     rows = []
     for step in (1, 2, 3, 4):
-        r = {"step": step, "lr": 1e-5, "reward/mean": 0.1 * step, "reward/std": 0.05, "reward/pass_rate": 0.25 * (step > 2),
-             "reward/runs_rate": 0.5, "groups/zero_variance_frac": 0.5, "samples/truncated_frac": 0.125,
-             "time/sample_s": 1.0, "tokens_per_s": 100.0}
+        r = {
+            "step": step,
+            "lr": 1e-5,
+            "reward/mean": 0.1 * step,
+            "reward/std": 0.05,
+            "reward/pass_rate": 0.25 * (step > 2),
+            "reward/runs_rate": 0.5,
+            "groups/zero_variance_frac": 0.5,
+            "samples/truncated_frac": 0.125,
+            "time/sample_s": 1.0,
+            "tokens_per_s": 100.0,
+        }
         if step != 2:
-            r.update({"loss/rl/loss": -0.01 * step, "loss/rl/mismatch_kl": 1e-4, "loss/ref_kl/loss": 1e-3,
-                      "loss/total": 0.002, "kl/reference": 2e-3 * step})
+            r.update(
+                {
+                    "loss/rl/loss": -0.01 * step,
+                    "loss/rl/mismatch_kl": 1e-4,
+                    "loss/ref_kl/loss": 1e-3,
+                    "loss/total": 0.002,
+                    "kl/reference": 2e-3 * step,
+                }
+            )
         else:
             r["skipped"] = "every group had zero advantage"
         if step == 3:

@@ -78,15 +78,18 @@ def test_samples_page_offers_the_values_it_filters_on(cells, samples):
     assert text.count('data-v="flagged"') == 1
 
 
-@pytest.mark.parametrize("fields, expected", [
-    ({"exact": True, "runs": True}, "pass"),
-    ({"runs": True, "output_ratio": 0.9}, "near"),
-    ({"runs": True, "output_ratio": 0.89}, "wrong output"),
-    ({"rejected": "unit not closed"}, "rejected"),
-    ({"compiles": True, "timed_out": True}, "timeout"),
-    ({"compiles": True}, "runtime error"),
-    ({}, "compile error"),
-])
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({"exact": True, "runs": True}, "pass"),
+        ({"runs": True, "output_ratio": 0.9}, "near"),
+        ({"runs": True, "output_ratio": 0.89}, "wrong output"),
+        ({"rejected": "unit not closed"}, "rejected"),
+        ({"compiles": True, "timed_out": True}, "timeout"),
+        ({"compiles": True}, "runtime error"),
+        ({}, "compile error"),
+    ],
+)
 def test_outcome(fields, expected):
     assert outcome(fields) == expected
 

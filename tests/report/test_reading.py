@@ -8,9 +8,11 @@ from jacrl.io import write_jsonl
 from jacrl.ladder.__main__ import main
 from jacrl.tasks.record import write_tasks
 
-TASKS = [task("a", family="graphs", osp=True, gold_body="    visit [-->];\n"),
-         task("b", family="strings", gold_body="    x = 1;\n    y = 2;\n    return x + y;\n"),
-         task("c", family="strings", gold_body="".join(f"    v{i} = {i};\n" for i in range(14)))]
+TASKS = [
+    task("a", family="graphs", osp=True, gold_body="    visit [-->];\n"),
+    task("b", family="strings", gold_body="    x = 1;\n    y = 2;\n    return x + y;\n"),
+    task("c", family="strings", gold_body="".join(f"    v{i} = {i};\n" for i in range(14))),
+]
 
 
 def _score(compiles: bool, runs: bool, exact: bool, ratio: float = 0.0) -> dict:
@@ -28,14 +30,30 @@ def _cell(path, greedy: dict, policy: dict | None = None) -> None:
 def test_read_reports_stages_passes_and_paired_tests(tmp_path, capsys):
     cells, none = tmp_path / "results" / "cells", _score(False, False, False)
     _cell(cells / "shared/m/base/gen.samples.jsonl", {"a": none, "b": none, "c": none})
-    _cell(cells / "rall/m/sft/gen.samples.jsonl",
-          {"a": _score(True, True, True), "b": _score(True, True, False, 0.95), "c": _score(True, False, False)})
+    _cell(
+        cells / "rall/m/sft/gen.samples.jsonl",
+        {"a": _score(True, True, True), "b": _score(True, True, False, 0.95), "c": _score(True, False, False)},
+    )
     _cell(cells / "rall/m/sft/mem.samples.jsonl", {"a": none}, {("a", 0): False, ("a", 1): False})
     _cell(cells / "rall/m/sft_grpo/mem.samples.jsonl", {"a": none}, {("a", 0): True, ("a", 1): True})
-    write_jsonl(tmp_path / "adapters/rall/m/sft/metrics.jsonl", [{"step": i + 1, "loss": 2.0 - i / 10} for i in range(10)])
+    write_jsonl(
+        tmp_path / "adapters/rall/m/sft/metrics.jsonl", [{"step": i + 1, "loss": 2.0 - i / 10} for i in range(10)]
+    )
     write_tasks(tmp_path / "tasks.jsonl", TASKS)
-    assert main(["read", "--results", str(tmp_path / "results"), "--adapters", str(tmp_path / "adapters"),
-                 "--tasks", str(tmp_path / "tasks.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "read",
+                "--results",
+                str(tmp_path / "results"),
+                "--adapters",
+                str(tmp_path / "adapters"),
+                "--tasks",
+                str(tmp_path / "tasks.jsonl"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| sft/gen | 3 | 100.0 % [43.9, 100.0] | 66.7 % [20.8, 93.9] | 33.3 % [6.1, 79.2] | 33.3 %" in out
     assert "| base/gen | 3 | 0.0 % [0.0, 56.1]" in out

@@ -36,20 +36,29 @@ CONFIG = {
     "ladder": {"conditions": ["base", "sft", "sft_grpo"], "splits": ["gen"]},
 }
 FIND_LINK = "[...document.querySelectorAll('nav a')].find(a => a.textContent.trim() === {text!r})"
-EYE_IN_ROW = ("[...document.querySelectorAll('nav tr, nav li')].find(r => r.textContent.includes({text!r}))"
-              "?.querySelector('a[iconname=eye]')")
+EYE_IN_ROW = (
+    "[...document.querySelectorAll('nav tr, nav li')].find(r => r.textContent.includes({text!r}))"
+    "?.querySelector('a[iconname=eye]')"
+)
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(2400),
     # checked before the pipeline is built, so a machine without the browser skips at once
-    pytest.mark.skipif(chromium_binary() is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"),
+    pytest.mark.skipif(
+        chromium_binary() is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"
+    ),
 ]
 
 
 def snakemake(workdir: Path, *args: str) -> None:
-    proc = subprocess.run([SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", *args],
-                          cwd=workdir, capture_output=True, text=True, timeout=2000)
+    proc = subprocess.run(
+        [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", *args],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=2000,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
@@ -116,8 +125,10 @@ def test_report_opens_and_renders_the_ladder_a_curve_and_completions(built, brow
     b.screenshot(shots / "report_ladder_table.png")
 
     open_item(b, "Training curves", "tiny", "sft_grpo")
-    size = b.wait_for("(() => { const i = document.querySelector('img[src^=\"data:image/png\"]');"
-                      " return i && i.complete && i.naturalWidth > 0 ? [i.naturalWidth, i.naturalHeight] : null; })()")
+    size = b.wait_for(
+        "(() => { const i = document.querySelector('img[src^=\"data:image/png\"]');"
+        " return i && i.complete && i.naturalWidth > 0 ? [i.naturalWidth, i.naturalHeight] : null; })()"
+    )
     assert size[0] > 800 and size[1] > 400  # six panels: 3 × 2 of 460 × 320 px
     b.screenshot(shots / "report_training_curve.png")
 
@@ -127,10 +138,16 @@ def test_report_opens_and_renders_the_ladder_a_curve_and_completions(built, brow
     open_item(b, "Completions", "tiny · gen", "sft_grpo")
     page = b.frame_context("data:text/html", "document.title === 'Completions · r2/tiny/sft_grpo/gen'")
     assert b.evaluate("document.querySelector('#samples').tBodies[0].rows.length", page) == len(records)
-    b.evaluate("const s = document.querySelector('select[data-col=\"2\"]'); s.value = 'greedy';"
-               " s.dispatchEvent(new Event('input', {bubbles: true})); true", page)
+    b.evaluate(
+        "const s = document.querySelector('select[data-col=\"2\"]'); s.value = 'greedy';"
+        " s.dispatchEvent(new Event('input', {bubbles: true})); true",
+        page,
+    )
     assert b.evaluate("document.querySelector('.count').textContent", page) == f"{greedy} of {len(records)} rows"
-    assert b.evaluate("[...document.querySelector('#samples').tBodies[0].rows].filter(r => !r.hidden)"
-                      ".every(r => r.cells[2].textContent === 'greedy')", page)
+    assert b.evaluate(
+        "[...document.querySelector('#samples').tBodies[0].rows].filter(r => !r.hidden)"
+        ".every(r => r.cells[2].textContent === 'greedy')",
+        page,
+    )
     b.screenshot(shots / "report_completions.png")
     assert b.errors() == []

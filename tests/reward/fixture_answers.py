@@ -62,10 +62,12 @@ WRITTEN: dict[str, Written] = {
         visit [-->];
     }
 }""",
-        out_of_line=((
-            "    can visit_city with City entry {\n        __HOLE__\n    }\n}\n",
-            "    can visit_city with City entry;\n}\nimpl Tour.visit_city with City entry {\n    __HOLE__\n}\n\n",
-        ),),
+        out_of_line=(
+            (
+                "    can visit_city with City entry {\n        __HOLE__\n    }\n}\n",
+                "    can visit_city with City entry;\n}\nimpl Tour.visit_city with City entry {\n    __HOLE__\n}\n\n",
+            ),
+        ),
     ),
     "fx_total_population": Written(
         body="s = 0;\nfor c in cities {\n    s += c.population;\n}\nreturn s;",
@@ -91,11 +93,13 @@ WRITTEN: dict[str, Written] = {
     }
     return s;
 }""",
-        out_of_line=((
-            "def total_population(cities: list[City]) -> int {\n    __HOLE__\n}\n",
-            "def total_population(cities: list[City]) -> int;\n"
-            "impl total_population(cities: list[City]) -> int {\n    __HOLE__\n}\n\n",
-        ),),
+        out_of_line=(
+            (
+                "def total_population(cities: list[City]) -> int {\n    __HOLE__\n}\n",
+                "def total_population(cities: list[City]) -> int;\n"
+                "impl total_population(cities: list[City]) -> int {\n    __HOLE__\n}\n\n",
+            ),
+        ),
     ),
     "fx_describe_size": Written(
         body='if c.population > 500 {\n    label = "big";\n} elif c.population > 100 {\n    label = "medium";\n}',
@@ -127,11 +131,13 @@ WRITTEN: dict[str, Written] = {
     }
     return f"{c.name}: {label}";
 }""",
-        out_of_line=((
-            'def describe(c: City) -> str {\n    label = "small";\n    __HOLE__\n    return f"{c.name}: {label}";\n}\n',
-            'def describe(c: City) -> str;\nimpl describe(c: City) -> str {\n    label = "small";\n    __HOLE__\n'
-            '    return f"{c.name}: {label}";\n}\n\n',
-        ),),
+        out_of_line=(
+            (
+                'def describe(c: City) -> str {\n    label = "small";\n    __HOLE__\n    return f"{c.name}: {label}";\n}\n',
+                'def describe(c: City) -> str;\nimpl describe(c: City) -> str {\n    label = "small";\n    __HOLE__\n'
+                '    return f"{c.name}: {label}";\n}\n\n',
+            ),
+        ),
     ),
     "fx_stack_push": Written(
         body="if len(self.items) >= self.limit {\n    return False;\n}\nself.items.append(x);\nreturn True;",
@@ -185,10 +191,12 @@ WRITTEN: dict[str, Written] = {
         disengage;
     }
 }""",
-        out_of_line=((
-            "    can greet with Knock entry {\n        __HOLE__\n    }\n}\n",
-            "    can greet with Knock entry;\n}\nimpl Door.greet with Knock entry {\n    __HOLE__\n}\n\n",
-        ),),
+        out_of_line=(
+            (
+                "    can greet with Knock entry {\n        __HOLE__\n    }\n}\n",
+                "    can greet with Knock entry;\n}\nimpl Door.greet with Knock entry {\n    __HOLE__\n}\n\n",
+            ),
+        ),
     ),
 }
 
@@ -211,5 +219,13 @@ def out_of_line(t: Task, w: Written) -> Task:
             raise ValueError(f"{t.id}: the edit {old!r} does not match its template once")
         template = template.replace(old, new)
     gold = textwrap.indent(w.body, "    ") + "\n"
-    return Task.model_validate({**t.model_dump(), "id": t.id + "_impl", "unit": {"kind": "impl", "name": w.impl_name},
-                                "indent": "    ", "template": template, "gold_body": gold})
+    return Task.model_validate(
+        {
+            **t.model_dump(),
+            "id": t.id + "_impl",
+            "unit": {"kind": "impl", "name": w.impl_name},
+            "indent": "    ",
+            "template": template,
+            "gold_body": gold,
+        }
+    )

@@ -28,8 +28,13 @@ with entry {
 }
 """
 HOSTILE_TASK = Task(
-    id="fx_hostile", expected_stdout="start\n6\nend\n", unit={"kind": "def", "name": "work"}, indent="    ",
-    timeout=3.0, template=HOSTILE_TEMPLATE, gold_body="    return n * 2;\n",
+    id="fx_hostile",
+    expected_stdout="start\n6\nend\n",
+    unit={"kind": "def", "name": "work"},
+    indent="    ",
+    timeout=3.0,
+    template=HOSTILE_TEMPLATE,
+    gold_body="    return n * 2;\n",
 )
 
 # Corruptions of a gold body, used for parity and ordering tests on any task.

@@ -66,14 +66,20 @@ def test_subprocess_runner_scores_like_the_default(tasks):
 
 
 def test_mlx_lm_lora_reward_function(tasks, monkeypatch):
-    registry = pytest.importorskip("mlx_lm_lora.trainer.grpo_reward_functions",
-                                   reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'")
+    registry = pytest.importorskip(
+        "mlx_lm_lora.trainer.grpo_reward_functions",
+        reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'",
+    )
     assert interop.MLX_REGISTERED and registry.get_reward_function("jac_behavioral") is interop.jac_behavioral
-    monkeypatch.setattr(interop, "_shared", interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1}))
+    monkeypatch.setattr(
+        interop, "_shared", interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1})
+    )
     t = tasks["fx_total_population"]
     answer = [t.id, json.dumps({"id": t.id, "expected_output": "ignored"})]
     try:
-        scores = interop.jac_behavioral(prompts=["p", "p"], completions=[fence(t.gold_body), "nonsense"], answer=answer, types=None)
+        scores = interop.jac_behavioral(
+            prompts=["p", "p"], completions=[fence(t.gold_body), "nonsense"], answer=answer, types=None
+        )
     finally:
         interop._shared.close()
     assert scores[0] == 1.0 and scores[1] < 0.3 and all(isinstance(x, float) for x in scores)
@@ -83,7 +89,10 @@ def test_mlx_lm_lora_reward_function(tasks, monkeypatch):
 def test_trl_reward_callable(tasks):
     reward = interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1})
     t = tasks["fx_visit_city"]
-    conversational = [[{"role": "assistant", "content": fence(t.gold_body)}], [{"role": "assistant", "content": "visit [-->];"}]]
+    conversational = [
+        [{"role": "assistant", "content": fence(t.gold_body)}],
+        [{"role": "assistant", "content": "visit [-->];"}],
+    ]
     try:
         scores = reward(prompts=["p", "p"], completions=conversational, task_id=[t.id, t.id])
     finally:
@@ -95,12 +104,26 @@ def test_cli_prints_a_breakdown(tasks, tmp_path):
     t = tasks["fx_stack_push"]
     completion = tmp_path / "c.txt"
     completion.write_text(fence(t.gold_body))
-    cmd = [sys.executable, "-m", "jacrl.reward", "score", "--task", t.id, str(completion),
-           "--tasks", str(FIXTURES / "tasks.jsonl"), "--no-cache", "--runner", "subprocess"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jacrl.reward",
+        "score",
+        "--task",
+        t.id,
+        str(completion),
+        "--tasks",
+        str(FIXTURES / "tasks.jsonl"),
+        "--no-cache",
+        "--runner",
+        "subprocess",
+    ]
     env = {"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "score        1.0000  [tiered]" in out.stdout and "exact        True" in out.stdout
-    js = subprocess.run([*cmd, "--json", "--scheme", "dense_v2"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    js = subprocess.run(
+        [*cmd, "--json", "--scheme", "dense_v2"], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     d = json.loads(js.stdout)
     assert d["scheme"] == "dense_v2" and d["exact"] and d["score"] >= 0.85

@@ -75,7 +75,9 @@ def test_partial_and_whole_file_answers_pass(tasks, tiered_scorer):
     t = tasks["fx_describe_size"]
     whole_file = t.template.replace(t.indent + "__HOLE__\n", t.gold_body)
     u = tasks["fx_door_greet"]
-    unit_in_archetype = "node Door {\n    has label: str;\n    can greet with Knock entry {\n" + u.gold_body + "    }\n}\n"
+    unit_in_archetype = (
+        "node Door {\n    has label: str;\n    can greet with Knock entry {\n" + u.gold_body + "    }\n}\n"
+    )
     scores = tiered_scorer.score_batch([t.id, u.id], [fence(whole_file), "```jac\n" + unit_in_archetype + "```\nDone."])
     assert [s.score for s in scores] == [1.0, 1.0]
     assert scores[0].extract == "fence+unit+cut" and scores[1].extract == "fence+unit"

@@ -21,7 +21,11 @@ def test_every_corpus_gold_body_passes(corpus, tiered_scorer, dense_scorer):
 
 def test_corpus_corruptions_never_pass(corpus, tiered_scorer):
     ids = [i for i in corpus for v in ("wrong_output", "syntax_error", "runtime_error")]
-    comps = [fence(CORRUPTIONS[v](corpus[i].gold_body)) for i in corpus for v in ("wrong_output", "syntax_error", "runtime_error")]
+    comps = [
+        fence(CORRUPTIONS[v](corpus[i].gold_body))
+        for i in corpus
+        for v in ("wrong_output", "syntax_error", "runtime_error")
+    ]
     tiered_scorer.tasks.update(corpus)
     passed = [(i, s) for i, s in zip(ids, tiered_scorer.score_batch(ids, comps)) if s.exact]
     assert passed == []

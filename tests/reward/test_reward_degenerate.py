@@ -28,21 +28,73 @@ blocks and 5,700x on only 32 KB of unit headers."""
 
 # Every construct the extractor looks for, and the marks it strips.
 CONSTRUCTS = (
-    "def push(x: int) -> bool", "def push(x: int) -> bool {", "can greet with Knock entry {", "impl Stack.push",
-    "obj Stack {", "node Door {", "walker Knock", "<think>", "<THINK step=1", "</think>", "<reasoning>",
-    "</thinking >", "<answer>", "</answer>", "<|channel|>final<|message|>", "```jac", "```", "````", "~~~",
-    "~~~jac", "x = 1;```", "#* note", "*#", "# TODO: write it", "# note", '"""', "'''", '"', "'", "\\",
-    "{", "}", "(", ")", "[", "]", ";", "__HOLE__", "This line is prose, as models write it.", "",
-    "<|im_end|>", "<|im_start|>assistant", "[INST]", "\ufeff", "\x00", "\r",
+    "def push(x: int) -> bool",
+    "def push(x: int) -> bool {",
+    "can greet with Knock entry {",
+    "impl Stack.push",
+    "obj Stack {",
+    "node Door {",
+    "walker Knock",
+    "<think>",
+    "<THINK step=1",
+    "</think>",
+    "<reasoning>",
+    "</thinking >",
+    "<answer>",
+    "</answer>",
+    "<|channel|>final<|message|>",
+    "```jac",
+    "```",
+    "````",
+    "~~~",
+    "~~~jac",
+    "x = 1;```",
+    "#* note",
+    "*#",
+    "# TODO: write it",
+    "# note",
+    '"""',
+    "'''",
+    '"',
+    "'",
+    "\\",
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    ";",
+    "__HOLE__",
+    "This line is prose, as models write it.",
+    "",
+    "<|im_end|>",
+    "<|im_start|>assistant",
+    "[INST]",
+    "\ufeff",
+    "\x00",
+    "\r",
 )
 NAMED = {  # shape: its repeated unit, one construct a line (as a model repeating a line writes it)
-    "unit_headers": "def push(x: int) -> bool\n", "unit_headers_open": "def push(x: int) -> bool {\n",
-    "archetype_open": "obj Stack {\n", "impl_headers": "impl Stack.push(x: int) -> bool\n",
-    "think_openers": "<think>\n", "think_openers_attr": "<think step=1\n", "think_closers": "</think>\n",
-    "fence_lines": "```jac\n", "fence_blocks": "```\nx = 1;\n```\n", "tilde_fences": "~~~\n",
-    "block_comment_open": "#* note\n", "triple_quotes": '"""\n', "quotes": "'a' \"b\" 'c\n",
-    "braces_deep": "{\n", "parens_deep": "(\n", "closing_braces": "}\n", "end_tokens": "<|im_end|>\n",
-    "one_huge_line": "x", "huge_line_of_spaces": " ",
+    "unit_headers": "def push(x: int) -> bool\n",
+    "unit_headers_open": "def push(x: int) -> bool {\n",
+    "archetype_open": "obj Stack {\n",
+    "impl_headers": "impl Stack.push(x: int) -> bool\n",
+    "think_openers": "<think>\n",
+    "think_openers_attr": "<think step=1\n",
+    "think_closers": "</think>\n",
+    "fence_lines": "```jac\n",
+    "fence_blocks": "```\nx = 1;\n```\n",
+    "tilde_fences": "~~~\n",
+    "block_comment_open": "#* note\n",
+    "triple_quotes": '"""\n',
+    "quotes": "'a' \"b\" 'c\n",
+    "braces_deep": "{\n",
+    "parens_deep": "(\n",
+    "closing_braces": "}\n",
+    "end_tokens": "<|im_end|>\n",
+    "one_huge_line": "x",
+    "huge_line_of_spaces": " ",
 }
 
 
@@ -75,7 +127,9 @@ def build(unit: str, layout: str, size: int, prefix: str = "") -> str:
 def assert_linear(text: str, task: Task) -> None:
     base = min(cpu(linear_pass, text) for _ in range(3))
     spent = cpu(extract_body, text, task)
-    assert spent <= FACTOR * base, f"{len(text) // KB} KB: {spent:.3f}s CPU, {spent / base:.0f}x one pass (bound {FACTOR}x)"
+    assert spent <= FACTOR * base, (
+        f"{len(text) // KB} KB: {spent:.3f}s CPU, {spent / base:.0f}x one pass (bound {FACTOR}x)"
+    )
 
 
 @pytest.mark.parametrize("size", [100 * KB, pytest.param(1024 * KB, marks=pytest.mark.slow)], ids=["100K", "1M"])
@@ -93,7 +147,9 @@ def degenerate(draw) -> tuple[str, str, str]:
     return unit or "\n", draw(st.sampled_from(["repeat", "nest", "line"])), prefix
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(case=degenerate())
 def test_extraction_is_linear_on_any_mix(tasks, case):
     unit, layout, prefix = case
@@ -101,7 +157,9 @@ def test_extraction_is_linear_on_any_mix(tasks, case):
 
 
 @pytest.mark.slow
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(case=degenerate())
 def test_extraction_is_linear_on_any_mix_at_1mb(tasks, case):
     unit, layout, prefix = case
@@ -134,10 +192,15 @@ def faults(monkeypatch):
             if any(f"{MARK}-{where}" in a for a in (*args, *kwargs.values()) if isinstance(a, str)):
                 raise RuntimeError(f"{where} fault")
             return fn(*args, **kwargs)
+
         return wrapped
 
-    for owner, name, where in ((batch, "extract_body", "extract"), (batch, "splice", "splice"),
-                               (RunnerPool, "run", "run"), (batch, "score_run", "score")):
+    for owner, name, where in (
+        (batch, "extract_body", "extract"),
+        (batch, "splice", "splice"),
+        (RunnerPool, "run", "run"),
+        (batch, "score_run", "score"),
+    ):
         monkeypatch.setattr(owner, name, failing(getattr(owner, name), where))
 
 
@@ -177,10 +240,16 @@ def check(score, expect: str) -> None:
     elif kind == "extract":
         assert score.extract == what and score.score == 0.0, score
     else:
-        assert not score.rejected and {
-            "compile": not score.compiles, "run": score.compiles and not score.runs, "output": score.runs,
-            "timeout": score.timed_out, "output_cap": score.killed == "output_cap",
-        }[what], score
+        assert (
+            not score.rejected
+            and {
+                "compile": not score.compiles,
+                "run": score.compiles and not score.runs,
+                "output": score.runs,
+                "timeout": score.timed_out,
+                "output_cap": score.killed == "output_cap",
+            }[what]
+        ), score
 
 
 @pytest.mark.parametrize("runner", ["fork", "subprocess"])

@@ -56,7 +56,11 @@ def test_unterminated_fence_runs_to_the_end(tasks):
 
 
 def test_whole_unit_echoed(tasks):
-    unit = "def total_population(cities: list[City]) -> int {\n" + "\n".join("    " + ln for ln in GOLD_TOTAL.split("\n")) + "\n}"
+    unit = (
+        "def total_population(cities: list[City]) -> int {\n"
+        + "\n".join("    " + ln for ln in GOLD_TOTAL.split("\n"))
+        + "\n}"
+    )
     ex = extract_body(f"```jac\n{unit}\n```", tasks["fx_total_population"])
     assert ex.body == GOLD_TOTAL and ex.method == "fence+unit"
 
@@ -83,7 +87,13 @@ def test_unit_kind_mismatch_still_found(tasks):
 
 
 def test_signature_with_braces_in_defaults_and_strings():
-    t = Task(id="t", expected_stdout="", unit={"kind": "def", "name": "f"}, template="def f {\n    __HOLE__\n}\n", gold_body="")
+    t = Task(
+        id="t",
+        expected_stdout="",
+        unit={"kind": "def", "name": "f"},
+        template="def f {\n    __HOLE__\n}\n",
+        gold_body="",
+    )
     c = 'def f(d: dict = {}, s: str = "{") -> dict {\n    x = "}";  # } comment\n    return d;\n}'
     assert extract_body(c, t).body == 'x = "}";  # } comment\nreturn d;'
 
@@ -96,7 +106,7 @@ def test_partial_hole_body_only(tasks):
 def test_partial_hole_whole_unit_cuts_the_templates_own_statements(tasks):
     body = 'if c.population > 500 {\n    label = "big";\n} elif c.population > 100 {\n    label = "medium";\n}'
     unit = (
-        "def describe(c: City) -> str {\n    label = \"small\";\n"
+        'def describe(c: City) -> str {\n    label = "small";\n'
         + "\n".join("    " + ln for ln in body.split("\n"))
         + '\n    return f"{c.name}: {label}";\n}'
     )
@@ -106,7 +116,7 @@ def test_partial_hole_whole_unit_cuts_the_templates_own_statements(tasks):
 
 def test_partial_hole_keeps_a_trailing_brace_that_belongs_to_the_answer(tasks):
     """Only whole, brace-balanced context runs are cut."""
-    body = "if c.population > 500 {\n    label = \"big\";\n}"
+    body = 'if c.population > 500 {\n    label = "big";\n}'
     assert body_of(tasks, "fx_describe_size", body) == body
 
 
@@ -144,7 +154,9 @@ def test_fenced_blocks():
     assert [(b.lang, b.code) for b in blocks] == [("jac", "x;"), ("python", "y"), ("", "z")]
 
 
-@pytest.mark.parametrize("task_id", ["fx_visit_city", "fx_total_population", "fx_describe_size", "fx_stack_push", "fx_door_greet"])
+@pytest.mark.parametrize(
+    "task_id", ["fx_visit_city", "fx_total_population", "fx_describe_size", "fx_stack_push", "fx_door_greet"]
+)
 def test_splice_of_gold_reproduces_the_gold_program(tasks, task_id):
     t = tasks[task_id]
     program = splice(t.template, WRITTEN[task_id].body, t.indent)
@@ -166,7 +178,14 @@ def test_same_method_name_in_several_archetypes_takes_the_holes_archetype():
         "obj Square {\n    has side: int;\n    def area -> int {\n        return self.side * self.side;\n    }\n}\n"
         "obj Rect {\n    has w: int;\n    has h: int;\n    def area -> int {\n        __HOLE__\n    }\n}\n"
     )
-    t = Task(id="t", expected_stdout="", unit={"kind": "def", "name": "area"}, indent="        ", template=template, gold_body="")
+    t = Task(
+        id="t",
+        expected_stdout="",
+        unit={"kind": "def", "name": "area"},
+        indent="        ",
+        template=template,
+        gold_body="",
+    )
     whole = template.replace("        __HOLE__", "        return self.w * self.h;")
     assert extract_body(f"```jac\n{whole}```", t).body == "return self.w * self.h;"
     edge_expr = "for p in [edge here ->:Road:-> there] {\n    x = 1;\n}"
@@ -217,7 +236,9 @@ REASONING: dict[str, Callable[[str], str]] = {
     "uppercase": lambda a: f"<THINK>short {DECOY} </THINK>  \n{a}",
     "opened_by_the_chat_template": lambda a: f"Okay, the user wants the body.\n{DECOY}\nRight.\n</think>\n\n{a}",
     "two_blocks": lambda a: f"<think>first {DECOY}</think>\n<think>\nsecond\n</think>\n{a}",
-    "harmony_channels": lambda a: f"<|channel|>analysis<|message|>{DECOY}<|end|><|start|>assistant<|channel|>final<|message|>{a}",
+    "harmony_channels": lambda a: (
+        f"<|channel|>analysis<|message|>{DECOY}<|end|><|start|>assistant<|channel|>final<|message|>{a}"
+    ),
     "answer_tag": lambda a: f"<think>{DECOY}</think>\n<answer>\n{a}\n</answer>",
 }
 
@@ -289,7 +310,9 @@ def impl_variant(t: Task) -> Task | None:
     """The task with its unit moved out of line: a declaration where it was, an `impl` block
     after its archetype holding the hole. None for units nested in another unit."""
     tpl, u = t.template, _hole_unit(t)
-    if u.kind == "impl" or any(o.open < u.start < o.close for o in find_units(tpl) if o is not u and o.start != u.start):
+    if u.kind == "impl" or any(
+        o.open < u.start < o.close for o in find_units(tpl) if o is not u and o.start != u.start
+    ):
         return None
     line0 = tpl.rfind("\n", 0, u.start) + 1
     d = len(tpl[line0:]) - len(tpl[line0:].lstrip(" "))
@@ -297,14 +320,22 @@ def impl_variant(t: Task) -> Task | None:
     m = UNIT_RE.match(header)
     owner = _owner(t, u)
     inner = "\n".join(ln[d:] if not ln[:d].strip() else ln for ln in tpl[u.open + 1 : u.close].split("\n"))
-    impl = f"\nimpl {owner + '.' if owner else ''}{m['name']}{header[m.end():]} {{{inner}}}\n"
+    impl = f"\nimpl {owner + '.' if owner else ''}{m['name']}{header[m.end() :]} {{{inner}}}\n"
     archs = [a for a in find_units(tpl, pattern=ARCHETYPE_RE) if a.open < u.start < a.close]
     ins = archs[0].close + 1 if archs else u.close + 1
     new = tpl[: u.start] + header + ";" + tpl[u.close + 1 : ins] + impl + tpl[ins:]
     gold = "".join(ln[d:] if not ln[:d].strip() else ln for ln in t.gold_body.splitlines(keepends=True))
     name = f"{owner}.{m['name']}" if owner else m["name"]
-    return Task.model_validate({**t.model_dump(), "id": t.id + "_impl", "unit": {"kind": "impl", "name": name},
-                                "indent": t.indent[d:], "template": new, "gold_body": gold})
+    return Task.model_validate(
+        {
+            **t.model_dump(),
+            "id": t.id + "_impl",
+            "unit": {"kind": "impl", "name": name},
+            "indent": t.indent[d:],
+            "template": new,
+            "gold_body": gold,
+        }
+    )
 
 
 def as_inline(t: Task) -> str:
@@ -406,7 +437,9 @@ def test_a_body_never_written_is_empty(tasks, form):
         assert not ex.ok and ex.body == "", (t.id, ex)
 
 
-@pytest.mark.parametrize("form", ["backticks_jac", "tildes", "four_backticks", "unclosed", "indented_3", "prose_around"])
+@pytest.mark.parametrize(
+    "form", ["backticks_jac", "tildes", "four_backticks", "unclosed", "indented_3", "prose_around"]
+)
 def test_unterminated_reasoning_takes_the_last_fence(tasks, form):
     for a in answered(tasks):
         for echo in (a.task.gold_body.rstrip("\n"), a.unit, whole_file(a.task)):
@@ -443,7 +476,9 @@ def test_impl_hole_answered_by_impl_block_inline_unit_or_file(tasks):
 
 def test_impl_of_another_owner_is_not_taken():
     template = "obj A {\n    def f -> int;\n}\nobj B {\n    def f -> int;\n}\nimpl B.f -> int {\n    __HOLE__\n}\n"
-    t = Task(id="t", expected_stdout="", unit={"kind": "impl", "name": "B.f"}, indent="    ", template=template, gold_body="")
+    t = Task(
+        id="t", expected_stdout="", unit={"kind": "impl", "name": "B.f"}, indent="    ", template=template, gold_body=""
+    )
     c = "impl A.f -> int {\n    return 1;\n}\nimpl B.f -> int {\n    return 2;\n}"
     assert extract_body(c, t).body == "return 2;"
 
@@ -453,7 +488,9 @@ def test_truncated_answers_are_rejected_or_incomplete(tasks, cut):
     for a in answered(tasks):
         ex = extract_body(FENCES["unclosed"](a.unit[: int(len(a.unit) * cut)]), a.task)
         assert not _gives(ex, a), (a.task.id, ex)
-    ex = extract_body("```jac\ndef total_population(cities: list[City]) -> int {\n    return 0;\n", tasks["fx_total_population"])
+    ex = extract_body(
+        "```jac\ndef total_population(cities: list[City]) -> int {\n    return 0;\n", tasks["fx_total_population"]
+    )
     assert not ex.ok and "truncated" in ex.rejected
     ex = extract_body("```jac\ns = 0;\nfor c in cities {\n    s += c.population;\n```", tasks["fx_total_population"])
     assert not ex.ok and "truncated" in ex.rejected
@@ -473,13 +510,21 @@ def completions(draw, pool: list[Answers]):
     code = {"body": a.task.gold_body.rstrip("\n"), "unit": a.unit, "impl": a.impl, "file": whole_file(a.task)}[echo]
     char = draw(st.sampled_from("`~"))
     fence = char * draw(st.integers(3, 7))
-    info = draw(st.sampled_from(["", "jac", " jac", "python {.x}", "{.jac}", "Jac title=x"] + (["jac `x`"] if char == "~" else [])))
+    info = draw(
+        st.sampled_from(
+            ["", "jac", " jac", "python {.x}", "{.jac}", "Jac title=x"] + (["jac `x`"] if char == "~" else [])
+        )
+    )
     pad = " " * draw(st.integers(0, 3))
-    wrapped = draw(st.sampled_from([
-        f"{pad}{fence}{info}\n{_indent(code, pad)}\n{pad}{fence}{char * draw(st.integers(0, 2))}",
-        f"{fence}{info}\n{code}",
-        code,
-    ]))
+    wrapped = draw(
+        st.sampled_from(
+            [
+                f"{pad}{fence}{info}\n{_indent(code, pad)}\n{pad}{fence}{char * draw(st.integers(0, 2))}",
+                f"{fence}{info}\n{code}",
+                code,
+            ]
+        )
+    )
     if echo == "file" and not wrapped.startswith(code):
         wrapped = draw(st.sampled_from(["", "Here is the whole file.\n"])) + wrapped
     elif draw(st.booleans()):
@@ -501,7 +546,12 @@ def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
     pass; a body never written or truncated is not."""
     table, bad = score_forms(tiered_scorer, answered(tasks), answered_out_of_line(tasks))
     assert bad == [] and len(table) == 29
-    rows = [(t.id, f"reason/{k}", f(FENCES[k2](t.gold_body))) for t in tasks.values() for k, f in REASONING.items() for k2 in ("tildes", "five_backticks_closed_by_six")]
+    rows = [
+        (t.id, f"reason/{k}", f(FENCES[k2](t.gold_body)))
+        for t in tasks.values()
+        for k, f in REASONING.items()
+        for k2 in ("tildes", "five_backticks_closed_by_six")
+    ]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     assert [r[:2] for r, s in zip(rows, scores) if not s.exact] == []
 

@@ -40,7 +40,9 @@ UID_MODE = plan_for(RewardScorer({"cache": False}).cfg).mode == "uid"
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 LINGER = f'[sys.executable, "-c", "import time; time.sleep(1000)", "{TOKEN}"]'  # a process that outlives the run
 
-ATTACK_TEMPLATE = HOSTILE_TEMPLATE.replace("import subprocess;\n", "import subprocess;\nimport socket;\nimport ctypes;\nimport json;\n")
+ATTACK_TEMPLATE = HOSTILE_TEMPLATE.replace(
+    "import subprocess;\n", "import subprocess;\nimport socket;\nimport ctypes;\nimport json;\n"
+)
 ATTACK_TASK = HOSTILE_TASK.model_copy(update={"id": "fx_attack", "template": ATTACK_TEMPLATE})
 SUBPROCESS_TIMEOUT = 15.0  # a `jac run` process needs seconds to start on a loaded machine
 
@@ -117,9 +119,15 @@ PRIVATE_FILE = "got = False;\n" + try_("got = SECRET_TEXT in open(PRIVATE).read(
 
 NETWORK = (
     "got = False;\n"
-    + try_('c = socket.create_connection(("127.0.0.1", PORT), timeout=1);\n    c.sendall(b"leak");\n    c.close();\n    got = True;')
-    + try_('u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);\n    u.sendto(b"leak", ("127.0.0.1", PORT));\n    got = True;')
-    + try_('a = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM);\n    a.connect(ABSTRACT);\n    a.sendall(b"leak");\n    got = True;')
+    + try_(
+        'c = socket.create_connection(("127.0.0.1", PORT), timeout=1);\n    c.sendall(b"leak");\n    c.close();\n    got = True;'
+    )
+    + try_(
+        'u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);\n    u.sendto(b"leak", ("127.0.0.1", PORT));\n    got = True;'
+    )
+    + try_(
+        'a = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM);\n    a.connect(ABSTRACT);\n    a.sendall(b"leak");\n    got = True;'
+    )
     + end()
 )
 
@@ -132,7 +140,7 @@ WRITE_OUTSIDE = (
 )
 
 FILL_DISK = (
-    "total = 0;\nchunk = b\"x\" * (1 << 20);\ni = 0;\ntry {\n    while total < 2 * CAP {\n"
+    'total = 0;\nchunk = b"x" * (1 << 20);\ni = 0;\ntry {\n    while total < 2 * CAP {\n'
     '        f = open(f"fill{i}.bin", "wb");\n        for k in range(8) {\n            f.write(chunk);\n            f.flush();\n'
     "            total += len(chunk);\n        }\n        f.close();\n        i += 1;\n    }\n"
     "} except OSError {\n    _ = 0;\n}\n"
@@ -145,8 +153,10 @@ PROC_SNOOP = (
     + try_('got = got or len(open(f"/proc/{pid}/environ").read()) > 0;', "    ")
     + try_('got = got or len(open(f"/proc/{pid}/cmdline").read()) > 0;', "    ")
     + "}\n"
-    + try_('for p in os.listdir("/proc") {\n        if p.isdigit() and int(p) != me {\n'
-           '            got = got or len(open(f"/proc/{p}/cmdline").read()) > 0;\n        }\n    }')
+    + try_(
+        'for p in os.listdir("/proc") {\n        if p.isdigit() and int(p) != me {\n'
+        '            got = got or len(open(f"/proc/{p}/cmdline").read()) > 0;\n        }\n    }'
+    )
     + end()
 )
 
@@ -167,7 +177,9 @@ CASES = {
     "deep_recursion": Case("return work(n + 1) + 1;", failed_run),
     "deep_recursion_no_limit": Case("sys.setrecursionlimit(1000000000);\nreturn work(n + 1) + 1;", did_not_run),
     "memory_bomb": Case("x = bytearray(10 ** 11);\nreturn n;", failed_run),
-    "memory_bomb_growing": Case("xs = [];\nwhile True {\n    xs.append(bytearray(200000000));\n}\nreturn n;", did_not_run),
+    "memory_bomb_growing": Case(
+        "xs = [];\nwhile True {\n    xs.append(bytearray(200000000));\n}\nreturn n;", did_not_run
+    ),
     "fork_bomb": Case(
         "while True {\n    try {\n        if os.fork() == 0 and os.getpid() % 3 == 0 {\n"
         f"            os.execv(sys.executable, {LINGER});\n        }}\n"
@@ -178,7 +190,8 @@ CASES = {
     "sys_exit_before_print": Case("sys.exit(0);\nreturn n * 2;", ran_wrong),
     "os_exit": Case("os._exit(0);\nreturn n * 2;", ran_wrong),
     "read_env": Case(
-        'leaked = "JACRL_TEST_SECRET" in os.environ or len(os.environ) > 20;\nreturn 0 if leaked else n * 2;', passed,
+        'leaked = "JACRL_TEST_SECRET" in os.environ or len(os.environ) > 20;\nreturn 0 if leaked else n * 2;',
+        passed,
     ),
     "background_process": Case(
         f"subprocess.Popen({LINGER}, start_new_session=True);\n"
@@ -197,7 +210,7 @@ CASES = {
     ),
     "files_outside": Case(
         'for p in [KEEP, STRAY] {\n    try {\n        f = open(p, "w");\n        f.write("pwned");\n        f.close();\n'
-        '    } except Exception {\n        _ = 0;\n    }\n}\n'
+        "    } except Exception {\n        _ = 0;\n    }\n}\n"
         "try {\n    os.remove(GONE);\n} except Exception {\n    _ = 0;\n}\nreturn n * 2;",
         passed,
     ),
@@ -328,8 +341,20 @@ def world(tmp_path_factory):
         "CAP": str(RewardScorer({"cache": False}).cfg.limits.tmp_size_mb << 20),
     }
     # (files no one edits while the suite runs: other work may go on in the project tree)
-    watched = [project / ".cache" / "reward.sqlite", key, private, Path(jaclang.__file__), REPO / "tests" / "reward" / "fixtures" / "tasks.jsonl"]
-    yield {"subst": w, "listener": listener, "watched": watched, "tmp_cap": int(w["CAP"]), "new": REPO / f".jacrl-pwned-{TOKEN}"}
+    watched = [
+        project / ".cache" / "reward.sqlite",
+        key,
+        private,
+        Path(jaclang.__file__),
+        REPO / "tests" / "reward" / "fixtures" / "tasks.jsonl",
+    ]
+    yield {
+        "subst": w,
+        "listener": listener,
+        "watched": watched,
+        "tmp_cap": int(w["CAP"]),
+        "new": REPO / f".jacrl-pwned-{TOKEN}",
+    }
     listener.close()
     private.unlink()
 
@@ -349,7 +374,10 @@ def _record(name: str, runner: str, score: float) -> None:
     path = os.environ.get("JACRL_HOSTILE_TABLE")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({"attack": name, "user": getpass.getuser(), "runner": runner, "score": round(score, 4)}) + "\n")
+            fh.write(
+                json.dumps({"attack": name, "user": getpass.getuser(), "runner": runner, "score": round(score, 4)})
+                + "\n"
+            )
 
 
 def _body(case: Case, world: dict, tmp_path: Path) -> tuple[str, tuple]:

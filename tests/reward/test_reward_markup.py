@@ -23,15 +23,19 @@ DECOY = '```jac\nprint("decoy");\n```'
 MARKUP = {  # form: completion of a gold body `g`, as decoders of each chat format print it
     "chatml_on_the_closing_fence_line": lambda g: f"```jac\n{g}```<|im_end|>",
     "chatml_after_an_unclosed_fence": lambda g: f"```jac\n{g}<|im_end|>",
-    "chatml_header_and_next_turn": lambda g: f"<|im_start|>assistant\n```jac\n{g}```<|im_end|>\n<|im_start|>user\n"
-                                             f"Thanks! Now this one.<|im_end|>\n<|im_start|>assistant\n{DECOY}",
+    "chatml_header_and_next_turn": lambda g: (
+        f"<|im_start|>assistant\n```jac\n{g}```<|im_end|>\n<|im_start|>user\n"
+        f"Thanks! Now this one.<|im_end|>\n<|im_start|>assistant\n{DECOY}"
+    ),
     "llama3": lambda g: f"<|start_header_id|>assistant<|end_header_id|>\n\n```jac\n{g}```<|eot_id|>",
     "llama3_end_of_text_unclosed": lambda g: f"```jac\n{g}<|end_of_text|>",
     "gemma": lambda g: f"<start_of_turn>model\n```jac\n{g}```<end_of_turn>\n<eos>",
     "mistral": lambda g: f"```jac\n{g}```</s>[INST] And now? [/INST]{DECOY}",
     "gpt_end_of_text_unclosed": lambda g: f"~~~jac\n{g}<|endoftext|>",
-    "harmony_final_then_return": lambda g: f"<|channel|>analysis<|message|>{DECOY}<|end|><|start|>assistant"
-                                           f"<|channel|>final<|message|>```jac\n{g}```<|return|>",
+    "harmony_final_then_return": lambda g: (
+        f"<|channel|>analysis<|message|>{DECOY}<|end|><|start|>assistant"
+        f"<|channel|>final<|message|>```jac\n{g}```<|return|>"
+    ),
     "phi_end": lambda g: f"```jac\n{g}```<|end|>",
     "bare_body_then_end": lambda g: f"{g}<|im_end|>",
     "think_then_end": lambda g: f"<think>\n{DECOY}\n</think>\n```jac\n{g}```<|im_end|>",
@@ -56,8 +60,12 @@ def completions(forms: dict, t: Task) -> tuple[list[str], list[str]]:
 
 
 def test_library_scores_every_marked_answer_exact_and_never_a_missing_one(tasks, tiered_scorer):
-    rows = [(t.id, name, f(t.gold_body), ok) for t in tasks.values()
-            for forms, ok in ((MARKUP, True), (NEVER_ANSWERED, False)) for name, f in forms.items()]
+    rows = [
+        (t.id, name, f(t.gold_body), ok)
+        for t in tasks.values()
+        for forms, ok in ((MARKUP, True), (NEVER_ANSWERED, False))
+        for name, f in forms.items()
+    ]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     wrong = [(task_id, name, s.extract, s.rejected) for (task_id, name, _, ok), s in zip(rows, scores) if s.exact != ok]
     assert wrong == []
@@ -72,8 +80,10 @@ def test_the_tokenizers_own_special_tokens(tasks, tiny_model):
     assert "<|turn_over|>" in special and "<|im_end|>" in special
     t = tasks["fx_total_population"]
     completion = f"```jac\n{t.gold_body}<|turn_over|>\nuser\nThat was it"
-    with RewardScorer({"cache": False, "workers": 1}, tasks=tasks, special_tokens=special) as own, \
-            RewardScorer({"cache": False, "workers": 1}, tasks=tasks) as plain:
+    with (
+        RewardScorer({"cache": False, "workers": 1}, tasks=tasks, special_tokens=special) as own,
+        RewardScorer({"cache": False, "workers": 1}, tasks=tasks) as plain,
+    ):
         assert own.score(t.id, completion).exact
         assert not plain.score(t.id, completion).exact
 
@@ -98,7 +108,9 @@ def test_trl_callable(tasks):
 
 
 def test_mlx_lm_lora_function(tasks, monkeypatch):
-    monkeypatch.setattr(interop, "_shared", interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1}))
+    monkeypatch.setattr(
+        interop, "_shared", interop.JacReward(tasks=FIXTURES / "tasks.jsonl", config={"cache": False, "workers": 1})
+    )
     t = tasks["fx_stack_push"]
     names, comps = completions(MARKUP | NEVER_ANSWERED, t)
     try:
@@ -133,9 +145,22 @@ def test_installed_jacrl_score_on_a_file_an_editor_saved(tasks, tmp_path):
     script = Path(sys.executable).with_name("jacrl-score")
     if not script.exists():
         pytest.skip("jacrl-score is not installed beside this interpreter (pip install -e .)")
-    out = subprocess.run([str(script), "--task", t.id, str(tmp_path / "answer.txt"), "--tasks", str(FIXTURES / "tasks.jsonl"),
-                          "--no-cache"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [
+            str(script),
+            "--task",
+            t.id,
+            str(tmp_path / "answer.txt"),
+            "--tasks",
+            str(FIXTURES / "tasks.jsonl"),
+            "--no-cache",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert "score        1.0000  [tiered]" in out.stdout and "exact        True" in out.stdout
 
@@ -146,8 +171,12 @@ def test_corpus_every_marked_answer_scores_exact(corpus, tiered_scorer):
     """Every corpus task's gold body in every chat-markup form is an exact pass; the forms that
     never answer never pass (real runs)."""
     tiered_scorer.tasks.update(corpus)
-    rows = [(t.id, name, f(t.gold_body), ok) for t in corpus.values()
-            for forms, ok in ((MARKUP, True), (NEVER_ANSWERED, False)) for name, f in forms.items()]
+    rows = [
+        (t.id, name, f(t.gold_body), ok)
+        for t in corpus.values()
+        for forms, ok in ((MARKUP, True), (NEVER_ANSWERED, False))
+        for name, f in forms.items()
+    ]
     scores = tiered_scorer.score_batch([r[0] for r in rows], [r[2] for r in rows])
     table: dict[str, list[int]] = {}
     for (_, name, _, ok), s in zip(rows, scores):

@@ -25,7 +25,19 @@ from jacrl.reward.splice import splice
 # Normal runs get a generous timeout so a slow interpreter start never decides parity;
 # the timeout corruption gets a short one (both runners must report a timeout).
 NORMAL_TIMEOUT, LOOP_TIMEOUT = 30.0, 2.0
-COMPARED = ("score", "compiles", "runs", "exact", "output_ratio", "line_frac", "idiom", "body_sim", "timed_out", "killed", "exit_code")
+COMPARED = (
+    "score",
+    "compiles",
+    "runs",
+    "exact",
+    "output_ratio",
+    "line_frac",
+    "idiom",
+    "body_sim",
+    "timed_out",
+    "killed",
+    "exit_code",
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +76,9 @@ def check_parity(runners, tasks, cases: list[tuple[str, str]]) -> list[str]:
     for (t, variant, body, _program, _timeout), ref, got in zip(jobs, slow, fast):
         for field in ("exit_code", "stdout", "timed_out", "killed", "compiles", "runs"):
             if getattr(got, field) != getattr(ref, field):
-                problems.append(f"{t.id}/{variant}: {field} fork={getattr(got, field)!r} subprocess={getattr(ref, field)!r}")
+                problems.append(
+                    f"{t.id}/{variant}: {field} fork={getattr(got, field)!r} subprocess={getattr(ref, field)!r}"
+                )
         for scheme in ("dense_v2", "tiered"):
             c = cfg.model_copy(update={"scheme": scheme})
             a = score_run(c, body=body, gold=t.gold_body, expected=t.expected_stdout, run=got).to_dict()
@@ -79,7 +93,10 @@ def check_parity(runners, tasks, cases: list[tuple[str, str]]) -> list[str]:
 
 
 def test_parity_on_a_fixture_slice(runners, tasks):
-    cases = [("fx_total_population", v) for v in CORRUPTIONS] + [("fx_visit_city", "gold"), ("fx_door_greet", "wrong_output")]
+    cases = [("fx_total_population", v) for v in CORRUPTIONS] + [
+        ("fx_visit_city", "gold"),
+        ("fx_door_greet", "wrong_output"),
+    ]
     assert check_parity(runners, tasks, cases) == []
 
 
@@ -118,6 +135,11 @@ def test_parity_on_exit_and_output_paths(runners):
         refs = dict(zip(programs, pool.map(lambda p: sub.run(p, NORMAL_TIMEOUT), programs.values())))
     for name, program in programs.items():
         got, ref = _fork_run(forks, program, NORMAL_TIMEOUT), refs[name]
-        assert (got.exit_code, got.stdout, got.runs, got.compiles) == (ref.exit_code, ref.stdout, ref.runs, ref.compiles), name
+        assert (got.exit_code, got.stdout, got.runs, got.compiles) == (
+            ref.exit_code,
+            ref.stdout,
+            ref.runs,
+            ref.compiles,
+        ), name
     assert refs["sys_exit_3"].exit_code == 3 and refs["sigterm_self"].exit_code == -15
     assert refs["os_exit_partial_flush"].stdout.startswith("start\nxxx")

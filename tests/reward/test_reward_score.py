@@ -16,8 +16,14 @@ EXPECTED = "a\nb\nc\n"
 
 def run(stdout="", exit_code=0, compiles=None, timed_out=False):
     killed = "timeout" if timed_out else ""
-    return RunResult(exit_code=exit_code, stdout=stdout, stderr="", timed_out=timed_out, killed=killed,
-                     compiles=(exit_code == 0 and not timed_out) if compiles is None else compiles)
+    return RunResult(
+        exit_code=exit_code,
+        stdout=stdout,
+        stderr="",
+        timed_out=timed_out,
+        killed=killed,
+        compiles=(exit_code == 0 and not timed_out) if compiles is None else compiles,
+    )
 
 
 def score(scheme, body, gold, r):
@@ -98,10 +104,15 @@ def test_load_reward_config(tmp_path):
     assert load_reward_config(p) == RewardConfig()
 
 
-outcome = st.fixed_dictionaries({
-    "runs": st.booleans(), "compiles": st.booleans(), "exact": st.booleans(),
-    "line_frac": st.floats(0, 1), "sim": st.floats(0, 1),
-})
+outcome = st.fixed_dictionaries(
+    {
+        "runs": st.booleans(),
+        "compiles": st.booleans(),
+        "exact": st.booleans(),
+        "line_frac": st.floats(0, 1),
+        "sim": st.floats(0, 1),
+    }
+)
 
 
 @settings(database=None)  # no .hypothesis/ example store in the repo
@@ -114,8 +125,12 @@ def test_tiered_is_monotone_in_correctness(a, b):
         runs = o["runs"]
         return 3 if runs and o["exact"] else 2 if runs else 1 if o["compiles"] else 0
 
-    sa = tiered(w, compiles=a["compiles"] or a["runs"], runs=a["runs"], exact=a["exact"], line_frac=a["line_frac"], sim=a["sim"])
-    sb = tiered(w, compiles=b["compiles"] or b["runs"], runs=b["runs"], exact=b["exact"], line_frac=b["line_frac"], sim=b["sim"])
+    sa = tiered(
+        w, compiles=a["compiles"] or a["runs"], runs=a["runs"], exact=a["exact"], line_frac=a["line_frac"], sim=a["sim"]
+    )
+    sb = tiered(
+        w, compiles=b["compiles"] or b["runs"], runs=b["runs"], exact=b["exact"], line_frac=b["line_frac"], sim=b["sim"]
+    )
     if tier(a) > tier(b):
         assert sa > sb
     assert 0.0 <= sa <= 1.0

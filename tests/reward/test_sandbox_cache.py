@@ -73,4 +73,3 @@ def test_several_processes_scoring_at_once_cannot_corrupt_it(tmp_path):
     assert db.execute("SELECT COUNT(*) FROM scores").fetchone() == (4 * 60 * 5,)
     db.close()
     assert len(list(tmp_path.glob("reward.sqlite.bad-*"))) == 1
-

@@ -30,7 +30,15 @@ def test_the_view_holds_the_interpreter_and_packages_but_not_the_project_or_home
     import jaclang
 
     assert visible(Path(sys.base_prefix) / "lib") and visible(Path(jaclang.__file__))
-    for hidden in (REPO / "dataset", REPO / "src", REPO / "tests", REPO / ".cache", Path.home() / ".bashrc", Path("/etc/passwd"), Path("/tmp")):
+    for hidden in (
+        REPO / "dataset",
+        REPO / "src",
+        REPO / "tests",
+        REPO / ".cache",
+        Path.home() / ".bashrc",
+        Path("/etc/passwd"),
+        Path("/tmp"),
+    ):
         assert not visible(hidden), hidden
 
 

@@ -59,15 +59,31 @@ def run_as_user(python_args: list[str], table: Path | None = None) -> subprocess
     os.chown(HOME, user.pw_uid, user.pw_gid)
     site = next(p for p in sys.path if p.endswith("site-packages") and "jaclang" in os.listdir(p))
     env = {
-        "PATH": f"{exe.parent}:/usr/bin:/bin", "HOME": str(HOME), "LANG": "C.UTF-8", "USER": USER, "LOGNAME": USER,
+        "PATH": f"{exe.parent}:/usr/bin:/bin",
+        "HOME": str(HOME),
+        "LANG": "C.UTF-8",
+        "USER": USER,
+        "LOGNAME": USER,
         # tests/reward: what REFUSAL imports (reward_helpers)
-        "PYTHONPATH": f"{site}:{REPO / 'src'}:{REPO / 'tests' / 'reward'}", "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": "/tmp",
+        "PYTHONPATH": f"{site}:{REPO / 'src'}:{REPO / 'tests' / 'reward'}",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": "/tmp",
         "LD_LIBRARY_PATH": str(PY_COPY / "lib"),  # the copy's libpython (its RUNPATH names the original)
     }
     if table is not None:
         env["JACRL_HOSTILE_TABLE"] = str(table)
-    cmd = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--reset-env", "--",
-           "env", *(f"{k}={v}" for k, v in env.items()), str(exe), *python_args]
+    cmd = [
+        "setpriv",
+        f"--reuid={user.pw_uid}",
+        f"--regid={user.pw_gid}",
+        "--clear-groups",
+        "--reset-env",
+        "--",
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        str(exe),
+        *python_args,
+    ]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200)
 
 
@@ -84,7 +100,9 @@ def _suite_as_user(select: list[str]) -> None:
     if table is not None:
         table.touch()
         os.chmod(table, 0o666)
-    r = run_as_user(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reward/test_reward_hostile.py", *select], table)
+    r = run_as_user(
+        ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/reward/test_reward_hostile.py", *select], table
+    )
     tail = (r.stdout + r.stderr)[-4000:]
     assert r.returncode == 0, tail
     assert " passed" in r.stdout and " skipped" not in r.stdout, tail  # nothing skipped for want of root

@@ -50,8 +50,10 @@ def test_concurrent_jobs_publish_every_score_once_each(tmp_path):
         assert len(rows) == BATCHES * 6
     cache = SharedScoreCache(path)
     assert len(cache) == (WORKERS - 1) * BATCHES * 5 + BATCHES
-    assert cache.get_many(["w2-7-3", "common-0", "w5-0-0"]) == {"w2-7-3": {"score": 0.3, "worker": 2},
-                                                                "common-0": {"score": 1.0}}
+    assert cache.get_many(["w2-7-3", "common-0", "w5-0-0"]) == {
+        "w2-7-3": {"score": 0.3, "worker": 2},
+        "common-0": {"score": 1.0},
+    }
     cache.close()
     # closing removes a job's local copy; the killed job's stays in its node's temp dir
     assert len(list(local.iterdir())) == 1
@@ -82,12 +84,15 @@ scratch@o2ib:/fs /scratch lustre rw 0 0
 """
 
 
-@pytest.mark.parametrize("path,fstype", [
-    ("/home/me/jacrl/.cache/reward.sqlite", "nfs4"),
-    ("/home/local/run/reward.sqlite", "ext4"),   # the longest mount point wins
-    ("/scratch/x/y", "lustre"),
-    ("/tmp/reward.sqlite", "ext4"),
-])
+@pytest.mark.parametrize(
+    "path,fstype",
+    [
+        ("/home/me/jacrl/.cache/reward.sqlite", "nfs4"),
+        ("/home/local/run/reward.sqlite", "ext4"),  # the longest mount point wins
+        ("/scratch/x/y", "lustre"),
+        ("/tmp/reward.sqlite", "ext4"),
+    ],
+)
 def test_filesystem_type_from_the_mount_table(path, fstype):
     assert filesystem_type(path, MOUNTS) == fstype
 

@@ -35,12 +35,15 @@ def test_record_keeps_the_fields_given_and_an_int_timeout():
     assert Task.model_validate(short).record() == short  # defaults are not written out
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("{not json", ":2: not valid JSON"),
-    ('["a list"]', ":2: not a task record (line:"),
-    ('{"id": "x"}', ":2: not a task record (expected_stdout: Field required"),
-    (None, ":2: duplicate task id"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("{not json", ":2: not valid JSON"),
+        ('["a list"]', ":2: not a task record (line:"),
+        ('{"id": "x"}', ":2: not a task record (expected_stdout: Field required"),
+        (None, ":2: duplicate task id"),
+    ],
+)
 def test_a_bad_line_is_named_by_file_and_line(tmp_path, bad, message):
     first = (FIXTURES / "tasks.jsonl").read_text().splitlines()[0]
     path = tmp_path / "tasks.jsonl"

@@ -41,8 +41,26 @@ def test_completion_tokens_are_the_assistants():
 
 
 def test_each_role_selects_its_tokens_with_its_alpha():
-    mask, weights = echo_selection(echo(system={"alpha": 1.0}, user={"alpha": 0.5}, assistant={"alpha": 0.25}), sample())
-    assert mask.tolist() == [False, True, True, False, True, True, True, False, False, False, False, False, True, True, True]
+    mask, weights = echo_selection(
+        echo(system={"alpha": 1.0}, user={"alpha": 0.5}, assistant={"alpha": 0.25}), sample()
+    )
+    assert mask.tolist() == [
+        False,
+        True,
+        True,
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]
     assert weights.tolist() == [0, 1, 1, 0, 0.5, 0.5, 0.5, 0, 0, 0, 0, 0, 0.25, 0.25, 0.25]
 
 
@@ -94,7 +112,11 @@ def filters(monkeypatch):
 
 
 def test_custom_filter_narrows_with_its_kwargs(filters):
-    config = echo(user={"alpha": 0.5}, assistant={"alpha": 1.0}, filter={"import_path": "echo_test_filters.completion_only", "kwargs": {"keep_first": 2}})
+    config = echo(
+        user={"alpha": 0.5},
+        assistant={"alpha": 1.0},
+        filter={"import_path": "echo_test_filters.completion_only", "kwargs": {"keep_first": 2}},
+    )
     mask, weights = echo_selection(config, sample())
     assert mask.nonzero().flatten().tolist() == [12, 13]
     assert weights.tolist()[12:] == [1.0, 1.0, 0.0]

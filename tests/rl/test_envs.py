@@ -19,15 +19,27 @@ from jacrl.rl.envs import build_envs, deal, env_task_files
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.training.sft import gold_completion
 
-RUN_TASKS = [task(f"run-{i}", prompt=p, gold_body=f"    return {i};\n")
-             for i, p in enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])]
+RUN_TASKS = [
+    task(f"run-{i}", prompt=p, gold_body=f"    return {i};\n")
+    for i, p in enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])
+]
 LOSSES = [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}]
 
 
 def mixed(rl_share=1.0, demo_share=1.0, demo_id="demos"):
-    return load_config({"losses": LOSSES, "orchestrator": {"train": {"env": [
-        {"id": "jac", "name": "rl", "enabled_losses": ["rl"], "share": rl_share},
-        {"id": demo_id, "name": "demos", "enabled_losses": ["echo"], "share": demo_share}]}}})
+    return load_config(
+        {
+            "losses": LOSSES,
+            "orchestrator": {
+                "train": {
+                    "env": [
+                        {"id": "jac", "name": "rl", "enabled_losses": ["rl"], "share": rl_share},
+                        {"id": demo_id, "name": "demos", "enabled_losses": ["echo"], "share": demo_share},
+                    ]
+                }
+            },
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +50,14 @@ def backend(tiny_model):
 
 
 def orchestrator(backend, config, rl_dir="dataset/rl", **kw):
-    cfg = GRPOConfig(**{**dict(iters=4, group_size=4, prompts_per_step=4, max_completion=8, max_seq=256, seed=0,
-                               log_reference_kl=False), **kw})
+    cfg = GRPOConfig(
+        **{
+            **dict(
+                iters=4, group_size=4, prompts_per_step=4, max_completion=8, max_seq=256, seed=0, log_reference_kl=False
+            ),
+            **kw,
+        }
+    )
     envs = build_envs(config.orchestrator.train.env, RUN_TASKS, rl_dir)
     return Orchestrator(RUN_TASKS, backend, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config), envs=envs)
 
@@ -59,9 +77,9 @@ def test_demonstrations_are_gold_bodies_trained_by_echo_only_and_rl_rows_carry_a
         prompt = backend.prompt_ids(t.prompt)
         gold = backend.completion_ids(gold_completion(t))[:8]
         length = int(batch.attention_mask[row].sum())
-        assert batch.input_ids[row, len(prompt):length].tolist() == gold
+        assert batch.input_ids[row, len(prompt) : length].tolist() == gold
         completion = torch.zeros_like(batch.echo_mask[row])
-        completion[len(prompt):length] = True
+        completion[len(prompt) : length] = True
         assert torch.equal(batch.echo_mask[row], completion)  # echo: every gold token, nothing else
         assert not batch.loss_mask[row].any() and not batch.advantages[row].any()
     for row in rl:
@@ -107,16 +125,30 @@ def test_env_ids_name_a_producer_and_a_task_set():
     assert parse_env_id("jac").tasks is None
     assert str(parse_env_id("demos:r3").task_file("dataset/rl")) == "dataset/rl/rungs/r3/train.jsonl"
     assert str(parse_env_id("jac:trainpool").task_file("d")) == "d/trainpool.jsonl"
-    for bad, message in [("math-env", "must start with what produces"), ("jac:holdout", "never trains"),
-                         ("demos:somewhere", "a split")]:
+    for bad, message in [
+        ("math-env", "must start with what produces"),
+        ("jac:holdout", "never trains"),
+        ("demos:somewhere", "a split"),
+    ]:
         with pytest.raises(pydantic.ValidationError, match=message):
             LossFrameworkConfig.model_validate({"orchestrator": {"train": {"env": [{"id": bad}]}}})
 
 
 def test_a_demos_env_is_trained_by_echo_only():
     with pytest.raises(pydantic.ValidationError, match="`demos` env is trained by echo only"):
-        LossFrameworkConfig.model_validate({"losses": LOSSES, "orchestrator": {"train": {"env": [
-            {"id": "jac", "name": "rl", "enabled_losses": ["rl"]}, {"id": "demos", "enabled_losses": ["rl", "echo"]}]}}})
+        LossFrameworkConfig.model_validate(
+            {
+                "losses": LOSSES,
+                "orchestrator": {
+                    "train": {
+                        "env": [
+                            {"id": "jac", "name": "rl", "enabled_losses": ["rl"]},
+                            {"id": "demos", "enabled_losses": ["rl", "echo"]},
+                        ]
+                    }
+                },
+            }
+        )
 
 
 def test_deal_keeps_every_env_within_one_prompt_of_its_share():

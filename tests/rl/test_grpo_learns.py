@@ -45,14 +45,31 @@ def learnable_model(tmp_path_factory):
     out = tmp_path_factory.getbasetemp() / "jacrl-tiny-model-learnable"
     if not (out / "config.json").is_file():
         cfg = TEST_TINY.model_copy(update={"pretrain_steps": 16, "lr": 2e-2, "warmup_steps": 1})
-        build_tiny_model(out, driver_paths_from_tasks(FIXTURES / "trainpool.jsonl", FIXTURES), cfg, threads=2,
-                         holdout_driver_paths=driver_paths_from_tasks(FIXTURES / "holdout.jsonl", FIXTURES))
+        build_tiny_model(
+            out,
+            driver_paths_from_tasks(FIXTURES / "trainpool.jsonl", FIXTURES),
+            cfg,
+            threads=2,
+            holdout_driver_paths=driver_paths_from_tasks(FIXTURES / "holdout.jsonl", FIXTURES),
+        )
     return out
 
 
-CFG = GRPOConfig(iters=10, lr=1e-2, group_size=16, prompts_per_step=4, max_completion=2, max_seq=256,
-                 lora_layers=-1, lora_rank=8, lora_scale=8.0, temperature=1.0, mask_truncated=False,
-                 log_reference_kl=False, seed=0)
+CFG = GRPOConfig(
+    iters=10,
+    lr=1e-2,
+    group_size=16,
+    prompts_per_step=4,
+    max_completion=2,
+    max_seq=256,
+    lora_layers=-1,
+    lora_rank=8,
+    lora_scale=8.0,
+    temperature=1.0,
+    mask_truncated=False,
+    log_reference_kl=False,
+    seed=0,
+)
 
 
 def fresh_reward(model, adapter) -> float:
@@ -65,8 +82,16 @@ def fresh_reward(model, adapter) -> float:
 
 def test_grpo_raises_the_reward_of_fresh_samples(learnable_model, tmp_path):
     before = fresh_reward(learnable_model, None)  # a fresh LoRA starts at the base (B = 0)
-    out = train_grpo(model_spec(learnable_model, "torch"), TASKS, tmp_path / "grpo", CFG,
-                     load_config({"losses": [{"type": "rl"}]}), EarlyAlphabetScorer(), threads=2, progress=False)
+    out = train_grpo(
+        model_spec(learnable_model, "torch"),
+        TASKS,
+        tmp_path / "grpo",
+        CFG,
+        load_config({"losses": [{"type": "rl"}]}),
+        EarlyAlphabetScorer(),
+        threads=2,
+        progress=False,
+    )
     after = fresh_reward(learnable_model, out)
     curve = [r["reward/mean"] for r in read_metrics(out / "metrics.jsonl")]
     print(f"fresh-sample reward {before:.3f} → {after:.3f}; per-step reward {[round(r, 3) for r in curve]}")

@@ -31,8 +31,20 @@ def scorer(tmp_path_factory):
 
 def grpo_cfg(**kw):
     # 12 tokens cut nearly every completion of the tiny model short: train on them anyway
-    base = dict(iters=3, lr=2e-3, group_size=4, prompts_per_step=1, max_completion=12, max_seq=4096,
-                lora_layers=-1, lora_rank=4, lora_scale=4.0, save_every=2, seed=1, mask_truncated=False)
+    base = dict(
+        iters=3,
+        lr=2e-3,
+        group_size=4,
+        prompts_per_step=1,
+        max_completion=12,
+        max_seq=4096,
+        lora_layers=-1,
+        lora_rank=4,
+        lora_scale=4.0,
+        save_every=2,
+        seed=1,
+        mask_truncated=False,
+    )
     return GRPOConfig(**{**base, **kw})
 
 
@@ -52,8 +64,15 @@ def adapter_moved(model, adapter, backend, task) -> float:
 # fast suite through tests/rl/test_reference.py; `make test-slow` runs this one too.
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
 def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, scorer, tmp_path, backend):
-    out = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", grpo_cfg(), load_config(LOSSES),
-                     scorer, progress=False)
+    out = train_grpo(
+        model_spec(tiny_model, backend),
+        tasks,
+        tmp_path / "grpo",
+        grpo_cfg(),
+        load_config(LOSSES),
+        scorer,
+        progress=False,
+    )
     rows = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [1, 2, 3]
     trained = [r for r in rows if "loss/total" in r]
@@ -69,8 +88,9 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
 def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scorer, tmp_path, backend):
     cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES)
-    ckpt = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer,
-                      progress=False, stop_after=3)
+    ckpt = train_grpo(
+        model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer, progress=False, stop_after=3
+    )
     assert json.loads((ckpt / "state.json").read_text())["step"] == 2 and not (tmp_path / "grpo").exists()
     out = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer, progress=False)
     report = json.loads((out / "grpo_report.json").read_text())
@@ -80,31 +100,57 @@ def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scor
 
 def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer, tmp_path):
     cfg = grpo_cfg(iters=4, save_every=1)
-    train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config(LOSSES), scorer,
-               progress=False, stop_after=1)
+    train_grpo(
+        model_spec(tiny_model, "torch"),
+        tasks,
+        tmp_path / "grpo",
+        cfg,
+        load_config(LOSSES),
+        scorer,
+        progress=False,
+        stop_after=1,
+    )
     with pytest.raises(ValueError, match="cannot resume.*ref_kl"):
-        train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config({}), scorer,
-                   progress=False)
+        train_grpo(
+            model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config({}), scorer, progress=False
+        )
 
 
 def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path):
-    losses = load_config({
-        "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
-        "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
-                                           {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}},
-    })
-    out = train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo",
-                     grpo_cfg(iters=2, prompts_per_step=2), losses, scorer, progress=False)
+    losses = load_config(
+        {
+            "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
+            "orchestrator": {
+                "train": {
+                    "env": [
+                        {"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
+                        {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]},
+                    ]
+                }
+            },
+        }
+    )
+    out = train_grpo(
+        model_spec(tiny_model, "torch"),
+        tasks,
+        tmp_path / "grpo",
+        grpo_cfg(iters=2, prompts_per_step=2),
+        losses,
+        scorer,
+        progress=False,
+    )
     rows = read_metrics(out / "metrics.jsonl")
     assert any(r.get("batch/echo_only_samples", 0) > 0 for r in rows)
     assert any(r.get("batch/echo_tokens", 0) > 0 for r in rows)
 
 
 def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
-    losses = load_config({"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core",
-                                      "kwargs": {"scale": 0.5}}]})
-    out = train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer,
-                     progress=False)
+    losses = load_config(
+        {"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core", "kwargs": {"scale": 0.5}}]}
+    )
+    out = train_grpo(
+        model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer, progress=False
+    )
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/pg/loss"]) for r in rows)
 
@@ -112,9 +158,19 @@ def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
 def test_summary_first_and_last_fifth_and_last_trained_kl():
     from jacrl.rl.loop import summarise
 
-    rows = [{"reward/mean": r, "reward/pass_rate": r, "groups/zero_variance_frac": 0.0, "samples/truncated_frac": 0.5,
-             "kl/reference": 0.1 * i} for i, r in enumerate([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 0.8, 0.6, 0.4])]
-    rows[-1] = {k: v for k, v in rows[-1].items() if k != "kl/reference"} | {"skipped": "every group had zero advantage"}
+    rows = [
+        {
+            "reward/mean": r,
+            "reward/pass_rate": r,
+            "groups/zero_variance_frac": 0.0,
+            "samples/truncated_frac": 0.5,
+            "kl/reference": 0.1 * i,
+        }
+        for i, r in enumerate([0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 0.8, 0.6, 0.4])
+    ]
+    rows[-1] = {k: v for k, v in rows[-1].items() if k != "kl/reference"} | {
+        "skipped": "every group had zero advantage"
+    }
     s = summarise(rows)
     assert s["reward_first_20pct"] == 0.1 and s["reward_last_20pct"] == 0.5
     assert s["truncated_frac"] == 0.5

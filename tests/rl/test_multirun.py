@@ -36,9 +36,17 @@ def start_adapter(tiny_model, tmp_path_factory):
 
 def runs(tmp_path, start, where):
     cfg = dict(iters=3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256)
-    return [RunSpec("a", TASKS[:2], tmp_path / where / "a", GRPOConfig(**cfg, lr=1e-3, seed=1), load_config(LOSSES), start),
-            RunSpec("b", TASKS[1:], tmp_path / where / "b", GRPOConfig(**{**cfg, "iters": 2}, lr=3e-3, seed=2),
-                    load_config(LOSSES), start)]
+    return [
+        RunSpec("a", TASKS[:2], tmp_path / where / "a", GRPOConfig(**cfg, lr=1e-3, seed=1), load_config(LOSSES), start),
+        RunSpec(
+            "b",
+            TASKS[1:],
+            tmp_path / where / "b",
+            GRPOConfig(**{**cfg, "iters": 2}, lr=3e-3, seed=2),
+            load_config(LOSSES),
+            start,
+        ),
+    ]
 
 
 def files(folder):
@@ -53,8 +61,17 @@ def test_each_run_is_byte_identical_to_training_it_alone(tiny_model, start_adapt
     served = runs(tmp_path, start_adapter, "multi")
     outs = train_grpo_runs(model_spec(tiny_model, "torch"), served, WhitespaceScorer(), threads=2, progress=False)
     for run, out in zip(served, outs):
-        alone = train_grpo(model_spec(tiny_model, "torch"), run.tasks, tmp_path / "alone" / run.name, run.cfg,
-                           run.loss_cfg, WhitespaceScorer(), init_adapter=run.init_adapter, threads=2, progress=False)
+        alone = train_grpo(
+            model_spec(tiny_model, "torch"),
+            run.tasks,
+            tmp_path / "alone" / run.name,
+            run.cfg,
+            run.loss_cfg,
+            WhitespaceScorer(),
+            init_adapter=run.init_adapter,
+            threads=2,
+            progress=False,
+        )
         assert files(out) == files(alone) and "adapter_model.safetensors" in files(out)
         assert untimed(out) == untimed(alone)
         assert len(untimed(out)) == run.cfg.iters

@@ -31,13 +31,16 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     student.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)  # a fresh LoRA: the student is the base
     student.configure_optimizer(1e-3)
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
-    cfg = GRPOConfig(iters=1, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, seed=0,
-                     log_reference_kl=False)
+    cfg = GRPOConfig(
+        iters=1, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, seed=0, log_reference_kl=False
+    )
     config = load_config(OPD)
     orch = Orchestrator(TASKS, student, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config))
     data = orch.step(0)
     assert data.batch.input_ids.shape[0] == 8  # no zero-advantage sample dropped: opd does not read advantages
-    row = Trainer(student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher).train_step(data.batch, 1e-3)
+    row = Trainer(student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher).train_step(
+        data.batch, 1e-3
+    )
     assert row["loss/opd/tokens"] > 0
     assert abs(row["loss/opd/loss"]) < 1e-6 and abs(row["loss/opd/reverse_kl"]) < 1e-6
     assert row["grad/norm"] < 1e-6
@@ -52,25 +55,50 @@ def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_model):
 
 
 def greedy_pass(backend, tasks, scorer):
-    groups = backend.generate_ids([backend.prompt_ids(t.prompt) for t in tasks], n=1,
-                                  params=SamplingParams(temperature=0.0, max_tokens=64), progress=False)
+    groups = backend.generate_ids(
+        [backend.prompt_ids(t.prompt) for t in tasks],
+        n=1,
+        params=SamplingParams(temperature=0.0, max_tokens=64),
+        progress=False,
+    )
     return sum(s.exact for s in scorer.score_batch(tasks, [g[0].text for g in groups])) / len(tasks)
 
 
 @pytest.mark.slow
 def test_toward_a_gold_sft_teacher_the_reverse_kl_falls_and_mem_pass_moves_toward_the_teachers(
-        tiny_model, tiny_fixtures, tmp_path):
+    tiny_model, tiny_fixtures, tmp_path
+):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     spec = model_spec(tiny_model, "torch")
     teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=240, save_every=10**6))
-    cfg = GRPOConfig(iters=30, lr=2e-3, group_size=4, prompts_per_step=1, max_completion=64, max_seq=4096,
-                     temperature=1.0, lora_layers=-1, lora_rank=8, lora_scale=10.0, seed=0, log_reference_kl=False)
+    cfg = GRPOConfig(
+        iters=30,
+        lr=2e-3,
+        group_size=4,
+        prompts_per_step=1,
+        max_completion=64,
+        max_seq=4096,
+        temperature=1.0,
+        lora_layers=-1,
+        lora_rank=8,
+        lora_scale=10.0,
+        seed=0,
+        log_reference_kl=False,
+    )
     with RewardScorer({"cache_path": str(tmp_path / "reward.sqlite")}, threads=2) as scorer:
         student0 = load_backend(tiny_model, "torch", threads=2)
         start = greedy_pass(student0, tasks, scorer)
         teacher_pass = greedy_pass(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
-        out = train_grpo(spec, tasks, tmp_path / "opd", cfg, load_config({"training_mode": "opd"}), scorer,
-                         teacher=Teacher(spec, teacher_dir), progress=False)
+        out = train_grpo(
+            spec,
+            tasks,
+            tmp_path / "opd",
+            cfg,
+            load_config({"training_mode": "opd"}),
+            scorer,
+            teacher=Teacher(spec, teacher_dir),
+            progress=False,
+        )
         end = greedy_pass(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
     kl = [r["loss/opd/reverse_kl_k3"] for r in read_metrics(out / "metrics.jsonl")]
     third = len(kl) // 3

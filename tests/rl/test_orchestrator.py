@@ -16,8 +16,16 @@ from jacrl.training.metrics import read_metrics
 
 
 def cfg(**kw):
-    base = dict(iters=1, lr=1e-3, group_size=4, prompts_per_step=1, max_completion=6, max_seq=256, seed=0,
-                log_reference_kl=False)
+    base = dict(
+        iters=1,
+        lr=1e-3,
+        group_size=4,
+        prompts_per_step=1,
+        max_completion=6,
+        max_seq=256,
+        seed=0,
+        log_reference_kl=False,
+    )
     return GRPOConfig(**{**base, **kw})
 
 
@@ -30,8 +38,14 @@ def backend(tiny_model):
 
 def orchestrator(backend, config=None, **kw):
     losses = load_config(config or {})
-    return Orchestrator(TASKS, backend, WhitespaceScorer(), cfg(**kw), EnvLossPlans.from_config(losses),
-                        renderer=losses.orchestrator.renderer)
+    return Orchestrator(
+        TASKS,
+        backend,
+        WhitespaceScorer(),
+        cfg(**kw),
+        EnvLossPlans.from_config(losses),
+        renderer=losses.orchestrator.renderer,
+    )
 
 
 @pytest.mark.parametrize("mask", [True, False])
@@ -45,21 +59,45 @@ def test_truncated_completions_leave_the_rl_mask_and_are_counted(backend, mask):
 
 
 def test_two_envs_one_prompt_per_step_both_get_rollouts(backend):
-    config = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
-              "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
-                                                 {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}}}
+    config = {
+        "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
+        "orchestrator": {
+            "train": {
+                "env": [
+                    {"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
+                    {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]},
+                ]
+            }
+        },
+    }
     orch = orchestrator(backend, config, filter_zero_advantage=False)
     envs = [set(orch.step(step).batch.envs) for step in range(4)]
     assert envs == [{"rl-env"}, {"imitate"}, {"rl-env"}, {"imitate"}]
 
 
 def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
-    config = load_config({
-        "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
-        "orchestrator": {"train": {"env": [{"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
-                                           {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]}]}}})
-    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg(iters=2), config,
-                     WhitespaceScorer(), progress=False)
+    config = load_config(
+        {
+            "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
+            "orchestrator": {
+                "train": {
+                    "env": [
+                        {"id": "jac", "name": "rl-env", "enabled_losses": ["rl"]},
+                        {"id": "jac", "name": "imitate", "enabled_losses": ["echo"]},
+                    ]
+                }
+            },
+        }
+    )
+    out = train_grpo(
+        model_spec(tiny_model, "torch"),
+        TASKS,
+        tmp_path / "grpo",
+        cfg(iters=2),
+        config,
+        WhitespaceScorer(),
+        progress=False,
+    )
     echo_rows = [r for r in read_metrics(out / "metrics.jsonl") if r.get("batch/echo_only_samples", 0) > 0]
     assert echo_rows and echo_rows[0]["loss/echo/tokens"] > 0
 
@@ -84,8 +122,15 @@ USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user":
 
 def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, tmp_path):
     config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}})
-    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg(iters=1, mask_truncated=False),
-                     config, WhitespaceScorer(), progress=False)
+    out = train_grpo(
+        model_spec(tiny_model, "torch"),
+        TASKS,
+        tmp_path / "grpo",
+        cfg(iters=1, mask_truncated=False),
+        config,
+        WhitespaceScorer(),
+        progress=False,
+    )
     row = read_metrics(out / "metrics.jsonl")[0]
     assert row["echo/echo/user_tokens"] > 0 and row["loss/echo/tokens"] > 0
 

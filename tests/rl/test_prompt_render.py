@@ -69,7 +69,9 @@ def test_token_ids_are_the_tokenization_of_the_rendered_text(chat_tokenizer):
 def test_no_renderer_is_a_plain_string_without_attribution(chat_tokenizer):
     rendered = render_prompt(chat_tokenizer, "Write the body of walker visit.", None)
     assert rendered.roles is None and rendered.tool_names is None
-    assert rendered.token_ids == chat_tokenizer("Write the body of walker visit.", add_special_tokens=False)["input_ids"]
+    assert (
+        rendered.token_ids == chat_tokenizer("Write the body of walker visit.", add_special_tokens=False)["input_ids"]
+    )
     from_messages = render_prompt(chat_tokenizer, MESSAGES[:2], None)
     assert from_messages.roles is None and from_messages.text.startswith("<|im_start|>system")
 

@@ -19,8 +19,17 @@ LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta"
 
 
 def cfg(**kw):
-    base = dict(iters=2, lr=1e-2, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
-                mask_truncated=False, save_every=1, seed=3)
+    base = dict(
+        iters=2,
+        lr=1e-2,
+        group_size=4,
+        prompts_per_step=2,
+        max_completion=8,
+        max_seq=256,
+        mask_truncated=False,
+        save_every=1,
+        seed=3,
+    )
     return GRPOConfig(**{**base, **kw})
 
 
@@ -44,8 +53,16 @@ def kl_curve(out):
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
 def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_adapter, tmp_path, backend):
     def run(ref):
-        return train_grpo(model_spec(tiny_model, backend), TASKS, tmp_path / ref, cfg(reference=ref),
-                          load_config(LOSSES), WhitespaceScorer(), init_adapter=start_adapter, progress=False)
+        return train_grpo(
+            model_spec(tiny_model, backend),
+            TASKS,
+            tmp_path / ref,
+            cfg(reference=ref),
+            load_config(LOSSES),
+            WhitespaceScorer(),
+            init_adapter=start_adapter,
+            progress=False,
+        )
 
     start, base = kl_curve(run("start")), kl_curve(run("base"))
     assert start[0] == pytest.approx(0.0, abs=1e-5)  # the policy before its first update is the reference
@@ -55,20 +72,54 @@ def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_a
 
 def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_path):
     for ref in ("start", "base"):
-        out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / ref, cfg(reference=ref, iters=1),
-                         load_config(LOSSES), WhitespaceScorer(), progress=False)
+        out = train_grpo(
+            model_spec(tiny_model, "torch"),
+            TASKS,
+            tmp_path / ref,
+            cfg(reference=ref, iters=1),
+            load_config(LOSSES),
+            WhitespaceScorer(),
+            progress=False,
+        )
         assert kl_curve(out)[0] == pytest.approx(0.0, abs=1e-5)
 
 
 def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapter, tmp_path):
     c, losses = cfg(iters=3), load_config(LOSSES)
-    whole = kl_curve(train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "whole", c, losses,
-                                WhitespaceScorer(), init_adapter=start_adapter, progress=False))
-    ckpt = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
-                      init_adapter=start_adapter, progress=False, stop_after=2)
+    whole = kl_curve(
+        train_grpo(
+            model_spec(tiny_model, "torch"),
+            TASKS,
+            tmp_path / "whole",
+            c,
+            losses,
+            WhitespaceScorer(),
+            init_adapter=start_adapter,
+            progress=False,
+        )
+    )
+    ckpt = train_grpo(
+        model_spec(tiny_model, "torch"),
+        TASKS,
+        tmp_path / "cut",
+        c,
+        losses,
+        WhitespaceScorer(),
+        init_adapter=start_adapter,
+        progress=False,
+        stop_after=2,
+    )
     assert (ckpt / "reference" / "adapter_config.json").is_file()
-    resumed = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "cut", c, losses, WhitespaceScorer(),
-                         init_adapter=start_adapter, progress=False)
+    resumed = train_grpo(
+        model_spec(tiny_model, "torch"),
+        TASKS,
+        tmp_path / "cut",
+        c,
+        losses,
+        WhitespaceScorer(),
+        init_adapter=start_adapter,
+        progress=False,
+    )
     assert json.loads((resumed / "grpo_report.json").read_text())["resumed_at"] == 2
     assert kl_curve(resumed) == pytest.approx(whole, rel=1e-3, abs=1e-6)
 

@@ -21,18 +21,29 @@ from jacrl.rl.trainer import Trainer, first_supervised
 from jacrl.training.metrics import read_metrics
 
 CONFIG = {
-    "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 0.5}, "user": {"alpha": 1.0}},
-               {"type": "ref_kl", "beta": 0.1}],
-    "orchestrator": {"renderer": "chat_template", "train": {"env": [
-        {"id": "jac", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
-        {"id": "jac", "name": "demos", "enabled_losses": ["echo"]}]}},
+    "losses": [
+        {"type": "rl"},
+        {"type": "echo", "name": "echo", "assistant": {"alpha": 0.5}, "user": {"alpha": 1.0}},
+        {"type": "ref_kl", "beta": 0.1},
+    ],
+    "orchestrator": {
+        "renderer": "chat_template",
+        "train": {
+            "env": [
+                {"id": "jac", "name": "math", "enabled_losses": ["rl", "ref_kl"]},
+                {"id": "jac", "name": "demos", "enabled_losses": ["echo"]},
+            ]
+        },
+    },
 }
 
 
 def batch_and_terms():
     config = LossFrameworkConfig.model_validate(CONFIG)
-    rollouts = [Rollout(env, list(range(1, 6)), list(range(50, 50 + n)), [-0.5] * n, adv, prompt_roles=["user"] * 5)
-                for env, n, adv in (("math", 4, 1.0), ("demos", 3, 0.0), ("math", 2, -1.0))]
+    rollouts = [
+        Rollout(env, list(range(1, 6)), list(range(50, 50 + n)), [-0.5] * n, adv, prompt_roles=["user"] * 5)
+        for env, n, adv in (("math", 4, 1.0), ("demos", 3, 0.0), ("math", 2, -1.0))
+    ]
     return build_batch(rollouts, EnvLossPlans.from_config(config)), build_terms(config.losses, "rl")
 
 
@@ -51,8 +62,16 @@ def test_every_loss_input_follows_the_logprobs_device():
     lp = torch.zeros(batch.input_ids.shape[0], width, device="meta")
     inputs = Trainer(None, [t for t in load_config(CONFIG).losses]).inputs(batch, TokenLogprobs(lp, lp > 0, lp), starts)
     devices = {name: t.device.type for name, t in tensors(inputs).items()}
-    assert set(devices) >= {"loss_mask", "advantages", "inference_logprobs", "echo_mask", "echo_weights",
-                            "ref_logprobs", "term_rows[rl]", "term_rows[echo]"}
+    assert set(devices) >= {
+        "loss_mask",
+        "advantages",
+        "inference_logprobs",
+        "echo_mask",
+        "echo_weights",
+        "ref_logprobs",
+        "term_rows[rl]",
+        "term_rows[echo]",
+    }
     assert set(devices.values()) == {"meta"}, devices
     assert compute_loss(terms, inputs).loss.device.type == "meta"
 
@@ -66,11 +85,13 @@ def test_loss_inputs_on_mixed_devices_are_refused_by_name():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_grpo_steps_on_cuda(tiny_model, tmp_path):
-    cfg = GRPOConfig(iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
-                     mask_truncated=False)
+    cfg = GRPOConfig(
+        iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, mask_truncated=False
+    )
     losses = load_config({"losses": CONFIG["losses"]})
-    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, losses, WhitespaceScorer(),
-                     progress=False)
+    out = train_grpo(
+        model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, losses, WhitespaceScorer(), progress=False
+    )
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/total"]) and "kl/reference" in r for r in rows)
 
@@ -83,10 +104,26 @@ def test_reference_forward_only_when_needed():
 
 
 def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):
-    cfg = GRPOConfig(iters=1, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256,
-                     mask_truncated=False, max_grad_norm=1e-8, log_reference_kl=False)
-    out = train_grpo(model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, load_config({}),
-                     WhitespaceScorer(), progress=False)
+    cfg = GRPOConfig(
+        iters=1,
+        lr=1e-3,
+        group_size=4,
+        prompts_per_step=2,
+        max_completion=8,
+        max_seq=256,
+        mask_truncated=False,
+        max_grad_norm=1e-8,
+        log_reference_kl=False,
+    )
+    out = train_grpo(
+        model_spec(tiny_model, "torch"),
+        TASKS,
+        tmp_path / "grpo",
+        cfg,
+        load_config({}),
+        WhitespaceScorer(),
+        progress=False,
+    )
     row = read_metrics(out / "metrics.jsonl")[0]
     assert row["grad/norm"] > 1e-6  # a clipped norm would be 1e-8
     assert "kl/reference" not in row  # no ref_kl term and not asked for: no reference forward

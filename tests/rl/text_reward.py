@@ -13,8 +13,10 @@ from fixtures.tasks import task
 
 from jacrl.tasks.record import Task
 
-TASKS = [task(f"short-{i}", prompt=p) for i, p in
-         enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])]
+TASKS = [
+    task(f"short-{i}", prompt=p)
+    for i, p in enumerate(["Write Jac.", "Print a value.", "Add two numbers.", "Walk the graph."])
+]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,17 @@ FIXTURES = Path(__file__).parent / "fixtures" / "drivers"
 
 
 def build(drivers: Path, out: Path, runner: str = "fork"):
-    return build_tasks(drivers, out / "tasks.jsonl", out / "templates", out / "refbodies",
-                       timeout=10, build_timeout=60, jobs=2, root=drivers.parent, runner=runner)
+    return build_tasks(
+        drivers,
+        out / "tasks.jsonl",
+        out / "templates",
+        out / "refbodies",
+        timeout=10,
+        build_timeout=60,
+        jobs=2,
+        root=drivers.parent,
+        runner=runner,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +70,17 @@ def test_timeout_stops_the_build(tmp_path, runner):
     body = 'def f() -> int {\n    # >>>HOLE id="z_f" instruction="x"\n    while True { }\n    return 1;\n    # <<<HOLE\n}\nwith entry { print(f()); }\n'
     drivers = _corpus_with(tmp_path, "zz.jac", '"""Slow.\n\nsource: zz_slow\n"""\n' + body, with_fixtures=False)
     with pytest.raises(BuildError, match="timed out after 2s"):
-        build_tasks(drivers, tmp_path / "tasks.jsonl", tmp_path / "t", tmp_path / "r", timeout=10, build_timeout=2,
-                    jobs=1, root=drivers.parent, runner=runner)
+        build_tasks(
+            drivers,
+            tmp_path / "tasks.jsonl",
+            tmp_path / "t",
+            tmp_path / "r",
+            timeout=10,
+            build_timeout=2,
+            jobs=1,
+            root=drivers.parent,
+            runner=runner,
+        )
 
 
 def _corpus_with(tmp_path: Path, name: str, text: str, with_fixtures: bool) -> Path:
@@ -75,21 +93,33 @@ def _corpus_with(tmp_path: Path, name: str, text: str, with_fixtures: bool) -> P
 
 
 BAD_PROGRAMS = {
-    "fails": ("def f() -> int {\n    # >>>HOLE id=\"z_f\" instruction=\"x\"\n    return 1 / 0;\n    # <<<HOLE\n}\nwith entry { print(f()); }\n",
-              "exited 1"),
-    "silent": ("def f() -> int {\n    # >>>HOLE id=\"z_f\" instruction=\"x\"\n    return 1;\n    # <<<HOLE\n}\nwith entry { f(); }\n",
-               "printed nothing"),
-    "nondeterministic": ("def f() -> int {\n    # >>>HOLE id=\"z_f\" instruction=\"x\"\n    return 1;\n    # <<<HOLE\n}\n"
-                         "with entry { print(f()); print(id(object()) % 1000003); }\n", "not deterministic"),
-    "duplicate id across files": ("def f() -> int {\n    # >>>HOLE id=\"fb_shout\" instruction=\"x\"\n    return 1;\n    # <<<HOLE\n}\n"
-                                  "with entry { print(f()); }\n", "duplicate hole id 'fb_shout'"),
+    "fails": (
+        'def f() -> int {\n    # >>>HOLE id="z_f" instruction="x"\n    return 1 / 0;\n    # <<<HOLE\n}\nwith entry { print(f()); }\n',
+        "exited 1",
+    ),
+    "silent": (
+        'def f() -> int {\n    # >>>HOLE id="z_f" instruction="x"\n    return 1;\n    # <<<HOLE\n}\nwith entry { f(); }\n',
+        "printed nothing",
+    ),
+    "nondeterministic": (
+        'def f() -> int {\n    # >>>HOLE id="z_f" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n'
+        "with entry { print(f()); print(id(object()) % 1000003); }\n",
+        "not deterministic",
+    ),
+    "duplicate id across files": (
+        'def f() -> int {\n    # >>>HOLE id="fb_shout" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n'
+        "with entry { print(f()); }\n",
+        "duplicate hole id 'fb_shout'",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD_PROGRAMS))
 def test_bad_driver_stops_the_build_and_writes_nothing(tmp_path, case):
     body, message = BAD_PROGRAMS[case]
-    drivers = _corpus_with(tmp_path, "zz.jac", '"""Bad.\n\nsource: zz_bad\n"""\n' + body, with_fixtures="duplicate" in case)
+    drivers = _corpus_with(
+        tmp_path, "zz.jac", '"""Bad.\n\nsource: zz_bad\n"""\n' + body, with_fixtures="duplicate" in case
+    )
     out = tmp_path / "rl"
     out.mkdir()
     (out / "tasks.jsonl").write_text("previous\n")

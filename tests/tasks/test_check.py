@@ -24,7 +24,9 @@ def test_idle_hole_is_reported(tmp_path, capsys):
     src = next(drivers.rglob("*.jac"))
     text = src.read_text()
     # a hole around a statement with no effect on the output is not load-bearing
-    marker = '# >>>HOLE id="fz_idle" instruction="Compute a value that nothing else uses and that never changes the output."'
+    marker = (
+        '# >>>HOLE id="fz_idle" instruction="Compute a value that nothing else uses and that never changes the output."'
+    )
     lines = text.splitlines()
     at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("# >>>HOLE"))
     indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]

@@ -55,26 +55,74 @@ def test_braces_inside_strings_and_comments_are_ignored():
 
 
 BAD_CASES = {
-    "missing close": ('def f() -> int {\n    # >>>HOLE id="a" instruction="Return one."\n    return 1;\n}\n', "missing '# <<<HOLE'", 6),
+    "missing close": (
+        'def f() -> int {\n    # >>>HOLE id="a" instruction="Return one."\n    return 1;\n}\n',
+        "missing '# <<<HOLE'",
+        6,
+    ),
     "nested": (
         'def f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    # >>>HOLE id="b" instruction="y"\n'
-        "    return 1;\n    # <<<HOLE\n    # <<<HOLE\n}\n", "nested hole", 7),
+        "    return 1;\n    # <<<HOLE\n    # <<<HOLE\n}\n",
+        "nested hole",
+        7,
+    ),
     "close without open": ("def f() -> int {\n    return 1;\n    # <<<HOLE\n}\n", "without an open hole", 7),
-    "bad id": ('def f() -> int {\n    # >>>HOLE id="1bad" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n', "not a valid identifier", 6),
-    "keyword id": ('def f() -> int {\n    # >>>HOLE id="class" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n', "not a valid identifier", 6),
+    "bad id": (
+        'def f() -> int {\n    # >>>HOLE id="1bad" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n',
+        "not a valid identifier",
+        6,
+    ),
+    "keyword id": (
+        'def f() -> int {\n    # >>>HOLE id="class" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n',
+        "not a valid identifier",
+        6,
+    ),
     "duplicate id": (
         'def f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n'
-        'def g() -> int {\n    # >>>HOLE id="a" instruction="y"\n    return 2;\n    # <<<HOLE\n}\n', "duplicate hole id", 11),
-    "malformed marker": ("def f() -> int {\n    # >>>HOLE id=a\n    return 1;\n    # <<<HOLE\n}\n", "malformed hole marker", 6),
-    "empty body": ('def f() -> int {\n    # >>>HOLE id="a" instruction="x"\n\n    # <<<HOLE\n    return 1;\n}\n', "empty gold body", 6),
+        'def g() -> int {\n    # >>>HOLE id="a" instruction="y"\n    return 2;\n    # <<<HOLE\n}\n',
+        "duplicate hole id",
+        11,
+    ),
+    "malformed marker": (
+        "def f() -> int {\n    # >>>HOLE id=a\n    return 1;\n    # <<<HOLE\n}\n",
+        "malformed hole marker",
+        6,
+    ),
+    "empty body": (
+        'def f() -> int {\n    # >>>HOLE id="a" instruction="x"\n\n    # <<<HOLE\n    return 1;\n}\n',
+        "empty gold body",
+        6,
+    ),
     "crosses block": (
         'def f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    if True {\n    # <<<HOLE\n        return 1;\n    }\n}\n',
-        "crosses a block boundary", 6),
-    "module level": ('with entry {\n    # >>>HOLE id="a" instruction="x"\n    print(1);\n    # <<<HOLE\n}\n', "not inside a unit", 6),
-    "jid": ('def f() -> str {\n    # >>>HOLE id="a" instruction="x"\n    return jid(root);\n    # <<<HOLE\n}\n', "jid()", 7),
-    "time import": ('import time;\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n', "clock", 5),
-    "unseeded random": ('import random;\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return random.randint(1, 2);\n    # <<<HOLE\n}\n', "random without seeding", 5),
-    "input": ('def f() -> str {\n    # >>>HOLE id="a" instruction="x"\n    return input();\n    # <<<HOLE\n}\n', "input()", 7),
+        "crosses a block boundary",
+        6,
+    ),
+    "module level": (
+        'with entry {\n    # >>>HOLE id="a" instruction="x"\n    print(1);\n    # <<<HOLE\n}\n',
+        "not inside a unit",
+        6,
+    ),
+    "jid": (
+        'def f() -> str {\n    # >>>HOLE id="a" instruction="x"\n    return jid(root);\n    # <<<HOLE\n}\n',
+        "jid()",
+        7,
+    ),
+    "time import": (
+        'import time;\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n',
+        "clock",
+        5,
+    ),
+    "unseeded random": (
+        'import random;\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return random.randint(1, 2);\n    # <<<HOLE\n}\n',
+        "random without seeding",
+        5,
+    ),
+    "input": (
+        'def f() -> str {\n    # >>>HOLE id="a" instruction="x"\n    return input();\n    # <<<HOLE\n}\n',
+        "input()",
+        7,
+    ),
     "no holes": ("def f() -> int {\n    return 1;\n}\n", "no hole markers", 1),
 }
 
@@ -92,13 +140,18 @@ def test_bad_driver_is_reported_with_file_and_line(tmp_path, case):
 def test_missing_source_tag(tmp_path):
     p = tmp_path / "fam" / "d.jac"
     p.parent.mkdir()
-    p.write_text('"""No tag here."""\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n')
+    p.write_text(
+        '"""No tag here."""\ndef f() -> int {\n    # >>>HOLE id="a" instruction="x"\n    return 1;\n    # <<<HOLE\n}\n'
+    )
     with pytest.raises(DriverError, match=r"d\.jac:1: .*source"):
         parse_driver(p)
 
 
 def test_seeded_random_is_allowed(tmp_path):
-    path = write(tmp_path, 'import random;\ndef f() -> int {\n    random.seed(3);\n    # >>>HOLE id="a" instruction="x"\n    return random.randint(1, 9);\n    # <<<HOLE\n}\n')
+    path = write(
+        tmp_path,
+        'import random;\ndef f() -> int {\n    random.seed(3);\n    # >>>HOLE id="a" instruction="x"\n    return random.randint(1, 9);\n    # <<<HOLE\n}\n',
+    )
     assert parse_driver(path).holes[0].partial
 
 

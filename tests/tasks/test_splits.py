@@ -19,7 +19,9 @@ def corpus(families=4, sources=4, per_source=3):
     for f in range(families):
         for s in range(sources):
             for k in range(per_source):
-                tasks.append(task(f"f{f}_s{s}_{k}", family=f"fam{f}", source=f"fam{f}_src{s}", gold_body=body(f"{f}-{s}-{k}")))
+                tasks.append(
+                    task(f"f{f}_s{s}_{k}", family=f"fam{f}", source=f"fam{f}_src{s}", gold_body=body(f"{f}-{s}-{k}"))
+                )
     return tasks
 
 
@@ -53,7 +55,11 @@ def test_trainpool_interleaves_families_round_robin():
     s = make_splits(corpus(), 10, 0, 0.85)
     first = [t.family for t in s.trainpool[:4]]
     assert first == ["fam0", "fam1", "fam2", "fam3"]
-    assert [t.family for t in interleave([task("b1", family="b"), task("b2", family="b"), task("a1", family="a")])] == ["a", "b", "b"]
+    assert [t.family for t in interleave([task("b1", family="b"), task("b2", family="b"), task("a1", family="a")])] == [
+        "a",
+        "b",
+        "b",
+    ]
 
 
 def test_decontamination_drops_near_copies_of_training_bodies():
@@ -111,5 +117,7 @@ def test_decontamination_agrees_with_plain_ratio():
         assert best < 0.6
     for hid, tid, sim in s.dropped:
         h = next(t for t in tasks if t.id == hid)
-        best = max((difflib.SequenceMatcher(None, h.gold_body, b.gold_body, autojunk=False).ratio(), b.id) for b in train)
+        best = max(
+            (difflib.SequenceMatcher(None, h.gold_body, b.gold_body, autojunk=False).ratio(), b.id) for b in train
+        )
         assert (round(best[0], 4), best[1]) == (sim, tid)

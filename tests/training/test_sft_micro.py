@@ -39,8 +39,10 @@ def _grads(model_dir, batch, budget) -> tuple[float, dict[str, torch.Tensor]]:
 def test_micro_batched_gradient_equals_the_whole_batch(tiny_model):
     b = load_backend(tiny_model, "torch", threads=1)
     texts = ["def add(a: int, b: int) -> int {", "walker W {", "node Room { has name: str; }", "with entry {"]
-    batch = [SFTExample(b.prompt_ids(t * (i + 1)), b.completion_ids("```jac\nreturn a + b;\n```"[: 8 + 5 * i]))
-             for i, t in enumerate(texts)]
+    batch = [
+        SFTExample(b.prompt_ids(t * (i + 1)), b.completion_ids("```jac\nreturn a + b;\n```"[: 8 + 5 * i]))
+        for i, t in enumerate(texts)
+    ]
     whole_loss, whole = _grads(tiny_model, batch, None)
     budget = max(map(len, batch))  # every row alone
     assert len(micro_batches(batch, budget)) == len(batch)
@@ -54,8 +56,12 @@ def test_micro_batched_gradient_equals_the_whole_batch(tiny_model):
 
 def test_the_sft_memory_estimate_follows_the_micro_batch():
     def rows(micro):
-        cfg = load_config({"models": [{"name": "smollm2", "builtin": "smollm2"}],
-                           "sft": {"batch": 4, "max_seq": 2048, "micro_batch_tokens": micro}})
+        cfg = load_config(
+            {
+                "models": [{"name": "smollm2", "builtin": "smollm2"}],
+                "sft": {"batch": 4, "max_seq": 2048, "micro_batch_tokens": micro},
+            }
+        )
         return job_tokens(cfg, "sft")
 
     assert rows(None) == (4, 2048, 2048)

@@ -17,7 +17,11 @@ from jacrl.training.sft import train_sft
 TASKS = [
     make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
     make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n"),
-    make_task("t_sum", prompt="Write the body of total.", gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"),
+    make_task(
+        "t_sum",
+        prompt="Write the body of total.",
+        gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n",
+    ),
 ]
 CFG = SFTConfig(iters=6, lr=1e-2, batch=2, warmup=1, save_every=2)
 WEIGHTS = {"torch": "adapter_model.safetensors", "mlx": "adapters.safetensors"}
@@ -43,7 +47,9 @@ def test_stopped_run_resumes_from_its_checkpoint_and_matches(tiny_model, tmp_pat
     assert f"resuming SFT from {ckpt} at step 2/6" in caplog.text
     assert not ckpt.exists()
     assert (out / WEIGHTS[backend]).read_bytes() == (whole / WEIGHTS[backend]).read_bytes()
-    assert _losses(out) == _losses(whole) and [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(range(1, 7))
+    assert _losses(out) == _losses(whole) and [r["step"] for r in read_metrics(out / "metrics.jsonl")] == list(
+        range(1, 7)
+    )
     report, whole_report = (json.loads((d / "sft_report.json").read_text()) for d in (out, whole))
     assert report["loss_first"] == whole_report["loss_first"] and report["loss_last"] == whole_report["loss_last"]
 

@@ -22,7 +22,11 @@ from jacrl.training.sft import SFTExample, batch_order, gold_completion, run_sft
 SHORT_TASKS = [
     make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
     make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n"),
-    make_task("t_sum", prompt="Write the body of total.", gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n"),
+    make_task(
+        "t_sum",
+        prompt="Write the body of total.",
+        gold_body="    s = 0;\n    for x in xs {\n        s += x;\n    }\n    return s;\n",
+    ),
 ]
 RFT_TASKS = SHORT_TASKS
 TINY_SFT = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
@@ -54,8 +58,13 @@ def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tmp_path, backe
 
 def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):
     tasks = read_jsonl(tiny_fixtures / "trainpool.jsonl")[:2]
-    out = train_sft(model_spec(tiny_model, "torch"), tiny_fixtures / "trainpool.jsonl", tmp_path / "sft",
-                    SFTConfig(iters=2, batch=1), threads=2)
+    out = train_sft(
+        model_spec(tiny_model, "torch"),
+        tiny_fixtures / "trainpool.jsonl",
+        tmp_path / "sft",
+        SFTConfig(iters=2, batch=1),
+        threads=2,
+    )
     report = json.loads((out / "sft_report.json").read_text())
     assert report["examples"] == 8 and report["tokens"]["prompt_max"] > 500
     assert tasks[0]["id"] in report["tasks"]
@@ -91,8 +100,15 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
         return [1.0 if i % 2 == 0 else 0.0 for i in range(len(completions))]
 
     cfg = RFTConfig(samples=2, max_tokens=8, iters=2)
-    out = train_rft(model_spec(tiny_model, backend), RFT_TASKS[:2], tmp_path / "tiny-rft", cfg, threads=2,
-                    sft_cfg=TINY_SFT, score_fn=fake_reward)
+    out = train_rft(
+        model_spec(tiny_model, backend),
+        RFT_TASKS[:2],
+        tmp_path / "tiny-rft",
+        cfg,
+        threads=2,
+        sft_cfg=TINY_SFT,
+        score_fn=fake_reward,
+    )
     assert calls["n"] == 4
     report = json.loads((out / "rft_report.json").read_text())
     assert report["kept_at"] == {"pass": 2, "fallback_pass": 2, "total": 4} and report["threshold_used"] == 0.9
@@ -108,8 +124,14 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
 
 
 def test_train_rft_without_any_pass_keeps_the_base(tiny_model, tmp_path):
-    out = train_rft(model_spec(tiny_model, "torch"), RFT_TASKS[:1], tmp_path / "rft",
-                    RFTConfig(samples=2, max_tokens=4, iters=2), sft_cfg=TINY_SFT, score_fn=lambda t, c: [0.0] * len(c))
+    out = train_rft(
+        model_spec(tiny_model, "torch"),
+        RFT_TASKS[:1],
+        tmp_path / "rft",
+        RFTConfig(samples=2, max_tokens=4, iters=2),
+        sft_cfg=TINY_SFT,
+        score_fn=lambda t, c: [0.0] * len(c),
+    )
     report = json.loads((out / "rft_report.json").read_text())
     assert report["threshold_used"] is None and "unchanged" in report["note"]
     assert (out / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()

@@ -19,8 +19,10 @@ from jacrl.training.metrics import read_metrics
 from jacrl.training.sft import train_sft
 from jacrl.training.tracking import TRACKING_ENV, job_tracker, open_tracker, scalars
 
-TASKS = [make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
-         make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n")]
+TASKS = [
+    make_task("t_add", prompt="Write the body of add.", gold_body="    return a + b;\n"),
+    make_task("t_neg", prompt="Write the body of neg.", gold_body="    return -x;\n"),
+]
 SFT = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
 
 
@@ -36,8 +38,9 @@ def mlflow_curves(root, run) -> dict[str, list[tuple[int, float]]]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{(root / 'mlflow.db').resolve()}")
-    found = client.search_runs([client.get_experiment_by_name("jacrl").experiment_id],
-                               filter_string=f"tags.mlflow.runName = '{run}'")
+    found = client.search_runs(
+        [client.get_experiment_by_name("jacrl").experiment_id], filter_string=f"tags.mlflow.runName = '{run}'"
+    )
     assert len(found) == 1 and found[0].info.status == "FINISHED"
     history = lambda key: [(m.step, m.value) for m in client.get_metric_history(found[0].info.run_id, key)]  # noqa: E731
     return {key: sorted(history(key)) for key in found[0].data.metrics}
@@ -82,12 +85,21 @@ class SeenWhileRunning:
 
 def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:2]
-    cfg = GRPOConfig(iters=2, lr=2e-3, group_size=2, prompts_per_step=1, max_completion=8, lora_rank=4, seed=1,
-                     mask_truncated=False)
+    cfg = GRPOConfig(
+        iters=2, lr=2e-3, group_size=2, prompts_per_step=1, max_completion=8, lora_rank=4, seed=1, mask_truncated=False
+    )
     seen = SeenWhileRunning(tmp_path / "grpo")
     with RewardScorer({"cache": False}, threads=2) as scorer:
-        out = train_grpo(model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config({}), scorer,
-                         progress=False, tracker=seen)
+        out = train_grpo(
+            model_spec(tiny_model, "torch"),
+            tasks,
+            tmp_path / "grpo",
+            cfg,
+            load_config({}),
+            scorer,
+            progress=False,
+            tracker=seen,
+        )
     assert seen.closed and [exists for _, exists in seen.rows] == [False, False]
     assert [row for row, _ in seen.rows] == read_metrics(out / "metrics.jsonl")
     assert not (tmp_path / "grpo.ckpt.metrics.jsonl").exists()  # the live copy goes with the checkpoint

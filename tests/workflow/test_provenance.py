@@ -12,7 +12,9 @@ RFT_MODEL = {"models": [{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}
 
 def hashes(data: dict) -> dict[tuple[str, str], str]:
     cfg = load_config(data)
-    return {(cond, split): cell_provenance(cell_config(cfg, "tiny", cond, split))["config_hash"] for cond, split in CELLS}
+    return {
+        (cond, split): cell_provenance(cell_config(cfg, "tiny", cond, split))["config_hash"] for cond, split in CELLS
+    }
 
 
 def changed(data: dict, base: dict | None = None) -> set[tuple[str, str]]:
@@ -26,32 +28,35 @@ ALL = set(CELLS)
 GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the GRPO loop's knobs and terms
 
 
-@pytest.mark.parametrize("data, cells", [
-    ({"threads": 1}, set()),
-    ({"rungs": [1, 2]}, set()),
-    ({"ladder": {"conditions": ["base"]}}, set()),
-    ({"eval": {"threads": 1}}, set()),
-    ({"reward": {"workers": 3, "runner": "subprocess", "cache": False, "cache_timeouts": True}}, set()),
-    ({"reward": {"dense_v2": {"compiles": 0.5}}}, set()),  # not the scheme in use
-    ({"sft": {"save_every": 7}, "grpo": {"save_every": 3}}, set()),
-    ({"tasks": {"build_timeout": 5, "gold_runner": "jac"}}, set()),
-    ({"rft": {"samples": 2}}, set()),  # no model warms up with RFT
-    ({"models": [{"name": "tiny", "builtin": "tiny", "mem_mb": {"eval": 9000}, "gpus": 0}]}, set()),
-    ({"tasks": {"timeout": 5}}, ALL),
-    ({"splits": {"holdout_size": 7}}, ALL),
-    ({"reward": {"tiered": {"exact": 2.0}}}, ALL),
-    ({"tiny": {"depth": 2}}, ALL),
-    ({"models": [{"name": "tiny", "builtin": "tiny", "dtype": "float32"}]}, ALL),
-    ({"eval": {"max_tokens": 99}}, ALL),
-    ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
-    ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
-    ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}),  # opd: its teacher's SFT
-    ({"grpo": {"lr": 1e-3}}, GRPO),
-    ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
-    ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
-    ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
-    ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
-])
+@pytest.mark.parametrize(
+    "data, cells",
+    [
+        ({"threads": 1}, set()),
+        ({"rungs": [1, 2]}, set()),
+        ({"ladder": {"conditions": ["base"]}}, set()),
+        ({"eval": {"threads": 1}}, set()),
+        ({"reward": {"workers": 3, "runner": "subprocess", "cache": False, "cache_timeouts": True}}, set()),
+        ({"reward": {"dense_v2": {"compiles": 0.5}}}, set()),  # not the scheme in use
+        ({"sft": {"save_every": 7}, "grpo": {"save_every": 3}}, set()),
+        ({"tasks": {"build_timeout": 5, "gold_runner": "jac"}}, set()),
+        ({"rft": {"samples": 2}}, set()),  # no model warms up with RFT
+        ({"models": [{"name": "tiny", "builtin": "tiny", "mem_mb": {"eval": 9000}, "gpus": 0}]}, set()),
+        ({"tasks": {"timeout": 5}}, ALL),
+        ({"splits": {"holdout_size": 7}}, ALL),
+        ({"reward": {"tiered": {"exact": 2.0}}}, ALL),
+        ({"tiny": {"depth": 2}}, ALL),
+        ({"models": [{"name": "tiny", "builtin": "tiny", "dtype": "float32"}]}, ALL),
+        ({"eval": {"max_tokens": 99}}, ALL),
+        ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
+        ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
+        ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}),  # opd: its teacher's SFT
+        ({"grpo": {"lr": 1e-3}}, GRPO),
+        ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
+        ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
+        ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
+        ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
+    ],
+)
 def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
     assert changed(data) == cells
 
@@ -61,7 +66,9 @@ def test_rft_warm_start_enters_raw_grpo_cells_only():
     assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
     assert changed({"rft": {"tasks": "pool"}}, RFT_MODEL) == raw  # what RFT sampled from is recorded in the cell
     assert load_config({}).rft.tasks == "rung"
-    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}  # RFT has its own iters
+    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {
+        c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")
+    }  # RFT has its own iters
     assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
 
 
@@ -79,7 +86,12 @@ TUNED = {"grpo": {"iters": 8, "lr": 1e-4}, "grpo_arms": {"tuned": {"grpo": {"lr"
 def test_an_arm_has_its_own_grpo_parts_and_leaves_the_default_cells_as_they_were():
     plain, armed = load_config({"grpo": TUNED["grpo"]}), load_config(TUNED)
     for cond, split in CELLS:  # adding an arm changes no existing cell
-        assert cell_provenance(cell_config(armed, "tiny", cond, split)) == cell_provenance(cell_config(plain, "tiny", cond, split))
+        assert cell_provenance(cell_config(armed, "tiny", cond, split)) == cell_provenance(
+            cell_config(plain, "tiny", cond, split)
+        )
     tuned = cell_config(armed, "tiny", "raw_grpo@tuned", "gen")
     assert {"grpo@tuned", "grpo fresh LoRA@tuned"} <= set(tuned) and "grpo" not in tuned
-    assert tuned["grpo@tuned"]["grpo"]["lr"] == 1e-5 and cell_config(armed, "tiny", "sft_grpo", "gen")["grpo"]["grpo"]["lr"] == 1e-4
+    assert (
+        tuned["grpo@tuned"]["grpo"]["lr"] == 1e-5
+        and cell_config(armed, "tiny", "sft_grpo", "gen")["grpo"]["grpo"]["lr"] == 1e-4
+    )

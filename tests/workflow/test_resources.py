@@ -28,7 +28,11 @@ def test_parameters_are_read_from_the_safetensors_headers(tiny_model):
     weights = load_file(tiny_model / "model.safetensors")
     assert safetensors_parameters(tiny_model) == sum(t.numel() for t in weights.values())
     shape = model_shape(ModelSpec(name="t", path=str(tiny_model)))
-    assert shape.parameters == safetensors_parameters(tiny_model) and (shape.layers, shape.hidden, shape.heads) == (2, 64, 4)
+    assert shape.parameters == safetensors_parameters(tiny_model) and (shape.layers, shape.hidden, shape.heads) == (
+        2,
+        64,
+        4,
+    )
 
 
 def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):
@@ -64,14 +68,28 @@ def test_the_smollm2_config_asks_one_gpu_per_job(repo):
 
 def test_the_plan_carries_each_jobs_resources(repo):
     snakemake = str(Path(sys.executable).with_name("snakemake"))
-    proc = subprocess.run([snakemake, "-n", "--forceall", "results/cells/r1/tiny/sft/mem.json", "--config",
-                           'models=[{"name": "tiny", "builtin": "tiny", "device": "cpu", "gpus": 1, '
-                           '"mem_mb": {"sft": 3333}, "runtime": {"eval": 11}}]'],
-                          cwd=repo, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            snakemake,
+            "-n",
+            "--forceall",
+            "results/cells/r1/tiny/sft/mem.json",
+            "--config",
+            'models=[{"name": "tiny", "builtin": "tiny", "device": "cpu", "gpus": 1, '
+            '"mem_mb": {"sft": 3333}, "runtime": {"eval": 11}}]',
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # one block per job, `rule NAME:` to its `resources:` line (grouped jobs are indented)
-    jobs = dict(re.findall(r"^\s*rule (\w+):\n(?:\s+(?!resources)\w+:[^\n]*\n)*?\s+resources: ([^\n]+)",
-                           proc.stdout, re.MULTILINE))
+    jobs = dict(
+        re.findall(
+            r"^\s*rule (\w+):\n(?:\s+(?!resources)\w+:[^\n]*\n)*?\s+resources: ([^\n]+)", proc.stdout, re.MULTILINE
+        )
+    )
     assert "gpu=1" in jobs["sft"] and "mem_mb=3333" in jobs["sft"] and "runtime=120" in jobs["sft"]
     assert "gpu=1" in jobs["eval"] and "runtime=11" in jobs["eval"]
     assert "gpu=" not in jobs["tiny_model"]  # not a model job

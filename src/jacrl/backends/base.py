@@ -225,9 +225,7 @@ class Backend(ABC):
         """The chat template applied to `messages`, as text (special tokens spelled out)."""
         tok = self.hf_tokenizer
         if getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-            )
+            return tok.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
         text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         return text + ("assistant: " if add_generation_prompt else "")
 
@@ -281,13 +279,20 @@ class Backend(ABC):
 
     # ---- scoring and training ----------------------------------------------------------------
     @abstractmethod
-    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
-                 adapter: bool = True) -> list[np.ndarray]:
+    def logprobs(
+        self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
+    ) -> list[np.ndarray]:
         """Per-token logprobs of each completion given its prompt (no gradient)."""
 
     @abstractmethod
-    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
-                 reference: bool = False) -> dict[str, float]:
+    def backward(
+        self,
+        prompt_ids: TokenRows,
+        completion_ids: TokenRows,
+        temperature: float,
+        loss_fn: LossFn,
+        reference: bool = False,
+    ) -> dict[str, float]:
         """Run `loss_fn` on differentiable logprobs; accumulate its gradient into the adapter."""
 
     @abstractmethod
@@ -365,8 +370,9 @@ class Backend(ABC):
 
     def _unmerged(self, what: str) -> None:
         if self.merged:
-            raise RuntimeError(f"cannot {what}: the adapter is merged into the weights (merge_adapter); "
-                               "load it again without merging")
+            raise RuntimeError(
+                f"cannot {what}: the adapter is merged into the weights (merge_adapter); load it again without merging"
+            )
 
     def fuse(self, out_dir: str | Path) -> Path:
         """Write base + adapter merged, as a model folder both backends load. The backend

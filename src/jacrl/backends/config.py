@@ -115,7 +115,9 @@ class ModelSpec(StrictModel):
                 f"model {self.name!r}: give exactly one of `path` (a local model folder) or `builtin: tiny|smollm2`"
             )
         if self.backend == "mlx" and self.device not in ("auto", "cpu"):
-            raise ValueError(f"model {self.name!r}: device {self.device!r} is a torch device; the mlx backend takes auto or cpu")
+            raise ValueError(
+                f"model {self.name!r}: device {self.device!r} is a torch device; the mlx backend takes auto or cpu"
+            )
         return self
 
     @property

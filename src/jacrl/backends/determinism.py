@@ -63,9 +63,11 @@ def apply_strict() -> None:
 
     unset = [f"{k}={v}" for k, v in STRICT_ENV.items() if os.environ.get(k) != v]
     if unset or torch.backends.cpu.get_cpu_capability() != "DEFAULT":
-        raise RuntimeError(f"determinism: strict needs {' '.join(unset) or 'ATEN_CPU_CAPABILITY=default'} in the "
-                           "environment before torch is imported (the workflow sets them for its jobs; a script "
-                           "must set them before its first `import torch`)")
+        raise RuntimeError(
+            f"determinism: strict needs {' '.join(unset) or 'ATEN_CPU_CAPABILITY=default'} in the "
+            "environment before torch is imported (the workflow sets them for its jobs; a script "
+            "must set them before its first `import torch`)"
+        )
     torch.set_num_threads(STRICT_THREADS)
     torch.use_deterministic_algorithms(True)
 
@@ -77,6 +79,10 @@ def determinism_record() -> dict[str, Any]:
     if "torch" in sys.modules:
         import torch
 
-        record.update(aten_capability=torch.backends.cpu.get_cpu_capability(), torch_threads=torch.get_num_threads(),
-                      deterministic_algorithms=torch.are_deterministic_algorithms_enabled(), torch=torch.__version__)
+        record.update(
+            aten_capability=torch.backends.cpu.get_cpu_capability(),
+            torch_threads=torch.get_num_threads(),
+            deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
+            torch=torch.__version__,
+        )
     return record

@@ -150,8 +150,9 @@ class MLXBackend(Backend):
         logits = model(seq[:, :-1])[0, p - 1 : p - 1 + c, :].astype(mx.float32)
         return _token_logprobs(logits, mx.array(list(completion)), temperature)
 
-    def _shared_logprobs(self, model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]],
-                         temperature: float) -> list[Any]:
+    def _shared_logprobs(
+        self, model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]], temperature: float
+    ) -> list[Any]:
         """Logprobs of rows that share `prompt`, as the torch backend scores a group: one forward of
         the prompt, its KV cache repeated once per row, then the rows' completions (right-padded) on
         top of it. Gradients reach the prompt's forward through the cache. A model whose cache
@@ -173,13 +174,15 @@ class MLXBackend(Backend):
         lp = _token_logprobs(logits.astype(mx.float32), tails, temperature)
         return [lp[r, : len(c)] for r, c in enumerate(completions)]
 
-    def _group_logprobs(self, model: Any, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float,
-                        group: list[int]) -> list[Any]:
+    def _group_logprobs(
+        self, model: Any, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, group: list[int]
+    ) -> list[Any]:
         """The rows `group` (one prompt) of a batch, scored with their prompt shared."""
         return self._shared_logprobs(model, prompt_ids[group[0]], [completion_ids[i] for i in group], temperature)
 
-    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
-                 adapter: bool = True) -> list[np.ndarray]:
+    def logprobs(
+        self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
+    ) -> list[np.ndarray]:
         import mlx.core as mx
 
         out: list[np.ndarray | None] = [None] * len(completion_ids)
@@ -202,8 +205,14 @@ class MLXBackend(Backend):
         self._max_grad_norm = max_grad_norm
         self._grads = None
 
-    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
-                 reference: bool = False) -> dict[str, float]:
+    def backward(
+        self,
+        prompt_ids: TokenRows,
+        completion_ids: TokenRows,
+        temperature: float,
+        loss_fn: LossFn,
+        reference: bool = False,
+    ) -> dict[str, float]:
         import mlx.core as mx
         import mlx.nn as nn
         import torch

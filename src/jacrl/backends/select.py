@@ -1,7 +1,7 @@
 """Pick and load a backend: `auto` = MLX on Apple Silicon, torch elsewhere.
 
-    backend = load_model(spec, threads=2, adapter="adapters/r1/tiny/sft")  # a configured model
-    backend = load_backend("models/tiny", "auto", threads=2)                 # any model folder
+backend = load_model(spec, threads=2, adapter="adapters/r1/tiny/sft")  # a configured model
+backend = load_backend("models/tiny", "auto", threads=2)                 # any model folder
 """
 
 from __future__ import annotations
@@ -55,16 +55,24 @@ def load_backend(
     if kind == "torch":
         from jacrl.backends.torch_backend import TorchBackend
 
-        return TorchBackend(model_path, adapter, threads=threads, model_name=model_name, device=placement.device,
-                            dtype=placement.dtype, gradient_checkpointing=placement.gradient_checkpointing,
-                            training=placement.training)
+        return TorchBackend(
+            model_path,
+            adapter,
+            threads=threads,
+            model_name=model_name,
+            device=placement.device,
+            dtype=placement.dtype,
+            gradient_checkpointing=placement.gradient_checkpointing,
+            training=placement.training,
+        )
     from jacrl.backends.mlx_backend import MLXBackend
 
     return MLXBackend(model_path, adapter, threads=threads, model_name=model_name)
 
 
-def load_model(spec: ModelSpec, threads: int | None = None, adapter: str | Path | None = None,
-               training: bool = False) -> Backend:
+def load_model(
+    spec: ModelSpec, threads: int | None = None, adapter: str | Path | None = None, training: bool = False
+) -> Backend:
     """Load the model a spec names: its folder with its backend, device, precision and
     checkpointing, for a job that trains it or one that only decodes and scores."""
     return load_backend(spec.model_dir(), spec.backend, adapter, threads, spec.name, Placement.of(spec, training))

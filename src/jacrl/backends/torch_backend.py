@@ -53,13 +53,18 @@ def resolve_device(device: str | None = "auto") -> str:
 
     if device in (None, "auto"):
         return pick_device()
-    available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    available = {
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(),
+    }
     if device not in available:
         raise ValueError(f"unknown device {device!r}: expected auto, cpu, cuda or mps")
     if not available[device]:
-        raise RuntimeError(f"device {device!r} was asked for but torch {torch.__version__} finds none on this machine "
-                           f"(set the model's `device: auto` or `cpu`)")
+        raise RuntimeError(
+            f"device {device!r} was asked for but torch {torch.__version__} finds none on this machine "
+            f"(set the model's `device: auto` or `cpu`)"
+        )
     return device
 
 
@@ -180,7 +185,9 @@ class TorchBackend(Backend):
             cache, logits = self._prefill(prompts, rows, width, width + max_tokens)
             kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
             with self._decode_threads(len(lens)):
-                tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), mask, lens, width, max_tokens, choose, kw)
+                tokens, logps = self._decode(
+                    logits.repeat_interleave(rows, dim=0), mask, lens, width, max_tokens, choose, kw
+                )
         return tokens.tolist(), logps.tolist()
 
     def _prefill(self, prompts: list[list[int]], n: int, width: int, max_len: int) -> tuple[Any, Any]:
@@ -195,7 +202,9 @@ class TorchBackend(Backend):
         caches, last = [], []
         for p in prompts:
             one = DynamicCache(config=lm.config)
-            out = self.model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
+            out = self.model(
+                input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True}
+            )
             caches.append(one)
             last.append(out.logits[:, -1, :].float())
 
@@ -226,9 +235,13 @@ class TorchBackend(Backend):
             if bool(done.all()) or t == max_tokens - 1:
                 break
             mask[:, width + t] = 1
-            logits = self.model(
-                input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
-            ).logits[:, -1, :].float()
+            logits = (
+                self.model(
+                    input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
+                )
+                .logits[:, -1, :]
+                .float()
+            )
         if not tokens:
             return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
@@ -336,8 +349,9 @@ class TorchBackend(Backend):
         lens = torch.tensor([len(c) for c in completion_ids], device=self.device)
         return torch.arange(max(lens.tolist()), device=self.device)[None, :] < lens[:, None]
 
-    def logprobs(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0,
-                 adapter: bool = True) -> list[np.ndarray]:
+    def logprobs(
+        self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
+    ) -> list[np.ndarray]:
         import torch
 
         ctx = nullcontext() if adapter else self.adapter_disabled()
@@ -360,8 +374,14 @@ class TorchBackend(Backend):
         self._opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         self._max_grad_norm = max_grad_norm
 
-    def backward(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float, loss_fn: LossFn,
-                 reference: bool = False) -> dict[str, float]:
+    def backward(
+        self,
+        prompt_ids: TokenRows,
+        completion_ids: TokenRows,
+        temperature: float,
+        loss_fn: LossFn,
+        reference: bool = False,
+    ) -> dict[str, float]:
         import torch
 
         ref = None

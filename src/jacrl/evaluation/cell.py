@@ -28,8 +28,12 @@ def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig,
     if cfg.policy_on(split):
         plan.append(("policy", cfg.policy_on(split), cfg.policy_temperature))
     draws = [
-        Draw(n, SamplingParams(temperature=t, top_p=1.0 if kind == "greedy" else cfg.top_p,
-                               max_tokens=cfg.max_tokens, seed=cfg.seed))
+        Draw(
+            n,
+            SamplingParams(
+                temperature=t, top_p=1.0 if kind == "greedy" else cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed
+            ),
+        )
         for kind, n, t in plan
     ]
     return dict(zip([kind for kind, *_ in plan], backend.generate_draws(prompts, draws), strict=True))
@@ -38,17 +42,41 @@ def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig,
 def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) -> tuple[dict, list[dict]]:
     """Score every completion with the reward's batch API (one batch for the whole cell);
     returns (metrics, audit records)."""
-    groups = [(kind, t, completions) for kind, per_prompt in generated.items()
-              for t, completions in zip(tasks, per_prompt, strict=True)]
+    groups = [
+        (kind, t, completions)
+        for kind, per_prompt in generated.items()
+        for t, completions in zip(tasks, per_prompt, strict=True)
+    ]
     scored = score_groups(scorer.score_batch, [t for _, t, _ in groups], [cs for *_, cs in groups])
     outcomes, records = [], []
     for (kind, t, completions), scores in zip(groups, scored):
         for i, (c, s) in enumerate(zip(completions, scores)):
-            outcomes.append(Outcome(task_id=t.id, kind=kind, runs=s.runs, exact=s.exact, norm_exact=s.norm_exact,
-                                    output_ratio=s.output_ratio, idiom=s.idiom, truncated=c.truncated,
-                                    flagged=bool(s.flags), isolation=s.isolation))
-            records.append({"task_id": t.id, "family": t.family, "kind": kind, "index": i, "truncated": c.truncated,
-                            "tokens": len(c.token_ids), "completion": c.text, "score": s.to_dict()})
+            outcomes.append(
+                Outcome(
+                    task_id=t.id,
+                    kind=kind,
+                    runs=s.runs,
+                    exact=s.exact,
+                    norm_exact=s.norm_exact,
+                    output_ratio=s.output_ratio,
+                    idiom=s.idiom,
+                    truncated=c.truncated,
+                    flagged=bool(s.flags),
+                    isolation=s.isolation,
+                )
+            )
+            records.append(
+                {
+                    "task_id": t.id,
+                    "family": t.family,
+                    "kind": kind,
+                    "index": i,
+                    "truncated": c.truncated,
+                    "tokens": len(c.token_ids),
+                    "completion": c.text,
+                    "score": s.to_dict(),
+                }
+            )
     return cell_metrics(tasks, outcomes, k), records
 
 
@@ -59,7 +87,9 @@ def cell_tasks(tasks: list[Task], split: str, cfg: EvalConfig) -> list[Task]:
     return tasks
 
 
-def evaluate_cell(tasks: list[Task], backend: Backend, scorer: Scorer, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
+def evaluate_cell(
+    tasks: list[Task], backend: Backend, scorer: Scorer, cfg: EvalConfig, meta: dict, samples_out: str
+) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
     tasks = cell_tasks(tasks, meta["split"], cfg)
     generated = generate_for_cell(backend, [t.prompt for t in tasks], cfg, meta["split"])

@@ -15,7 +15,9 @@ class EvalConfig(StrictModel):
 
     n: int = Field(8, ge=0, description="Samples per task at `temperature` for pass@k (0 = greedy only).")
     k: int = Field(8, ge=1, description="k of pass@k (unbiased estimator over the n samples); k <= n when n > 0.")
-    temperature: float = Field(0.8, gt=0, description="Sampling temperature of the n samples (the pass@1 completion is greedy).")
+    temperature: float = Field(
+        0.8, gt=0, description="Sampling temperature of the n samples (the pass@1 completion is greedy)."
+    )
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold of the n samples.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap (truncation is reported per cell).")
     seed: int = Field(0, description="Sampling seed (prompt i uses seed + i).")
@@ -26,7 +28,8 @@ class EvalConfig(StrictModel):
         "samples of gen cells were a large share of the ladder's time (docs/design.md#measured-facts).",
     )
     policy_n: int = Field(
-        0, ge=0,
+        0,
+        ge=0,
         description="Samples per task at `policy_temperature`: the sampled pass rate GRPO optimises, reported beside "
         "pass@1 so `sft_grpo` vs `sft` shows whether GRPO helped (paired sign test in the pivot). 0 = none.",
     )
@@ -36,16 +39,20 @@ class EvalConfig(StrictModel):
         "tiny model passes anything at all, to stay within its time budget).",
     )
     policy_temperature: float | None = Field(
-        None, gt=0,
+        None,
+        gt=0,
         description="Temperature of the policy samples; None = `grpo.temperature` (the temperature GRPO samples at).",
     )
     threads: int | None = Field(
-        None, ge=1, json_schema_extra=RESULT_FREE,
+        None,
+        ge=1,
+        json_schema_extra=RESULT_FREE,
         description="Threads of one eval job (model and reward workers); None = the top-level `threads`. "
         "Half the cores lets two cells run side by side: a cell's start-up and scoring leave cores idle.",
     )
     mem_max_tasks: int | None = Field(
-        None, ge=1,
+        None,
+        ge=1,
         description="Cap on the tasks of a `mem` cell: a rung larger than this is evaluated on its first N train "
         "tasks (a family-interleaved prefix). None = every train task of the rung.",
     )

@@ -65,9 +65,17 @@ def task_record(task: Task, kinds: dict[str, list[Outcome]], k: int) -> dict:
     g, s, p = kinds["greedy"][0], kinds["sample"], kinds["policy"]
     n, c = len(s), sum(o.exact for o in s)
     passk = pass_at_k(n, c, min(k, n)) if n else float(g.exact)
-    return {"family": task.family, "pass1": int(g.exact), "n": n, "c": c, "passk": round(passk, 6),
-            "verified": int(verified(g, s)), "policy_n": len(p), "policy_c": sum(o.exact for o in p),
-            "idiom": round(g.idiom, 6)}
+    return {
+        "family": task.family,
+        "pass1": int(g.exact),
+        "n": n,
+        "c": c,
+        "passk": round(passk, 6),
+        "verified": int(verified(g, s)),
+        "policy_n": len(p),
+        "policy_c": sum(o.exact for o in p),
+        "idiom": round(g.idiom, 6),
+    }
 
 
 def isolation_of(outcomes: list[Outcome]) -> str:

@@ -28,7 +28,9 @@ from jacrl.tasks.record import read_tasks
 def build_parser() -> argparse.ArgumentParser:
     p = cli.parser("python -m jacrl.interop", __doc__)
     p.add_argument("--tasks", required=True, help="the task records to train on (e.g. dataset/rl/rungs/r1/train.jsonl)")
-    p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl", help="the tasks the reward resolves task ids against")
+    p.add_argument(
+        "--all-tasks", default="dataset/rl/tasks.jsonl", help="the tasks the reward resolves task ids against"
+    )
     p.add_argument("--model", default="models/tiny", help="the base model folder")
     p.add_argument("--out", default="adapters/interop", help="folder for the data (data/) and the adapter (adapter/)")
     p.add_argument("--iters", type=int, default=20, help="GRPO steps")

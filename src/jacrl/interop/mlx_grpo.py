@@ -23,10 +23,16 @@ def write_data(tasks: list[Task], model: str | Path, out_dir: str | Path) -> Pat
 
     tok = AutoTokenizer.from_pretrained(str(model))
     out = Path(out_dir)
-    rows = [{"prompt": t.prompt, "answer": t.id,
-             PROMPT_TEXT: tok.apply_chat_template([{"role": "user", "content": t.prompt}], tokenize=False,
-                                                  add_generation_prompt=True)}
-            for t in tasks]
+    rows = [
+        {
+            "prompt": t.prompt,
+            "answer": t.id,
+            PROMPT_TEXT: tok.apply_chat_template(
+                [{"role": "user", "content": t.prompt}], tokenize=False, add_generation_prompt=True
+            ),
+        }
+        for t in tasks
+    ]
     write_jsonl(out / "train.jsonl", rows)
     write_jsonl(out / "valid.jsonl", rows)  # mlx-lm needs at least a batch of validation rows
     return out
@@ -51,16 +57,54 @@ def launch() -> None:
     train.main()
 
 
-def command(model: str | Path, data: str | Path, adapter: str | Path, cfg: Config, iters: int, batch: int = 1) -> list[str]:
+def command(
+    model: str | Path, data: str | Path, adapter: str | Path, cfg: Config, iters: int, batch: int = 1
+) -> list[str]:
     beta = next((t.beta for t in cfg.losses if t.type == "ref_kl"), 0.0)
     g = cfg.grpo
     return [
-        sys.executable, "-c", LAUNCH, "--model", str(model), "--train", "--train-mode", "grpo",
-        "--data", str(data), "--adapter-path", str(adapter), "--iters", str(iters), "--batch-size", str(batch),
-        "--group-size", str(g.group_size), "--max-completion-length", str(g.max_completion),
-        "--temperature", str(g.temperature), "--beta", str(beta), "--learning-rate", str(g.lr),
-        "--num-layers", str(g.lora_layers), "--max-seq-length", str(g.max_seq), "--seed", str(g.seed),
-        "--val-batches", "1", "--steps-per-report", "1", "--steps-per-eval", str(iters + 1),
-        "--save-every", str(max(iters, 1)),
-        "--reward-functions-file", str(REWARD_FILE), "--reward-functions", "jac_behavioral",
+        sys.executable,
+        "-c",
+        LAUNCH,
+        "--model",
+        str(model),
+        "--train",
+        "--train-mode",
+        "grpo",
+        "--data",
+        str(data),
+        "--adapter-path",
+        str(adapter),
+        "--iters",
+        str(iters),
+        "--batch-size",
+        str(batch),
+        "--group-size",
+        str(g.group_size),
+        "--max-completion-length",
+        str(g.max_completion),
+        "--temperature",
+        str(g.temperature),
+        "--beta",
+        str(beta),
+        "--learning-rate",
+        str(g.lr),
+        "--num-layers",
+        str(g.lora_layers),
+        "--max-seq-length",
+        str(g.max_seq),
+        "--seed",
+        str(g.seed),
+        "--val-batches",
+        "1",
+        "--steps-per-report",
+        "1",
+        "--steps-per-eval",
+        str(iters + 1),
+        "--save-every",
+        str(max(iters, 1)),
+        "--reward-functions-file",
+        str(REWARD_FILE),
+        "--reward-functions",
+        "jac_behavioral",
     ]

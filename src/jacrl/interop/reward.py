@@ -59,7 +59,12 @@ class JacReward:
 
     __name__ = "jac_behavioral"
 
-    def __init__(self, tasks: str | Path | None = None, config: RewardConfig | dict | str | Path | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        tasks: str | Path | None = None,
+        config: RewardConfig | dict | str | Path | None = None,
+        threads: int | None = None,
+    ):
         self._tasks = tasks
         self._config = config
         self._threads = threads

@@ -27,8 +27,11 @@ def show_rows(path: str) -> int:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 1
     except (KeyError, TypeError, AttributeError) as exc:
-        print(f"error: {path}: not ladder rows (missing or malformed field {exc}); rebuild it with "
-              "`snakemake results/rl_ladder.jsonl`", file=sys.stderr)
+        print(
+            f"error: {path}: not ladder rows (missing or malformed field {exc}); rebuild it with "
+            "`snakemake results/rl_ladder.jsonl`",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -49,17 +52,24 @@ def read_cells_cmd(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from jacrl import __version__
 
-    parser = argparse.ArgumentParser(prog="python -m jacrl.ladder", description=__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m jacrl.ladder", description=__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"jacrl {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print the rung × condition table with Wilson CIs and paired tests")
     show.add_argument("rows", help="the ladder rows, e.g. results/rl_ladder.jsonl")
-    times = sub.add_parser("timings", help="sum Snakemake's benchmark files per rule",
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    times = sub.add_parser(
+        "timings",
+        help="sum Snakemake's benchmark files per rule",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     times.add_argument("folder", nargs="?", default="benchmarks", help="Snakemake's benchmark folder")
-    read = sub.add_parser("read", help="failure stages, passing tasks, paired tests and training curves, as markdown",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    read = sub.add_parser(
+        "read",
+        help="failure stages, passing tasks, paired tests and training curves, as markdown",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     read.add_argument("--results", default="results", help="the results folder (its cells/)")
     read.add_argument("--adapters", default="adapters", help="the adapters folder (their metrics.jsonl)")
     read.add_argument("--tasks", default="dataset/rl/tasks.jsonl", help="the task records")

@@ -61,8 +61,10 @@ def _check_condition(cond: str) -> str:
     base, arm = condition_parts(cond)
     if base in CONDITIONS and (arm is None or (base in GRPO_CONDITIONS and re.fullmatch(ARM_NAME, arm))):
         return cond
-    raise ValueError("Input should be 'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd', or a GRPO condition under an "
-                     "arm of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)")
+    raise ValueError(
+        "Input should be 'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd', or a GRPO condition under an "
+        "arm of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)"
+    )
 
 
 LadderCondition = Annotated[str, AfterValidator(_check_condition)]
@@ -86,7 +88,9 @@ class SmartPlanConfig(StrictModel):
     """The smart plan's gate and elbow rule (`ladder.plan: smart`; docs/design.md#the-smart-plan)."""
 
     smoke_min: float = Field(
-        1.0, ge=0, le=1,
+        1.0,
+        ge=0,
+        le=1,
         description="The smoke gate: gold-SFT on the smallest selected rung must pass at least this share of its own "
         "train tasks (greedy pass@1 on `mem`) for every selected model, else the run stops there.",
     )
@@ -119,4 +123,6 @@ class LadderConfig(StrictModel):
     )
     models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")
-    splits: list[Split] = Field(default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks.")
+    splits: list[Split] = Field(
+        default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks."
+    )

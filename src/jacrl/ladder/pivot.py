@@ -91,15 +91,35 @@ def _policy_rates(row: pd.Series) -> dict[str, float]:
 
 def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
     key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
-    m = mcnemar_exact({k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref["pass1_by_task"].items()})
+    m = mcnemar_exact(
+        {k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref["pass1_by_task"].items()}
+    )
     mdd = min_detectable_difference(m.n, (m.only_a + m.only_b) / m.n) if m.n else None
-    out = [{**key, "metric": GREEDY, "tasks": m.n, "wins": m.only_a, "losses": m.only_b,
-            "p_value": round(m.p_value, 4), "mdd_pp": "none" if mdd is None else round(100 * mdd, 1)}]
+    out = [
+        {
+            **key,
+            "metric": GREEDY,
+            "tasks": m.n,
+            "wins": m.only_a,
+            "losses": m.only_b,
+            "p_value": round(m.p_value, 4),
+            "mdd_pp": "none" if mdd is None else round(100 * mdd, 1),
+        }
+    ]
     a, b = _policy_rates(r), _policy_rates(ref)
     if a and b:
         s = sign_test(a, b)
-        out.append({**key, "metric": policy_label(r["policy_temperature"]), "tasks": s.n, "wins": s.only_a,
-                    "losses": s.only_b, "p_value": round(s.p_value, 4), "mdd_pp": None})
+        out.append(
+            {
+                **key,
+                "metric": policy_label(r["policy_temperature"]),
+                "tasks": s.n,
+                "wins": s.only_a,
+                "losses": s.only_b,
+                "p_value": round(s.p_value, 4),
+                "mdd_pp": None,
+            }
+        )
     return out
 
 
@@ -118,32 +138,69 @@ def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
 
 def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
     """ladder.md: the smart plan first when there is one (`jacrl.ladder.plan`), then the tables and the tests."""
-    lines = ["# The Jac RL ladder", "", *(plan_markdown(plan) if plan else []),
-             f"Cells: {CELL_LEGEND} "
-             "`gen` = the fixed holdout, `mem` = the rung's own train tasks.", ""]
+    lines = [
+        "# The Jac RL ladder",
+        "",
+        *(plan_markdown(plan) if plan else []),
+        f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks.",
+        "",
+    ]
     gen = df[df["split"] == "gen"]
     if len(gen):
         n = int(gen["tasks"].max())
-        lines += [f"Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
-                  f"±{100 * wilson_half_width(n):.1f} pp.", ""]
+        lines += [
+            f"Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
+            f"±{100 * wilson_half_width(n):.1f} pp.",
+            "",
+        ]
     for (model, split), t in pivot_tables(df).items():
         n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
         lines += [f"## {model} · {split} (n ≤ {n} tasks)", "", t.to_markdown(), ""]
     tests = paired_tests(df)
     if len(tests):
-        lines += ["## Paired comparisons (same tasks)", "",
-                  f"{GREEDY}: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
-                  "reverse. sampled (T t): exact sign test on each task's sampled pass rate; wins = tasks where it is "
-                  f"higher. {POWER_METHOD} A p-value above 0.05 with an mdd above the effect you care about means "
-                  "too few tasks, not no effect.", "",
-                  tests.astype({"mdd_pp": object}).fillna("—").to_markdown(index=False), ""]
+        lines += [
+            "## Paired comparisons (same tasks)",
+            "",
+            f"{GREEDY}: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
+            "reverse. sampled (T t): exact sign test on each task's sampled pass rate; wins = tasks where it is "
+            f"higher. {POWER_METHOD} A p-value above 0.05 with an mdd above the effect you care about means "
+            "too few tasks, not no effect.",
+            "",
+            tests.astype({"mdd_pp": object}).fillna("—").to_markdown(index=False),
+            "",
+        ]
     return "\n".join(lines)
 
 
 def to_csv(df: pd.DataFrame) -> str:
-    cols = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "temperature", "pass1", "pass1_pct", "ci_lo",
-            "ci_hi", "passk_pct", "verified_pct", "near_pct", "norm_pct", "run_pct", "policy_temperature", "policy_pass_pct",
-            "avg_osim", "avg_idiom", "idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
+    cols = [
+        "tag",
+        "model",
+        "split",
+        "rung",
+        "cond",
+        "tasks",
+        "samples",
+        "k",
+        "temperature",
+        "pass1",
+        "pass1_pct",
+        "ci_lo",
+        "ci_hi",
+        "passk_pct",
+        "verified_pct",
+        "near_pct",
+        "norm_pct",
+        "run_pct",
+        "policy_temperature",
+        "policy_pass_pct",
+        "avg_osim",
+        "avg_idiom",
+        "idiom_delta_vs_base",
+        "trunc_rate",
+        "flagged_pass_share",
+        "isolation",
+    ]
     return df[[c for c in cols if c in df.columns]].round(4).to_csv(index=False)
 
 
@@ -165,11 +222,23 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
             for off, cond in enumerate(conds):
                 p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
                 xs = [x[r] + (off - (len(conds) - 1) / 2) * 0.06 for r in p["rung"]]
-                bars = ax.errorbar(xs, p["pass1_pct"], yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
-                                   marker="o", capsize=3, label=f"{cond} greedy")
+                bars = ax.errorbar(
+                    xs,
+                    p["pass1_pct"],
+                    yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
+                    marker="o",
+                    capsize=3,
+                    label=f"{cond} greedy",
+                )
                 if "verified_pct" in p:
-                    ax.plot(xs, p["verified_pct"], linestyle="--", marker="x", color=bars[0].get_color(),
-                            label=f"{cond} {metric_labels(p.iloc[0])['verified_pct']}")
+                    ax.plot(
+                        xs,
+                        p["verified_pct"],
+                        linestyle="--",
+                        marker="x",
+                        color=bars[0].get_color(),
+                        label=f"{cond} {metric_labels(p.iloc[0])['verified_pct']}",
+                    )
             ax.set_xticks(range(len(rungs)), [f"r{r}" for r in rungs])
             ax.set_xlim(-0.5, max(len(rungs), 1) - 0.5)
             ax.set_ylim(-3, 103)
@@ -184,8 +253,13 @@ def plot(df: pd.DataFrame, out: str | Path) -> None:
     plt.close(fig)
 
 
-def show_ladder(rows_path: str | Path, md_out: str | Path, csv_out: str | Path, png_out: str | Path,
-                plan_path: str | Path | None = None) -> str:
+def show_ladder(
+    rows_path: str | Path,
+    md_out: str | Path,
+    csv_out: str | Path,
+    png_out: str | Path,
+    plan_path: str | Path | None = None,
+) -> str:
     df = rows_frame(read_jsonl(rows_path))
     md = render_markdown(df, json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None)
     write_text(md_out, md)

@@ -60,8 +60,12 @@ class SmokeCheck:
 def smoke_gate(cells: list[dict], smoke_min: float) -> list[SmokeCheck]:
     """Check each model's smallest-rung SFT mem cell; raise SmokeGateFailed, in one line saying
     what failed and what to check, when any falls short of `smoke_min`."""
-    checks = [SmokeCheck(CellKey(str(c["rung"]), c["model"], c["cond"], c["split"]).tag, int(c["pass1"]), int(c["tasks"]),
-                         smoke_min) for c in cells]
+    checks = [
+        SmokeCheck(
+            CellKey(str(c["rung"]), c["model"], c["cond"], c["split"]).tag, int(c["pass1"]), int(c["tasks"]), smoke_min
+        )
+        for c in cells
+    ]
     failed = [c for c in checks if not c.ok]
     if failed:
         where = [c.tag.removesuffix("/sft/mem") for c in failed]
@@ -69,7 +73,8 @@ def smoke_gate(cells: list[dict], smoke_min: float) -> list[SmokeCheck]:
             "smoke gate: " + "; ".join(c.line() for c in failed) + ". Gold-SFT does not reproduce its own train "
             "tasks, so nothing after it would mean anything and the run stops here: check the SFT loss "
             f"(adapters/{where[0]}/sft/metrics.jsonl), its completions (results/cells/{where[0]}/sft/mem.samples.jsonl) "
-            "and sft.iters / sft.lr")
+            "and sft.iters / sft.lr"
+        )
     return checks
 
 
@@ -106,19 +111,33 @@ def choose_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smok
     if gen:
         best = max(gen, key=lambda r: (gen[r]["pass1"] / max(gen[r]["tasks"], 1), -list(gen).index(r)))
         p = {r: mcnemar_exact(_passes(c), _passes(gen[best])).p_value for r, c in gen.items()}
-        below = {r for r, c in gen.items() if c["pass1"] * gen[best]["tasks"] < gen[best]["pass1"] * c["tasks"] and p[r] < alpha}
+        below = {
+            r
+            for r, c in gen.items()
+            if c["pass1"] * gen[best]["tasks"] < gen[best]["pass1"] * c["tasks"] and p[r] < alpha
+        }
         if below:
             elbow = next(r for r in gen if r not in below)
-            return Elbow(model, elbow, "gen", f"gen: r{elbow} ({_pct(gen[elbow])}) is the smallest rung not significantly "
-                         f"below the best, r{best} ({_pct(gen[best])}; McNemar p = {p[elbow]:.3g} ≥ {alpha:g}); "
-                         + ", ".join(f"r{r} is below it (p = {p[r]:.3g})" for r in gen if r in below))
+            return Elbow(
+                model,
+                elbow,
+                "gen",
+                f"gen: r{elbow} ({_pct(gen[elbow])}) is the smallest rung not significantly "
+                f"below the best, r{best} ({_pct(gen[best])}; McNemar p = {p[elbow]:.3g} ≥ {alpha:g}); "
+                + ", ".join(f"r{r} is below it (p = {p[r]:.3g})" for r in gen if r in below),
+            )
         flat = f"gen is flat (no rung significantly below the best, r{best} at {_pct(gen[best])})"
     mem = dict(sorted(sft["mem"].items(), key=lambda kv: rung_sort_key(kv[0])))
     short = [r for r, c in mem.items() if c["pass1"] < smoke_min * c["tasks"]]
     if short:
         r = short[0]
-        return Elbow(model, r, "mem", f"{flat}; on mem, r{r} ({_pct(mem[r])}) is the smallest rung SFT does not "
-                     f"memorise (below {100 * smoke_min:.0f} %)")
+        return Elbow(
+            model,
+            r,
+            "mem",
+            f"{flat}; on mem, r{r} ({_pct(mem[r])}) is the smallest rung SFT does not "
+            f"memorise (below {100 * smoke_min:.0f} %)",
+        )
     r = list(mem)[-1]
     return Elbow(model, r, "mem", f"{flat}; SFT memorises every rung on mem, so the largest, r{r} ({_pct(mem[r])})")
 
@@ -132,7 +151,11 @@ def model_jobs(cells: list[CellKey], rft_models: set[str], rft_tasks: str) -> di
     kind = {t: condition_parts(t[2])[0] for t in trained}
     jobs = {
         "sft": {(r, m) for (r, m, _), c in kind.items() if c in SFT_CONDITIONS},
-        "rft": {(r if rft_tasks == "rung" else "", m) for (r, m, _), c in kind.items() if c == "raw_grpo" and m in rft_models},
+        "rft": {
+            (r if rft_tasks == "rung" else "", m)
+            for (r, m, _), c in kind.items()
+            if c == "raw_grpo" and m in rft_models
+        },
         "grpo": {t for t, c in kind.items() if c in GRPO_CONDITIONS},
         "eval": trained,
         "eval_base": {(k.rung, k.model) for k in cells if k.cond == "base" and k.split == "mem"},
@@ -181,8 +204,10 @@ def smart_plan(spec: PlanSpec, smoke: list[dict], sft: dict[str, dict[str, dict[
         "elbows": [asdict(e) for e in elbows],
         "grpo": {"at_elbow": spec.at_elbow, "raw_grpo_at": spec.raw_rung},
         "cells": [list(k) for k in cells],
-        "jobs": {"smart": model_jobs(cells, set(spec.rft_models), spec.rft_tasks),
-                 "full": model_jobs(full, set(spec.rft_models), spec.rft_tasks)},
+        "jobs": {
+            "smart": model_jobs(cells, set(spec.rft_models), spec.rft_tasks),
+            "full": model_jobs(full, set(spec.rft_models), spec.rft_tasks),
+        },
     }
 
 
@@ -202,12 +227,19 @@ def plan_markdown(plan: dict[str, Any]) -> list[str]:
     smart, full = plan["jobs"]["smart"], plan["jobs"]["full"]
     per_rule = " · ".join(f"{rule} {smart[rule]}/{full[rule]}" for rule in smart if rule != "total" and full[rule])
     gate = "; ".join(f"{s['tag']} passed {s['passed']}/{s['tasks']} greedy" for s in plan["smoke"])
-    lines = ["## The plan (`ladder.plan: smart`)", "",
-             "Staged as the source recommends instead of the blind grid: a smoke gate, base and sft on every rung, "
-             "then GRPO only at each model's elbow and one raw control.", "",
-             f"- Smoke gate: {gate} (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %).",
-             f"- Elbow rule: {plan['rule']}"]
+    lines = [
+        "## The plan (`ladder.plan: smart`)",
+        "",
+        "Staged as the source recommends instead of the blind grid: a smoke gate, base and sft on every rung, "
+        "then GRPO only at each model's elbow and one raw control.",
+        "",
+        f"- Smoke gate: {gate} (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %).",
+        f"- Elbow rule: {plan['rule']}",
+    ]
     lines += [f"- **{e['model']}: elbow r{e['rung']}** ({e['split']}) — {e['reason']}." for e in plan["elbows"]]
-    lines += [f"- GRPO: {', '.join(plan['grpo']['at_elbow'])} at the elbow; raw_grpo at r{plan['grpo']['raw_grpo_at']} only.",
-              f"- Jobs that run a model: {smart['total']} of the full grid's {full['total']} ({per_rule}).", ""]
+    lines += [
+        f"- GRPO: {', '.join(plan['grpo']['at_elbow'])} at the elbow; raw_grpo at r{plan['grpo']['raw_grpo_at']} only.",
+        f"- Jobs that run a model: {smart['total']} of the full grid's {full['total']} ({per_rule}).",
+        "",
+    ]
     return lines

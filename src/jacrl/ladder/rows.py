@@ -36,15 +36,19 @@ def check_one_config(records: list[dict]) -> None:
     recorded = [r for r in records if r.get("config_parts")]
     if recorded and len(recorded) < len(records):
         old = next(r for r in records if not r.get("config_parts"))
-        raise ConfigMismatch(f"cell {tag(old)} records no config hashes but {tag(recorded[0])} does; "
-                             f"rebuild {tag(old)} so that they can be compared")
+        raise ConfigMismatch(
+            f"cell {tag(old)} records no config hashes but {tag(recorded[0])} does; "
+            f"rebuild {tag(old)} so that they can be compared"
+        )
     first: dict[str, tuple[str, str]] = {}
     for r in recorded:
         for part, digest in sorted(r["config_parts"].items()):
             seen_in, seen = first.setdefault(part, (tag(r), digest))
             if seen != digest:
-                raise ConfigMismatch(f"cells {seen_in} and {tag(r)} were built under different `{part}` configs "
-                                     f"({seen} vs {digest}); rebuild them under one config")
+                raise ConfigMismatch(
+                    f"cells {seen_in} and {tag(r)} were built under different `{part}` configs "
+                    f"({seen} vs {digest}); rebuild them under one config"
+                )
 
 
 def rung_sort_key(rung: str) -> tuple[int, int]:
@@ -70,18 +74,49 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
             delta = round(
                 sum(cell["per_task"][t]["idiom"] - base["per_task"][t]["idiom"] for t in common) / len(common), 4
             )
-    keep = ("rung", "model", "cond", "split", "tasks", "samples", "k", "temperature", "runs", "pass1",
-            "near_pass", "norm_pass", "verified", "run_pct", "pass1_pct", "passk_pct", "verified_pct", "near_pct",
-            "norm_pct", "policy_samples", "policy_temperature", "policy_pass_pct", "avg_osim", "avg_idiom",
-            "trunc_rate", "passes", "flagged_passes", "flagged_pass_share", "isolation", "by_family",
-            "config_hash", "config_parts", "code_version")
+    keep = (
+        "rung",
+        "model",
+        "cond",
+        "split",
+        "tasks",
+        "samples",
+        "k",
+        "temperature",
+        "runs",
+        "pass1",
+        "near_pass",
+        "norm_pass",
+        "verified",
+        "run_pct",
+        "pass1_pct",
+        "passk_pct",
+        "verified_pct",
+        "near_pct",
+        "norm_pct",
+        "policy_samples",
+        "policy_temperature",
+        "policy_pass_pct",
+        "avg_osim",
+        "avg_idiom",
+        "trunc_rate",
+        "passes",
+        "flagged_passes",
+        "flagged_pass_share",
+        "isolation",
+        "by_family",
+        "config_hash",
+        "config_parts",
+        "code_version",
+    )
     row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
     row.update({k: cell.get(k) for k in keep})
     row["idiom_delta_vs_base"] = delta
     row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
     row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
-    row["policy_by_task"] = {t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items())
-                             if v.get("policy_n")}
+    row["policy_by_task"] = {
+        t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items()) if v.get("policy_n")
+    }
     return row
 
 
@@ -100,7 +135,9 @@ def build_rows(cells: list[dict]) -> list[dict]:
         if same_rung is not None or c["split"] == "mem":
             return same_rung
         # the base gen cell is the same for every rung: any rung's copy will do
-        return next((b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == "gen"), None)
+        return next(
+            (b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == "gen"), None
+        )
 
     order = lambda c: (c["model"], SPLITS.index(c["split"]), rung_sort_key(c["rung"]), condition_order(c["cond"]))  # noqa: E731
     return [ladder_row(c, base_for(c)) for c in sorted(cells, key=order)]
@@ -136,8 +173,13 @@ def out_of_config(cell: dict, expected: dict[str, dict], rungs: list[str]) -> st
     return "built under another " + ", ".join(f"`{p}`" for p in differ) + " config than the current one"
 
 
-def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str], required: list[str] = (),
-                  shared_under: list[str] = ()) -> tuple[list[dict], list[LeftOut]]:
+def current_cells(
+    root: str | Path,
+    expected: dict[str, dict],
+    rungs: list[str],
+    required: list[str] = (),
+    shared_under: list[str] = (),
+) -> tuple[list[dict], list[LeftOut]]:
     """The cells under `root` (results/cells) that the current configuration would build, and
     those left out. The shared base gen cell is filed under `shared_under` (the run's rungs) and
     each rung that holds another cell of its model. A `required` cell (one this run has just
@@ -154,8 +196,10 @@ def current_cells(root: str | Path, expected: dict[str, dict], rungs: list[str],
     needed = {str(Path(p)) for p in required}
     miss = next((o for o in left if o.path in needed), None)
     if miss is not None:
-        raise ConfigMismatch(f"{miss.path}, an input of this run, is out of the current config ({miss.reason}); "
-                             "rebuild it with `--forcerun` on its rule")
+        raise ConfigMismatch(
+            f"{miss.path}, an input of this run, is out of the current config ({miss.reason}); "
+            "rebuild it with `--forcerun` on its rule"
+        )
     return _file_shared(kept, list(shared_under)), left
 
 

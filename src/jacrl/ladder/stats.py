@@ -83,8 +83,9 @@ def mcnemar_power(n: int, p_a: float, p_b: float, alpha: float = 0.05, bounds: n
     return float((binom.pmf(d, n, psi) * reject).sum())
 
 
-def min_detectable_difference(n: int, discordance: float, power: float = 0.8, alpha: float = 0.05,
-                              step: float = 0.005) -> float | None:
+def min_detectable_difference(
+    n: int, discordance: float, power: float = 0.8, alpha: float = 0.05, step: float = 0.005
+) -> float | None:
     """The smallest difference in pass rate δ that the exact McNemar test on n pairs detects with
     the given power, when a share `discordance` of tasks is discordant (or δ, if larger: a
     difference of δ needs at least that much discordance). None when even δ = 1 is not enough."""

@@ -31,6 +31,13 @@ def benchmark_totals(root: str | Path = "benchmarks") -> pd.DataFrame:
     frame = pd.DataFrame(records).groupby("rule")["seconds"].agg(jobs="count", seconds="sum", largest="max")
     frame = frame.sort_values("seconds", ascending=False)
     frame["share_pct"] = 100 * frame["seconds"] / frame["seconds"].sum()
-    total = pd.DataFrame({"jobs": [frame["jobs"].sum()], "seconds": [frame["seconds"].sum()],
-                          "largest": [frame["largest"].max()], "share_pct": [100.0]}, index=["total"])
+    total = pd.DataFrame(
+        {
+            "jobs": [frame["jobs"].sum()],
+            "seconds": [frame["seconds"].sum()],
+            "largest": [frame["largest"].max()],
+            "share_pct": [100.0],
+        },
+        index=["total"],
+    )
     return pd.concat([frame, total]).round(1)

@@ -54,6 +54,7 @@ def __getattr__(name: str) -> Any:
         return getattr(import_module(f"jacrl.losses.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'jacrl.losses' has no attribute {name!r}")
 
+
 __all__ = [
     "CustomLossConfig",
     "EchoFilterConfig",

@@ -126,9 +126,7 @@ class EchoLossConfig(StrictModel):
         for role in ("system", "user", "assistant"):
             role_config = getattr(self, role)
             if role_config is not None and role_config.tool_names is not None:
-                raise ValueError(
-                    f"echo term {self.name!r}: `{role}.tool_names` is only valid on the `tool` role"
-                )
+                raise ValueError(f"echo term {self.name!r}: `{role}.tool_names` is only valid on the `tool` role")
         return self
 
     def roles(self) -> dict[str, EchoRoleConfig]:
@@ -197,7 +195,9 @@ def check_terms(losses: list[LossTermConfig], training_mode: str, *, field: str 
         seen[term.name] = index
     primaries = [f"{field}[{i}] ({t.type} {t.name!r})" for i, t in enumerate(losses) if t.type in PRIMARY_TYPES]
     if len(primaries) > 1:
-        raise ValueError(f"at most one primary (rl/custom) loss term per run, found {len(primaries)}: {', '.join(primaries)}")
+        raise ValueError(
+            f"at most one primary (rl/custom) loss term per run, found {len(primaries)}: {', '.join(primaries)}"
+        )
     if training_mode == "rl" and not primaries:
         raise ValueError(
             f"training_mode = 'rl' needs a primary loss term (type rl or custom) in `{field}`; "
@@ -245,8 +245,10 @@ def check_same_losses(trainer_losses: list[LossTermConfig], runs: dict[str, list
     for name, losses in runs.items():
         got = dump_losses(losses)
         if got != expected:
-            raise ValueError(f"run {name!r}: its orchestrator.losses {got} differ from the trainer's {expected}; "
-                             f"a multi-run trainer serves only runs with the same `losses`")
+            raise ValueError(
+                f"run {name!r}: its orchestrator.losses {got} differ from the trainer's {expected}; "
+                f"a multi-run trainer serves only runs with the same `losses`"
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,7 +489,9 @@ def _check_overrides(where: str, env: EnvConfig, losses: list[LossTermConfig], e
             raise ValueError(f"{where}.loss_overrides[{name!r}] gives an invalid echo term: {error}") from None
 
 
-def _echo_terms_by_env(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> list[tuple[str, EchoLossConfig]]:
+def _echo_terms_by_env(
+    orchestrator: OrchestratorConfig, losses: list[LossTermConfig]
+) -> list[tuple[str, EchoLossConfig]]:
     """(where, echo term) for the echo term each env trains, its `loss_overrides` merged in; every
     echo term of `losses` when no env is declared."""
     echoes = [term for term in losses if isinstance(term, EchoLossConfig)]

@@ -141,8 +141,10 @@ def opd_core(inputs: LossInputs) -> LossOutputs:
     zero loss and a zero gradient.
     """
     if inputs.teacher_logprobs is None:
-        raise ValueError("the opd core needs LossInputs.teacher_logprobs: the teacher's log-probabilities "
-                         "of the sampled tokens (Trainer(teacher=...))")
+        raise ValueError(
+            "the opd core needs LossInputs.teacher_logprobs: the teacher's log-probabilities "
+            "of the sampled tokens (Trainer(teacher=...))"
+        )
     logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
     m = mask.to(logprobs.dtype)
     n = _count(mask)

@@ -49,9 +49,7 @@ class EnvLossPlan:
         return name in self.names
 
 
-def plan_env(
-    losses: list[LossTermConfig], env: EnvConfig | None, training_mode: str = "rl"
-) -> EnvLossPlan:
+def plan_env(losses: list[LossTermConfig], env: EnvConfig | None, training_mode: str = "rl") -> EnvLossPlan:
     """Resolve one env's terms. `env=None` is the implicit env: every term, no overrides."""
     if env is None:
         return EnvLossPlan(DEFAULT_ENV, tuple(losses), training_mode)

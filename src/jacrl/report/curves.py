@@ -71,7 +71,7 @@ def plot_curves(rows: list[dict], out: str | Path, title: str) -> list[str]:
         ax.set_ylabel(ylabel, fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    for ax in flat[len(panels):]:
+    for ax in flat[len(panels) :]:
         ax.axis("off")
     if not panels:
         flat[0].text(0.5, 0.5, "no metrics recorded", ha="center", va="center")
@@ -88,8 +88,14 @@ def _band(ax, rows: list[dict], xs: list[float], ys: list[float], color: str) ->
     sx, sd = series(rows, "reward/std")
     std = dict(zip(sx, sd))
     if std and all(x in std for x in xs):
-        ax.fill_between(xs, [y - std[x] for x, y in zip(xs, ys)], [y + std[x] for x, y in zip(xs, ys)],
-                        color=color, alpha=0.15, linewidth=0)
+        ax.fill_between(
+            xs,
+            [y - std[x] for x, y in zip(xs, ys)],
+            [y + std[x] for x, y in zip(xs, ys)],
+            color=color,
+            alpha=0.15,
+            linewidth=0,
+        )
 
 
 def write_curves(adapter_dir: str | Path, out: str | Path, title: str) -> list[str]:

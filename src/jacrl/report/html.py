@@ -76,8 +76,10 @@ def page(title: str, body: str, browse: bool = False, heading: bool = True) -> s
     the title as the first heading (off when the body brings its own)."""
     script = f"<script>{BROWSE_SCRIPT}</script>" if browse else ""
     h1 = f"<h1>{escape(title)}</h1>\n" if heading else ""
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f"<style>{STYLE}</style></head>\n<body>\n{h1}{body}\n{script}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head>\n<body>\n{h1}{body}\n{script}\n</body>\n</html>\n"
+    )
 
 
 def frame_html(df: pd.DataFrame, index: bool = True) -> str:
@@ -87,11 +89,15 @@ def frame_html(df: pd.DataFrame, index: bool = True) -> str:
 
 def controls(table_id: str, selects: Iterable[tuple[str, int, Sequence[str]]] = ()) -> str:
     """The filter box above a browsable table: a text search and one select per (label, column, values)."""
-    parts = [f'<div class="controls" data-for="{escape(table_id)}">',
-             '<label>filter <input type="search" placeholder="text in any column"></label>']
+    parts = [
+        f'<div class="controls" data-for="{escape(table_id)}">',
+        '<label>filter <input type="search" placeholder="text in any column"></label>',
+    ]
     for label, col, values in selects:
         options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
-        parts.append(f'<label>{escape(label)} <select data-col="{col}"><option value="">all</option>{options}</select></label>')
+        parts.append(
+            f'<label>{escape(label)} <select data-col="{col}"><option value="">all</option>{options}</select></label>'
+        )
     parts.append('<span class="count"></span></div>')
     return "".join(parts)
 
@@ -99,7 +105,11 @@ def controls(table_id: str, selects: Iterable[tuple[str, int, Sequence[str]]] = 
 def browse_table(table_id: str, header: Sequence[str], rows: Iterable[str]) -> str:
     """A table.browse from a header and pre-rendered `<tr>` rows (whose cells the caller escaped)."""
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    return f'<table class="browse" id="{escape(table_id)}"><thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(rows) + "\n</tbody></table>"
+    return (
+        f'<table class="browse" id="{escape(table_id)}"><thead><tr>{head}</tr></thead><tbody>\n'
+        + "\n".join(rows)
+        + "\n</tbody></table>"
+    )
 
 
 def frame_browse(table_id: str, df: pd.DataFrame) -> str:

@@ -26,8 +26,9 @@ LEGEND = (
 )
 TESTS_NOTE = (
     "greedy pass@1: exact McNemar test; wins = tasks the condition passes and the reference fails, losses = the reverse. "
-    "sampled (T t): exact sign test on each task's sampled pass rate. " + POWER_METHOD +
-    " A p-value above 0.05 with an mdd above the effect you care about means too few tasks, not no effect."
+    "sampled (T t): exact sign test on each task's sampled pass rate. "
+    + POWER_METHOD
+    + " A p-value above 0.05 with an mdd above the effect you care about means too few tasks, not no effect."
 )
 
 
@@ -38,15 +39,20 @@ def ladder_html(rows: list[dict]) -> str:
     gen = df[df["split"] == "gen"]
     if len(gen):
         n = int(gen["tasks"].max())
-        parts.append(f"<p>Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
-                     f"±{100 * wilson_half_width(n):.1f} pp.</p>")
+        parts.append(
+            f"<p>Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
+            f"±{100 * wilson_half_width(n):.1f} pp.</p>"
+        )
     for (model, split), table in pivot_tables(df).items():
         n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
         parts += [f"<h2>{escape(model)} · {escape(split)} (n ≤ {n} tasks)</h2>", frame_html(table)]
     tests = paired_tests(df)
     if len(tests):
-        parts += ["<h2>Paired comparisons (same tasks)</h2>", f'<p class="note">{escape(TESTS_NOTE)}</p>',
-                  frame_browse("paired-tests", tests)]
+        parts += [
+            "<h2>Paired comparisons (same tasks)</h2>",
+            f'<p class="note">{escape(TESTS_NOTE)}</p>',
+            frame_browse("paired-tests", tests),
+        ]
     numbers = pd.read_csv(io.StringIO(to_csv(df)), keep_default_na=False, na_values=[""]).rename(columns=COLUMNS)
     parts += ["<h2>Every cell (numbers)</h2>", frame_browse("cells", numbers)]
     return page("The Jac RL ladder", "\n".join(parts), browse=True)

@@ -19,7 +19,9 @@ from jacrl.io import read_jsonl
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
 from jacrl.tasks.record import Task, load_tasks
 
-CELL_RE = re.compile(r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$")
+CELL_RE = re.compile(
+    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
+)
 STEPS = (("sft", "base"), ("sft_grpo", "sft"), ("raw_grpo", "base"))
 """The paired comparisons read: each condition against what it was trained from."""
 
@@ -58,17 +60,21 @@ def pct(k: int, n: int) -> str:
 
 def stages_table(cells: list[CellRead]) -> list[str]:
     """Per cell, the greedy completion's fate: compiles, runs, near-pass, pass; and the policy samples' pass."""
-    out = ["| cell | tasks | compiles | runs | near-pass (output ≥ 0.9 alike) | greedy pass | sampled pass | truncated |",
-           "|---|---:|---|---|---|---|---|---:|"]
+    out = [
+        "| cell | tasks | compiles | runs | near-pass (output ≥ 0.9 alike) | greedy pass | sampled pass | truncated |",
+        "|---|---:|---|---|---|---|---|---:|",
+    ]
     for c in cells:
         g = list(c.greedy.values())
         n, s = len(g), [r["score"] for r in g]
         near = sum(x["runs"] and not x["exact"] and x["output_ratio"] >= 0.9 for x in s)
         p = list(c.policy.values())
         sampled = pct(sum(r["score"]["exact"] for r in p), len(p)) + f" of {len(p)}" if p else "—"
-        out.append(f"| {c.cond}/{c.split} | {n} | {pct(sum(x['compiles'] for x in s), n)} | "
-                   f"{pct(sum(x['runs'] for x in s), n)} | {pct(near, n)} | {pct(sum(x['exact'] for x in s), n)} | "
-                   f"{sampled} | {fmean(r['truncated'] for r in g):.2f} |")
+        out.append(
+            f"| {c.cond}/{c.split} | {n} | {pct(sum(x['compiles'] for x in s), n)} | "
+            f"{pct(sum(x['runs'] for x in s), n)} | {pct(near, n)} | {pct(sum(x['exact'] for x in s), n)} | "
+            f"{sampled} | {fmean(r['truncated'] for r in g):.2f} |"
+        )
     return out
 
 
@@ -80,17 +86,28 @@ def passing_tasks(cells: list[CellRead], tasks: dict[str, Task]) -> list[str]:
         for tid, rec in sorted(c.greedy.items()):
             if rec["score"]["exact"]:
                 t = tasks[tid]
-                out.append(f"| {c.cond}/{c.split} | {tid} | {t.family} | {body_lines(t)} | {'yes' if t.osp else 'no'} |")
+                out.append(
+                    f"| {c.cond}/{c.split} | {tid} | {t.family} | {body_lines(t)} | {'yes' if t.osp else 'no'} |"
+                )
     if len(out) == 2:
         out.append("| — | no greedy completion passes in any cell | | | |")
-    out += ["", "| cell | osp pass | non-osp pass | body ≤ 5 lines | 6–12 lines | > 12 lines |", "|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "| cell | osp pass | non-osp pass | body ≤ 5 lines | 6–12 lines | > 12 lines |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in cells:
         out.append(f"| {c.cond}/{c.split} | " + " | ".join(_rate(c, tasks, keep) for keep in _SLICES) + " |")
     return out
 
 
-_SLICES = (lambda t: t.osp, lambda t: not t.osp, lambda t: body_lines(t) <= 5,
-           lambda t: 5 < body_lines(t) <= 12, lambda t: body_lines(t) > 12)
+_SLICES = (
+    lambda t: t.osp,
+    lambda t: not t.osp,
+    lambda t: body_lines(t) <= 5,
+    lambda t: 5 < body_lines(t) <= 12,
+    lambda t: body_lines(t) > 12,
+)
 
 
 def body_lines(t: Task) -> int:
@@ -106,19 +123,25 @@ def paired_tests(cells: list[CellRead]) -> list[str]:
     """Each condition against its start, per split: exact McNemar on the greedy pass of each task,
     and on the policy samples' pass of each (task, sample) pair where both cells drew them."""
     by = {(c.cond, c.split): c for c in cells}
-    out = ["| comparison | split | greedy: only new / only old of n, p | sampled: only new / only old of n, p |",
-           "|---|---|---|---|"]
+    out = [
+        "| comparison | split | greedy: only new / only old of n, p | sampled: only new / only old of n, p |",
+        "|---|---|---|---|",
+    ]
     for new, old in STEPS:
         for split in ("gen", "mem"):
             a, b = by.get((new, split)), by.get((old, split))
             if not (a and b):
                 continue
-            g = mcnemar_exact({t: r["score"]["exact"] for t, r in a.greedy.items()},
-                              {t: r["score"]["exact"] for t, r in b.greedy.items()})
+            g = mcnemar_exact(
+                {t: r["score"]["exact"] for t, r in a.greedy.items()},
+                {t: r["score"]["exact"] for t, r in b.greedy.items()},
+            )
             line = f"| {new} vs {old} | {split} | {g.only_a} / {g.only_b} of {g.n}, p = {g.p_value:.3g} | "
             if a.policy and b.policy:
-                s = mcnemar_exact({str(k): r["score"]["exact"] for k, r in a.policy.items()},
-                                  {str(k): r["score"]["exact"] for k, r in b.policy.items()})
+                s = mcnemar_exact(
+                    {str(k): r["score"]["exact"] for k, r in a.policy.items()},
+                    {str(k): r["score"]["exact"] for k, r in b.policy.items()},
+                )
                 line += f"{s.only_a} / {s.only_b} of {s.n}, p = {s.p_value:.3g} |"
             else:
                 line += "— |"
@@ -134,8 +157,18 @@ def curves(adapters: Path) -> list[str]:
         if not rows:
             continue
         out.append(f"**{metrics.parent.relative_to(adapters)}** ({len(rows)} steps)")
-        keys = [k for k in ("loss", "reward/mean", "reward/pass_rate", "samples/truncated_frac", "kl/reference",
-                            "groups/zero_variance_frac") if k in rows[0]]
+        keys = [
+            k
+            for k in (
+                "loss",
+                "reward/mean",
+                "reward/pass_rate",
+                "samples/truncated_frac",
+                "kl/reference",
+                "groups/zero_variance_frac",
+            )
+            if k in rows[0]
+        ]
         size = max(1, len(rows) // 5)
         out.append("| steps | " + " | ".join(keys) + " |")
         out.append("|---|" + "---:|" * len(keys))
@@ -152,8 +185,17 @@ def reading(results: Path, adapters: Path, tasks_path: Path) -> str:
     if not cells:
         raise FileNotFoundError(f"{results / 'cells'}: no cell samples (*.samples.jsonl) to read")
     tasks = load_tasks(tasks_path)
-    parts = ["### Where the greedy completions fail", *stages_table(cells), "",
-             "### What passes", *passing_tasks(cells, tasks), "",
-             "### Did a step of training move it (exact McNemar, two-sided)", *paired_tests(cells), "",
-             "### Training curves (means over fifths of the steps)", *curves(adapters)]
+    parts = [
+        "### Where the greedy completions fail",
+        *stages_table(cells),
+        "",
+        "### What passes",
+        *passing_tasks(cells, tasks),
+        "",
+        "### Did a step of training move it (exact McNemar, two-sided)",
+        *paired_tests(cells),
+        "",
+        "### Training curves (means over fifths of the steps)",
+        *curves(adapters),
+    ]
     return "\n".join(parts) + "\n"

@@ -19,10 +19,35 @@ from jacrl.io import read_jsonl, write_text
 from jacrl.ladder.rows import cell_tag, read_cell
 from jacrl.report.html import browse_table, controls, frame_html, page
 
-HEADER = ("task", "family", "kind", "#", "outcome", "score", "output sim", "idiom", "body sim", "flags",
-          "isolation", "tokens", "truncated", "completion", "breakdown")
-SUMMARY_KEYS = ("tasks", "pass1_pct", "passk_pct", "verified_pct", "near_pct", "run_pct", "policy_temperature",
-                "policy_pass_pct", "flagged_pass_share", "isolation")
+HEADER = (
+    "task",
+    "family",
+    "kind",
+    "#",
+    "outcome",
+    "score",
+    "output sim",
+    "idiom",
+    "body sim",
+    "flags",
+    "isolation",
+    "tokens",
+    "truncated",
+    "completion",
+    "breakdown",
+)
+SUMMARY_KEYS = (
+    "tasks",
+    "pass1_pct",
+    "passk_pct",
+    "verified_pct",
+    "near_pct",
+    "run_pct",
+    "policy_temperature",
+    "policy_pass_pct",
+    "flagged_pass_share",
+    "isolation",
+)
 SELECTS = (("kind", 2), ("outcome", 4), ("family", 1), ("flags", 9))
 
 
@@ -68,24 +93,41 @@ def sample_row(rec: dict) -> str:
     css = "flagged" if flags else {"pass": "pass", "near": "near"}.get(out, "")
     text = rec.get("completion") or ""
     first = next((line.strip() for line in text.splitlines() if line.strip()), "(empty)")
-    cells = [_text(rec.get("task_id")), _text(rec.get("family")), _text(rec.get("kind")), _num(rec.get("index")),
-             _text(out), _num(s.get("score")), _num(s.get("output_ratio")), _num(s.get("idiom")), _num(s.get("body_sim")),
-             _text(", ".join(flags), v="flagged" if flags else "none"), _text(s.get("isolation")), _num(rec.get("tokens")),
-             _text("yes" if rec.get("truncated") else "no"), _details(first[:70], text), _details("all fields", breakdown_text(s))]
+    cells = [
+        _text(rec.get("task_id")),
+        _text(rec.get("family")),
+        _text(rec.get("kind")),
+        _num(rec.get("index")),
+        _text(out),
+        _num(s.get("score")),
+        _num(s.get("output_ratio")),
+        _num(s.get("idiom")),
+        _num(s.get("body_sim")),
+        _text(", ".join(flags), v="flagged" if flags else "none"),
+        _text(s.get("isolation")),
+        _num(rec.get("tokens")),
+        _text("yes" if rec.get("truncated") else "no"),
+        _details(first[:70], text),
+        _details("all fields", breakdown_text(s)),
+    ]
     return f'<tr class="{css}">' + "".join(cells) + "</tr>"
 
 
 def samples_html(cell: dict, records: list[dict]) -> str:
     """The page of one cell: its headline numbers, then every completion."""
     tag = cell_tag(cell.get("rung"), cell.get("model"), cell.get("cond"), cell.get("split"))
-    summary = pd.DataFrame([{summary_header(k, cell): "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}])
+    summary = pd.DataFrame(
+        [{summary_header(k, cell): "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}]
+    )
     rows = [sample_row(r) for r in records]
     cols = {name: sorted({_select_value(r, name) for r in records}) for name, _ in SELECTS}
-    body = [frame_html(summary, index=False),
-            f'<p class="note">{len(records)} completions. Green: exact pass; yellow: near-pass; red: the body carries a '
-            "reward audit flag. Click a column to sort; open a completion or its breakdown to read it.</p>",
-            controls("samples", [(name, col, cols[name]) for name, col in SELECTS]),
-            browse_table("samples", HEADER, rows)]
+    body = [
+        frame_html(summary, index=False),
+        f'<p class="note">{len(records)} completions. Green: exact pass; yellow: near-pass; red: the body carries a '
+        "reward audit flag. Click a column to sort; open a completion or its breakdown to read it.</p>",
+        controls("samples", [(name, col, cols[name]) for name, col in SELECTS]),
+        browse_table("samples", HEADER, rows),
+    ]
     return page(f"Completions · {tag}", "\n".join(body), browse=True)
 
 
@@ -105,7 +147,9 @@ def _select_value(rec: dict, name: str) -> str:
     return str(rec.get(name) or "—")
 
 
-def write_samples_html(cell_path: str | Path, samples_path: str | Path, out: str | Path, rung: str | None = None) -> int:
+def write_samples_html(
+    cell_path: str | Path, samples_path: str | Path, out: str | Path, rung: str | None = None
+) -> int:
     """Render one cell's page to `out`; returns the number of completions shown. `rung`, when given,
     is the rung the page files the cell under (the shared base gen cell has a page under every rung)."""
     records = read_jsonl(samples_path)

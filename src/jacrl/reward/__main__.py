@@ -15,8 +15,21 @@ from pathlib import Path
 
 from jacrl import cli
 
-FIELDS = ("compiles", "runs", "exact", "output_ratio", "line_frac", "idiom", "body_sim", "timed_out", "killed",
-          "exit_code", "extract", "rejected", "cached")
+FIELDS = (
+    "compiles",
+    "runs",
+    "exact",
+    "output_ratio",
+    "line_frac",
+    "idiom",
+    "body_sim",
+    "timed_out",
+    "killed",
+    "exit_code",
+    "extract",
+    "rejected",
+    "cached",
+)
 
 
 def add_score_arguments(s: argparse.ArgumentParser) -> None:
@@ -69,8 +82,11 @@ def score(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = cli.parser("python -m jacrl.reward", __doc__)
     sub = p.add_subparsers(dest="cmd", required=True, help="the command (score is the only one)")
-    add_score_arguments(sub.add_parser("score", help="score a completion against a task", description=__doc__,
-                                       formatter_class=cli.HelpFormatter))
+    add_score_arguments(
+        sub.add_parser(
+            "score", help="score a completion against a task", description=__doc__, formatter_class=cli.HelpFormatter
+        )
+    )
     return p
 
 

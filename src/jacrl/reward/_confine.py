@@ -80,7 +80,10 @@ def _check(ret: int, what: str) -> int:
 
 
 def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
-    _check(_c().prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl({option})")
+    _check(
+        _c().prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        f"prctl({option})",
+    )
 
 
 class _CapHeader(ctypes.Structure):
@@ -140,7 +143,13 @@ def enter_namespaces(iso: dict, owner: tuple[int, int]) -> None:
     if os.path.isdir("/run"):
         _mount("jacrl-empty", "/run", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=2")
     if iso.get("cover_parent"):
-        _mount("jacrl-empty", os.path.dirname(run_dir), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=16,mode=0755")
+        _mount(
+            "jacrl-empty",
+            os.path.dirname(run_dir),
+            "tmpfs",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "size=64k,nr_inodes=16,mode=0755",
+        )
         os.mkdir(run_dir, 0o700)
     opts = f"size={iso['tmpfs_bytes']},nr_inodes={iso['tmpfs_inodes']},mode=0700,uid={owner[0]},gid={owner[1]}"
     _mount("jacrl-run", run_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts)
@@ -155,7 +164,11 @@ def enter_namespaces(iso: dict, owner: tuple[int, int]) -> None:
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -166,7 +179,12 @@ class _PathBeneath(ctypes.Structure):
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 when Landlock is absent or disabled."""
     try:
-        return max(0, _c().syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)))
+        return max(
+            0,
+            _c().syscall(
+                SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)
+            ),
+        )
     except (OSError, AttributeError):
         return 0
 
@@ -187,7 +205,10 @@ def _add_rule(ruleset: int, path: str, access: int, handled: int) -> None:
         if not os.path.isdir(path):  # a file rule may only carry file rights
             access &= FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
         rule = _PathBeneath(access & handled, fd)
-        _check(_c().syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0), f"landlock rule {path}")
+        _check(
+            _c().syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0),
+            f"landlock rule {path}",
+        )
     finally:
         os.close(fd)
 
@@ -196,9 +217,16 @@ def restrict_landlock(ll: dict, run_dir: str) -> None:
     """Step 4 of the module docstring (no_new_privs must already be set)."""
     abi = int(ll["abi"])
     fs = _fs_all(abi)
-    attr = _RulesetAttr(fs, NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0)
+    attr = _RulesetAttr(
+        fs,
+        NET_BIND_TCP | NET_CONNECT_TCP if abi >= 4 else 0,
+        SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL if abi >= 6 else 0,
+    )
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-    ruleset = _check(_c().syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0), "landlock_create_ruleset")
+    ruleset = _check(
+        _c().syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), 0),
+        "landlock_create_ruleset",
+    )
     try:
         for path in ll["ro"]:
             _add_rule(ruleset, path, FS_RO, fs)

@@ -36,30 +36,97 @@ CATEGORIES: dict[str, str] = {
 # Risky modules → the categories that naming them implies. Each also has its own flag
 # `module:<name>`, so a breakdown says which module, and the ladder can count categories.
 MODULES: dict[str, tuple[str, ...]] = {
-    "os": (), "sys": (), "posix": ("process", "file"), "nt": ("process", "file"),
-    "subprocess": ("process",), "multiprocessing": ("process",), "signal": ("process",), "pty": ("process",),
-    "pexpect": ("process",), "socket": ("network",), "ssl": ("network",), "urllib": ("network",),
-    "http": ("network",), "requests": ("network",), "httpx": ("network",), "aiohttp": ("network",),
-    "ftplib": ("network",), "smtplib": ("network",), "telnetlib": ("network",), "xmlrpc": ("network",),
-    "pathlib": ("file",), "shutil": ("file",), "glob": ("file",), "tempfile": ("file",), "io": ("file",),
-    "fileinput": ("file",), "sqlite3": ("file",), "shelve": ("file",), "dbm": ("file",), "mmap": ("file",),
-    "zipfile": ("file",), "tarfile": ("file",), "fcntl": ("file",),
-    "ctypes": ("dynamic",), "cffi": ("dynamic",), "importlib": ("dynamic", "import"), "builtins": ("dynamic",),
-    "inspect": ("dynamic",), "gc": ("dynamic",), "runpy": ("dynamic",), "pickle": ("dynamic",),
-    "marshal": ("dynamic",), "jaclang": ("dynamic",),
-    "getpass": ("environment",), "pwd": ("environment",), "grp": ("environment",), "platform": ("environment",),
+    "os": (),
+    "sys": (),
+    "posix": ("process", "file"),
+    "nt": ("process", "file"),
+    "subprocess": ("process",),
+    "multiprocessing": ("process",),
+    "signal": ("process",),
+    "pty": ("process",),
+    "pexpect": ("process",),
+    "socket": ("network",),
+    "ssl": ("network",),
+    "urllib": ("network",),
+    "http": ("network",),
+    "requests": ("network",),
+    "httpx": ("network",),
+    "aiohttp": ("network",),
+    "ftplib": ("network",),
+    "smtplib": ("network",),
+    "telnetlib": ("network",),
+    "xmlrpc": ("network",),
+    "pathlib": ("file",),
+    "shutil": ("file",),
+    "glob": ("file",),
+    "tempfile": ("file",),
+    "io": ("file",),
+    "fileinput": ("file",),
+    "sqlite3": ("file",),
+    "shelve": ("file",),
+    "dbm": ("file",),
+    "mmap": ("file",),
+    "zipfile": ("file",),
+    "tarfile": ("file",),
+    "fcntl": ("file",),
+    "ctypes": ("dynamic",),
+    "cffi": ("dynamic",),
+    "importlib": ("dynamic", "import"),
+    "builtins": ("dynamic",),
+    "inspect": ("dynamic",),
+    "gc": ("dynamic",),
+    "runpy": ("dynamic",),
+    "pickle": ("dynamic",),
+    "marshal": ("dynamic",),
+    "jaclang": ("dynamic",),
+    "getpass": ("environment",),
+    "pwd": ("environment",),
+    "grp": ("environment",),
+    "platform": ("environment",),
     "resource": ("environment",),
 }
 # Names common enough as ordinary variables (`signal.color`, `io.total`) count as the module
 # only when imported, never from `name.attr` alone.
-AMBIGUOUS_NAMES = frozenset({"signal", "io", "http", "glob", "resource", "platform", "nt", "posix", "gc", "pwd", "grp", "requests"})
+AMBIGUOUS_NAMES = frozenset(
+    {"signal", "io", "http", "glob", "resource", "platform", "nt", "posix", "gc", "pwd", "grp", "requests"}
+)
 
 # Pure computation: importing these inside a body is not worth a flag.
-SAFE_MODULES = frozenset({
-    "math", "cmath", "re", "functools", "itertools", "collections", "typing", "dataclasses", "heapq", "bisect",
-    "string", "operator", "statistics", "fractions", "decimal", "numbers", "copy", "enum", "random", "textwrap",
-    "json", "abc", "array", "difflib", "unicodedata", "datetime", "calendar", "time", "uuid", "hashlib", "base64",
-})
+SAFE_MODULES = frozenset(
+    {
+        "math",
+        "cmath",
+        "re",
+        "functools",
+        "itertools",
+        "collections",
+        "typing",
+        "dataclasses",
+        "heapq",
+        "bisect",
+        "string",
+        "operator",
+        "statistics",
+        "fractions",
+        "decimal",
+        "numbers",
+        "copy",
+        "enum",
+        "random",
+        "textwrap",
+        "json",
+        "abc",
+        "array",
+        "difflib",
+        "unicodedata",
+        "datetime",
+        "calendar",
+        "time",
+        "uuid",
+        "hashlib",
+        "base64",
+    }
+)
 
 FLAGS: dict[str, str] = {**CATEGORIES, **{f"module:{m}": f"names module {m}" for m in MODULES}}
 """Every flag a score can carry: the capability categories and one `module:<name>` per module."""
@@ -70,44 +137,73 @@ CODE_PATTERNS: tuple[tuple[re.Pattern, str], ...] = tuple(
     for p, flag in [
         (r"(?<![\w.])open\s*\(", "file"),
         (r"(?<![\w.])Path\s*\(", "file"),
-        (r"\.\s*(?:read_text|write_text|read_bytes|write_bytes|iterdir|rglob|unlink|rmdir|mkdir|symlink_to|chmod)\s*\(", "file"),
-        (r"\bos\s*\.\s*(?:listdir|scandir|walk|remove|unlink|rmdir|removedirs|mkdir|makedirs|rename|renames|replace|open|"
-         r"chmod|chown|stat|lstat|readlink|symlink|link|truncate|chdir|fchdir|chroot|getcwd|path|fdopen|read|write|"
-         r"pipe|dup2?|sendfile|mkfifo|utime|access)\b", "file"),
+        (
+            r"\.\s*(?:read_text|write_text|read_bytes|write_bytes|iterdir|rglob|unlink|rmdir|mkdir|symlink_to|chmod)\s*\(",
+            "file",
+        ),
+        (
+            r"\bos\s*\.\s*(?:listdir|scandir|walk|remove|unlink|rmdir|removedirs|mkdir|makedirs|rename|renames|replace|open|"
+            r"chmod|chown|stat|lstat|readlink|symlink|link|truncate|chdir|fchdir|chroot|getcwd|path|fdopen|read|write|"
+            r"pipe|dup2?|sendfile|mkfifo|utime|access)\b",
+            "file",
+        ),
         (r"\.\s*(?:listdir|scandir|read_text|write_text|read_bytes|write_bytes)\s*\(", "file"),
         (r"\bsocket\s*\.\s*\w", "network"),
         (r"\b(?:create_connection|urlopen|getaddrinfo|gethostbyname)\s*\(", "network"),
-        (r"\bos\s*\.\s*(?:system|popen|fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*|kill|killpg|_exit|abort|wait\w*|"
-         r"setsid|setpgid|setpgrp|nice|pidfd_open|register_at_fork|ptrace)\b", "process"),
+        (
+            r"\bos\s*\.\s*(?:system|popen|fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*|kill|killpg|_exit|abort|wait\w*|"
+            r"setsid|setpgid|setpgrp|nice|pidfd_open|register_at_fork|ptrace)\b",
+            "process",
+        ),
         (r"\.\s*(?:system|popen|fork|forkpty|exec[lv]\w*|spawn[lv]\w*|posix_spawn\w*|killpg|_exit)\s*\(", "process"),
         (r"\bsignal\s*\.\s*(?:signal|alarm|setitimer|pthread_kill|raise_signal|SIG\w+)\b", "process"),
         (r"\bsys\s*\.\s*exit\b|(?<![\w.])(?:exit|quit)\s*\(", "process"),
-        (r"\bos\s*\.\s*(?:environ\w*|getenv\w*|putenv|unsetenv|get\w*uid|get\w*gid|getpid|getppid|getlogin|uname|"
-         r"getgroups|getloadavg|sched_\w+|cpu_count|set\w*uid|set\w*gid)\b|(?<![\w.])getenv\s*\(", "environment"),
-        (r"\bsys\s*\.\s*(?:argv|orig_argv|path|path_hooks|path_importer_cache|meta_path|modules|executable|prefix|"
-         r"base_prefix|exec_prefix|stdin|__stdout__|__stderr__|settrace|setprofile|setrecursionlimit|_getframe|flags|"
-         r"addaudithook|audit|breakpointhook|excepthook|displayhook)\b", "environment"),
+        (
+            r"\bos\s*\.\s*(?:environ\w*|getenv\w*|putenv|unsetenv|get\w*uid|get\w*gid|getpid|getppid|getlogin|uname|"
+            r"getgroups|getloadavg|sched_\w+|cpu_count|set\w*uid|set\w*gid)\b|(?<![\w.])getenv\s*\(",
+            "environment",
+        ),
+        (
+            r"\bsys\s*\.\s*(?:argv|orig_argv|path|path_hooks|path_importer_cache|meta_path|modules|executable|prefix|"
+            r"base_prefix|exec_prefix|stdin|__stdout__|__stderr__|settrace|setprofile|setrecursionlimit|_getframe|flags|"
+            r"addaudithook|audit|breakpointhook|excepthook|displayhook)\b",
+            "environment",
+        ),
         (r"(?<![\w.])(?:__import__|import_module)\s*\(", "import"),
-        (r"(?<![\w.])(?:eval|exec|compile|__import__|globals|locals|vars|breakpoint|getattr|setattr|delattr)\s*\(", "dynamic"),
-        (r"\b__(?:builtins|import|globals|code|closure|subclasses|bases|base|mro|class|dict|getattribute|loader|spec|"
-         r"file|module|func|self|wrapped|reduce|reduce_ex|traceback|frame|f_back|f_globals|f_locals|gi_frame)__\b|"
-         r"\.\s*(?:f_back|f_globals|f_locals|f_builtins|gi_frame|cr_frame|tb_frame)\b", "dynamic"),
+        (
+            r"(?<![\w.])(?:eval|exec|compile|__import__|globals|locals|vars|breakpoint|getattr|setattr|delattr)\s*\(",
+            "dynamic",
+        ),
+        (
+            r"\b__(?:builtins|import|globals|code|closure|subclasses|bases|base|mro|class|dict|getattribute|loader|spec|"
+            r"file|module|func|self|wrapped|reduce|reduce_ex|traceback|frame|f_back|f_globals|f_locals|gi_frame)__\b|"
+            r"\.\s*(?:f_back|f_globals|f_locals|f_builtins|gi_frame|cr_frame|tb_frame)\b",
+            "dynamic",
+        ),
         (r"::py::", "dynamic"),
     ]
 )
 STRING_PATTERNS: tuple[tuple[re.Pattern, str], ...] = tuple(
     (_C(p), flag)
     for p, flag in [
-        (r"tasks\.jsonl|(?:^|[/\\])(?:dataset|results|adapters|refbodies|templates)(?:[/\\]|$)|\brefbodies\b|"
-         r"\bexpected_stdout\b|\bgold_body\b|\.sqlite3?\b|\bscore[_-]?cache\b|\brl_ladder\b|\bjacrl\b|"
-         r"\.jsonl\b|\bsplits\.md\b", "answer_key"),
-        (r"^\s*(?:/[\w.~-]|~/|\.\.(?:/|\s*$)|[A-Za-z]:\\)|(?:^|\s)/(?:etc|proc|sys|dev|home|root|tmp|usr|var|opt|mnt|run|bin|lib|srv|work)\b|"
-         r"\.\./", "path"),
+        (
+            r"tasks\.jsonl|(?:^|[/\\])(?:dataset|results|adapters|refbodies|templates)(?:[/\\]|$)|\brefbodies\b|"
+            r"\bexpected_stdout\b|\bgold_body\b|\.sqlite3?\b|\bscore[_-]?cache\b|\brl_ladder\b|\bjacrl\b|"
+            r"\.jsonl\b|\bsplits\.md\b",
+            "answer_key",
+        ),
+        (
+            r"^\s*(?:/[\w.~-]|~/|\.\.(?:/|\s*$)|[A-Za-z]:\\)|(?:^|\s)/(?:etc|proc|sys|dev|home|root|tmp|usr|var|opt|mnt|run|bin|lib|srv|work)\b|"
+            r"\.\./",
+            "path",
+        ),
     ]
 )
 _MODULE_NAME = r"[A-Za-z_]\w*(?:\s*\.\s*[A-Za-z_]\w*)*"
 IMPORT_FROM_RE = re.compile(rf"\bimport\s+from\s+(?P<mod>{_MODULE_NAME})\s*\{{(?P<names>[^}}]*)\}}")
-IMPORT_RE = re.compile(rf"\b(?:import|include)\s+(?!from\b)(?P<mods>{_MODULE_NAME}(?:\s+as\s+\w+)?(?:\s*,\s*{_MODULE_NAME}(?:\s+as\s+\w+)?)*)")
+IMPORT_RE = re.compile(
+    rf"\b(?:import|include)\s+(?!from\b)(?P<mods>{_MODULE_NAME}(?:\s+as\s+\w+)?(?:\s*,\s*{_MODULE_NAME}(?:\s+as\s+\w+)?)*)"
+)
 PY_FROM_RE = re.compile(rf"\bfrom\s+(?P<mod>{_MODULE_NAME})\s+import\s+(?P<names>[\w\s,*]+)")
 # A risky module named as a value (`os.walk`, `getattr(os, ...)`), not a field or a keyword argument.
 MODULE_USE_RE = re.compile(r"(?<![\w.])(?P<mod>[A-Za-z_]\w*)\b(?!\s*=[^=])")

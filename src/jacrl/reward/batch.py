@@ -51,8 +51,9 @@ class HasText(Protocol):
     text: str
 
 
-def score_groups[S](score_batch: Callable[[list[Task], list[str]], list[S]], tasks: Sequence[Task],
-                    groups: Sequence[Sequence[HasText]]) -> list[list[S]]:
+def score_groups[S](
+    score_batch: Callable[[list[Task], list[str]], list[S]], tasks: Sequence[Task], groups: Sequence[Sequence[HasText]]
+) -> list[list[S]]:
     """Score every completion of `groups[i]` against `tasks[i]` in one `score_batch` call (so the
     batch dedups and parallelises across groups); the scores come back grouped like `groups`."""
     flat_tasks = [t for t, group in zip(tasks, groups, strict=True) for _ in group]
@@ -97,7 +98,9 @@ def screen(completion: object, task: Task, max_chars: int, markup: ChatMarkup) -
     if not isinstance(completion, str):
         return Extraction("", "rejected", f"bad_text: a {type(completion).__name__}, not text")
     if len(completion) > max_chars:
-        return Extraction("", "rejected", f"too_long: {len(completion)} characters, over reward.max_completion_chars ({max_chars})")
+        return Extraction(
+            "", "rejected", f"too_long: {len(completion)} characters, over reward.max_completion_chars ({max_chars})"
+        )
     try:
         completion.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -114,8 +117,13 @@ class RewardScorer:
     `special_tokens`: the model's tokenizer's own (`normalize.tokenizer_special_tokens`), cut
     out of completions with CHAT_TOKENS; without them, CHAT_TOKENS alone."""
 
-    def __init__(self, config: RewardConfig | dict | None = None, tasks: dict[str, Task] | str | Path | None = None,
-                 threads: int | None = None, special_tokens: Sequence[str] = ()):
+    def __init__(
+        self,
+        config: RewardConfig | dict | None = None,
+        tasks: dict[str, Task] | str | Path | None = None,
+        threads: int | None = None,
+        special_tokens: Sequence[str] = (),
+    ):
         self.cfg = config if isinstance(config, RewardConfig) else RewardConfig.model_validate(config or {})
         self.tasks: dict[str, Task] = load_tasks(tasks) if isinstance(tasks, (str, Path)) else dict(tasks or {})
         self.workers = default_workers(self.cfg, threads)
@@ -182,7 +190,9 @@ class RewardScorer:
         return self._map_back(batch, done | ran, len(completions))
 
     def _fail(self, task_id: str, method: str, reason: str) -> Score:
-        return replace(zero_score(self.cfg, extract=method, rejected=reason, task_id=task_id), isolation=self.cfg.isolation)
+        return replace(
+            zero_score(self.cfg, extract=method, rejected=reason, task_id=task_id), isolation=self.cfg.isolation
+        )
 
     def _extractions(self, tasks: list[Task | dict | str], completions: list[str]) -> Iterator[tuple[Task, Extraction]]:
         """Each completion's task and what it runs, one at a time: an unknown task id stops the
@@ -216,15 +226,25 @@ class RewardScorer:
     def _job(self, task: Task, ex: Extraction) -> _Job:
         program = splice(task.template, ex.body, task.indent)
         timeout = task.run_timeout
-        key = score_key(program, scheme=self.cfg.scheme, cfg_digest=self._digest, expected=task.expected_stdout,
-                        gold=task.gold_body, timeout=timeout)
+        key = score_key(
+            program,
+            scheme=self.cfg.scheme,
+            cfg_digest=self._digest,
+            expected=task.expected_stdout,
+            gold=task.gold_body,
+            timeout=timeout,
+        )
         return _Job(task, ex.body, ex.method, program, key, timeout)
 
     def _cached(self, jobs: dict[object, _Job]) -> dict[object, Score]:
         if self.cache is None or not jobs:
             return {}
         hits = self.cache.get_many([j.key for j in jobs.values()])
-        done = {ident: replace(Score.from_dict(hits[job.key]), cached=True) for ident, job in jobs.items() if job.key in hits}
+        done = {
+            ident: replace(Score.from_dict(hits[job.key]), cached=True)
+            for ident, job in jobs.items()
+            if job.key in hits
+        }
         self.stats["cache_hits"] += len(done)
         return done
 
@@ -240,7 +260,9 @@ class RewardScorer:
         failed = [s.rejected for s in done.values() if s.rejected]
         self.stats["errors"] += len(failed)
         if failed:
-            log.warning("reward: %d of %d runs failed (scored as failures); first: %s", len(failed), len(todo), failed[0])
+            log.warning(
+                "reward: %d of %d runs failed (scored as failures); first: %s", len(failed), len(todo), failed[0]
+            )
         return done
 
     def _store(self, ran: list[tuple[object, _Job]], scores: dict[object, Score]) -> None:
@@ -268,8 +290,15 @@ class RewardScorer:
             return self._fail(job.task.id, job.extract, run)
         t = job.task
         try:
-            return score_run(self.cfg, body=job.body, gold=t.gold_body, expected=t.expected_stdout, run=run,
-                             extract=job.extract, task_id=t.id)
+            return score_run(
+                self.cfg,
+                body=job.body,
+                gold=t.gold_body,
+                expected=t.expected_stdout,
+                run=run,
+                extract=job.extract,
+                task_id=t.id,
+            )
         except Exception as e:  # noqa: BLE001
             return self._fail(t.id, job.extract, f"score_error: {type(e).__name__}: {e}")
 
@@ -293,4 +322,3 @@ class RewardScorer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -78,7 +78,9 @@ class ScoreCache:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS scores (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL NOT NULL)"
+            )
             db.execute("SELECT key FROM scores LIMIT 1").fetchall()
         except BaseException:
             db.close()
@@ -98,11 +100,16 @@ class ScoreCache:
                 os.replace(self.path, dest)
                 for suffix in ("-wal", "-shm"):  # they belong to the bad file
                     Path(f"{self.path}{suffix}").unlink(missing_ok=True)
-                warnings.warn(f"score cache {self.path} was unreadable ({err}); moved aside to {dest.name}, rebuilding", stacklevel=3)
+                warnings.warn(
+                    f"score cache {self.path} was unreadable ({err}); moved aside to {dest.name}, rebuilding",
+                    stacklevel=3,
+                )
                 return self._connect(str(self.path))
         except (OSError, sqlite3.DatabaseError) as e:
-            raise RuntimeError(f"score cache {self.path} is unreadable ({err}) and cannot be replaced ({e}); "
-                               "delete it or set reward.cache_path") from e
+            raise RuntimeError(
+                f"score cache {self.path} is unreadable ({err}) and cannot be replaced ({e}); "
+                "delete it or set reward.cache_path"
+            ) from e
 
     def _guarded(self, op):
         """Run `op(db)` under the lock; a cache that turns out to be bad is rebuilt and `op` retried once."""

@@ -20,10 +20,18 @@ class DenseV2Weights(StrictModel):
 
     compiles: float = Field(0.25, ge=0, description="Weight of `compiles` (the run exits 0, or `jac check -p` passes).")
     runs: float = Field(0.25, ge=0, description="Weight of `runs` (exit status 0 within the timeout).")
-    output: float = Field(0.25, ge=0, description="Weight of the output term: 1 on exact stdout, else near_miss·ratio; 0 unless it runs.")
-    idiom: float = Field(0.10, ge=0, description="Weight of the weighted object-spatial token density of the body; 0 unless it runs.")
-    body_sim: float = Field(0.15, ge=0, description="Weight of difflib ratio(body, gold body); scored for every completion.")
-    near_miss: float = Field(0.5, ge=0, le=1, description="Output credit per unit of difflib ratio when stdout is not exact.")
+    output: float = Field(
+        0.25, ge=0, description="Weight of the output term: 1 on exact stdout, else near_miss·ratio; 0 unless it runs."
+    )
+    idiom: float = Field(
+        0.10, ge=0, description="Weight of the weighted object-spatial token density of the body; 0 unless it runs."
+    )
+    body_sim: float = Field(
+        0.15, ge=0, description="Weight of difflib ratio(body, gold body); scored for every completion."
+    )
+    near_miss: float = Field(
+        0.5, ge=0, le=1, description="Output credit per unit of difflib ratio when stdout is not exact."
+    )
     idiom_norm: float = Field(8.0, gt=0, description="idiom = min(weighted token count / idiom_norm, 1).")
 
 
@@ -32,9 +40,13 @@ class TieredWeights(StrictModel):
 
     exact: float = Field(1.0, gt=0, description="Score of an exact stdout match (exit 0, stdout equal after strip).")
     runs_base: float = Field(0.40, ge=0, description="Floor of a run that exits 0 with wrong stdout.")
-    runs_lines: float = Field(0.25, ge=0, description="Per unit of line_frac (share of expected lines matched in place) in the runs tier.")
+    runs_lines: float = Field(
+        0.25, ge=0, description="Per unit of line_frac (share of expected lines matched in place) in the runs tier."
+    )
     runs_sim: float = Field(0.15, ge=0, description="Per unit of body_sim in the runs tier.")
-    compiles_base: float = Field(0.20, ge=0, description="Floor of a program that parses (`jac check -p`) but does not run cleanly.")
+    compiles_base: float = Field(
+        0.20, ge=0, description="Floor of a program that parses (`jac check -p`) but does not run cleanly."
+    )
     compiles_sim: float = Field(0.15, ge=0, description="Per unit of body_sim in the compiles tier.")
     fail_sim: float = Field(0.15, ge=0, description="Per unit of body_sim when the program does not even parse.")
 
@@ -42,7 +54,9 @@ class TieredWeights(StrictModel):
     def _monotone(self) -> TieredWeights:
         runs_top = self.runs_base + self.runs_lines + self.runs_sim
         if not runs_top < self.exact:
-            raise ValueError(f"tiered: runs_base + runs_lines + runs_sim ({runs_top:g}) must be below exact ({self.exact:g})")
+            raise ValueError(
+                f"tiered: runs_base + runs_lines + runs_sim ({runs_top:g}) must be below exact ({self.exact:g})"
+            )
         if not self.compiles_base + self.compiles_sim < self.runs_base:
             raise ValueError("tiered: compiles_base + compiles_sim must be below runs_base")
         if not self.fail_sim < self.compiles_base:
@@ -54,19 +68,24 @@ class SandboxLimits(StrictModel):
     """Resource limits applied to every program run (both runners)."""
 
     uid_base: int = Field(
-        2_000_000_000, ge=1000, le=4_000_000_000,
+        2_000_000_000,
+        ge=1000,
+        le=4_000_000_000,
         description="Sandbox uid = uid_base + pid of the sandboxed process (unique among live processes).",
     )
     cpu_seconds: float = Field(0.0, ge=0, description="RLIMIT_CPU per process; 0 = ceil(timeout) + 1.")
     address_space_mb: int = Field(2048, ge=256, description="RLIMIT_AS per process, MiB.")
     max_processes: int = Field(
-        48, ge=4,
+        48,
+        ge=4,
         description="RLIMIT_NPROC of a run: per sandbox uid (root) or per run's user namespace (strict, not root); "
         "weak without root: the user's current count plus this.",
     )
     file_size_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB.")
     open_files: int = Field(256, ge=32, description="RLIMIT_NOFILE per process.")
-    tmp_size_mb: int = Field(64, ge=1, description="Size of the run dir's tmpfs (strict): the bytes a run may write in all, MiB.")
+    tmp_size_mb: int = Field(
+        64, ge=1, description="Size of the run dir's tmpfs (strict): the bytes a run may write in all, MiB."
+    )
     tmp_files: int = Field(4096, ge=64, description="Files and directories the run dir's tmpfs may hold (strict).")
 
 
@@ -80,26 +99,47 @@ class RewardConfig(StrictModel):
     )
     dense_v2: DenseV2Weights = Field(default_factory=DenseV2Weights, description="Weights of the dense_v2 scheme.")
     tiered: TieredWeights = Field(default_factory=TieredWeights, description="Weights of the tiered scheme.")
-    check_timeout: float = Field(15.0, gt=0, description="Wall timeout (s) of the `jac check -p` that decides `compiles` after a failed run.")
-    workers: int = Field(0, ge=0, json_schema_extra=RESULT_FREE, description="Programs run in parallel; 0 = the threads the caller was given (else the CPU count).")
+    check_timeout: float = Field(
+        15.0, gt=0, description="Wall timeout (s) of the `jac check -p` that decides `compiles` after a failed run."
+    )
+    workers: int = Field(
+        0,
+        ge=0,
+        json_schema_extra=RESULT_FREE,
+        description="Programs run in parallel; 0 = the threads the caller was given (else the CPU count).",
+    )
     runner: Literal["fork", "subprocess"] = Field(
-        "fork", json_schema_extra=RESULT_FREE,
+        "fork",
+        json_schema_extra=RESULT_FREE,
         description="fork: a pre-warmed fork server runs each program in a fresh forked child. "
         "subprocess: one `jac run` process per program (the reference).",
     )
-    dedup: bool = Field(True, json_schema_extra=RESULT_FREE, description="Score identical (task, extracted body) pairs of a batch once.")
-    cache: bool = Field(True, json_schema_extra=RESULT_FREE, description="Use the persistent content-addressed score cache.")
-    cache_path: Path = Field(Path(".cache/reward.sqlite"), json_schema_extra=RESULT_FREE, description="SQLite file of the score cache (shared by all rules).")
+    dedup: bool = Field(
+        True, json_schema_extra=RESULT_FREE, description="Score identical (task, extracted body) pairs of a batch once."
+    )
+    cache: bool = Field(
+        True, json_schema_extra=RESULT_FREE, description="Use the persistent content-addressed score cache."
+    )
+    cache_path: Path = Field(
+        Path(".cache/reward.sqlite"),
+        json_schema_extra=RESULT_FREE,
+        description="SQLite file of the score cache (shared by all rules).",
+    )
     cache_timeouts: bool = Field(
-        False, json_schema_extra=RESULT_FREE, description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent)."
+        False,
+        json_schema_extra=RESULT_FREE,
+        description="Also cache results that hit the wall timeout (off: a loaded machine must not make a timeout permanent).",
     )
     max_completion_chars: int = Field(
-        1 << 18, ge=1024,
+        1 << 18,
+        ge=1024,
         description="A longer completion is not read: it scores as a failure, `rejected: too_long`. The default "
         "(262,144) is 1.7x the longest sane completion: a 32k-token reasoning budget at the most characters per token "
         "measured on the task corpus (4.57, SmolLM2's tokenizer) plus the longest file echoed back (5.5k) is 155k.",
     )
-    max_stdout_bytes: int = Field(1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running).")
+    max_stdout_bytes: int = Field(
+        1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running)."
+    )
     max_stderr_bytes: int = Field(256 << 10, ge=1024, description="stderr cap; a program that writes more is killed.")
     stderr_tail_chars: int = Field(1200, ge=0, description="Characters of stderr kept in each score's breakdown.")
     isolation: Literal["strict", "weak"] = Field(
@@ -111,7 +151,9 @@ class RewardConfig(StrictModel):
         "kernel cannot do this. weak: rlimits, a per-run uid when root, the sweep; nothing else. The level used is "
         "recorded in every score and is part of the cache key.",
     )
-    tmp_root: Path | None = Field(None, json_schema_extra=RESULT_FREE, description="Where per-run temp dirs are made; None = the system temp dir.")
+    tmp_root: Path | None = Field(
+        None, json_schema_extra=RESULT_FREE, description="Where per-run temp dirs are made; None = the system temp dir."
+    )
     limits: SandboxLimits = Field(default_factory=SandboxLimits, description="Per-run resource limits and isolation.")
 
     @model_validator(mode="before")

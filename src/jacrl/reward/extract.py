@@ -42,7 +42,9 @@ ARCHETYPE_RE = re.compile(r"\b(?P<kind>obj|node|walker|edge|class)\b(?:[ \t]*:[ 
 # CommonMark allows 0-3 spaces before a fence; deeper ones are what list items produce.
 FENCE_RE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 JAC_LANGS = frozenset({"jac", "jaclang"})
-NON_CODE_LANGS = frozenset({"text", "txt", "plaintext", "output", "console", "stdout", "shell", "sh", "bash", "markdown", "md"})
+NON_CODE_LANGS = frozenset(
+    {"text", "txt", "plaintext", "output", "console", "stdout", "shell", "sh", "bash", "markdown", "md"}
+)
 REASONING_TAGS = ("think", "thinking", "reasoning", "reflection", "scratchpad", "analysis")
 _TAGS = "|".join(REASONING_TAGS)
 # An opener's attributes stop at the next `<`: a scan for its `>` never passes another tag.

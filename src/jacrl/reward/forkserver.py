@@ -41,7 +41,7 @@ BOOT = (
     "import sys; base = list(sys.path); sys.path.insert(0, {src!r}); "
     "from jacrl.reward.forkserver import serve; serve(base)"
 )
-WARM_PROGRAM = '''node WarmCity { has name: str; has size: int = 0; }
+WARM_PROGRAM = """node WarmCity { has name: str; has size: int = 0; }
 edge WarmRoad { has km: int = 1; }
 walker WarmTour {
     has seen: list[str] = [];
@@ -61,15 +61,26 @@ with entry {
     w = root spawn WarmTour();
     print(w.seen, warm_total([1, 2, -3]), WarmBox(items=[1]).total(), f"{len(w.seen):03d}");
 }
-'''
+"""
 # Modules a first `jac run` imports lazily (measured); importing them here keeps children fast.
 WARM_MODULES = (
-    "jaclang.cli.help", "jaclang.compiler.passes.main", "jaclang.compiler.passes.ecmascript",
-    "jaclang.compiler.passes.native", "jaclang.compiler.symbol_utils", "jaclang.compiler.type_registry",
-    "jaclang.jac0core.jir_passes", "jaclang.jac0core.jir_registry", "jaclang.jac0core.osp_kernel",
-    "jaclang.jac0core.osp_kernel_sv", "jaclang.jac0core.osp_model", "jaclang.jac0core.parser",
-    "jaclang.project.dep_registry", "jaclang.runtimelib.context", "jaclang.runtimelib.planner",
-    "jaclang.runtimelib.topo_utils", "jaclang.runtimelib.utils",
+    "jaclang.cli.help",
+    "jaclang.compiler.passes.main",
+    "jaclang.compiler.passes.ecmascript",
+    "jaclang.compiler.passes.native",
+    "jaclang.compiler.symbol_utils",
+    "jaclang.compiler.type_registry",
+    "jaclang.jac0core.jir_passes",
+    "jaclang.jac0core.jir_registry",
+    "jaclang.jac0core.osp_kernel",
+    "jaclang.jac0core.osp_kernel_sv",
+    "jaclang.jac0core.osp_model",
+    "jaclang.jac0core.parser",
+    "jaclang.project.dep_registry",
+    "jaclang.runtimelib.context",
+    "jaclang.runtimelib.planner",
+    "jaclang.runtimelib.topo_utils",
+    "jaclang.runtimelib.utils",
 )
 
 
@@ -192,8 +203,14 @@ def _reset_interpreter(run_dir: str, jac: str, base_path: list[str], argv: list[
         del sys.modules[name]
     main = types.ModuleType("__main__")  # what the `jac` console script's __main__ holds
     main.__dict__.update(
-        __file__=jac, __cached__=None, __loader__=SourceFileLoader("__main__", jac), __spec__=None,
-        __annotations__={}, __builtins__=builtins, sys=sys, start_cli=start_cli,
+        __file__=jac,
+        __cached__=None,
+        __loader__=SourceFileLoader("__main__", jac),
+        __spec__=None,
+        __annotations__={},
+        __builtins__=builtins,
+        sys=sys,
+        start_cli=start_cli,
     )
     sys.modules["__main__"] = main
     sys.path[:] = [os.path.dirname(jac)] + [p for p in base_path[1:]]
@@ -270,8 +287,12 @@ def serve(base_path: list[str]) -> None:
     gc.freeze()  # keep the warm heap shared with children (no copy-on-write from GC passes)
     import importlib.metadata
 
-    ready = {"ready": True, "pid": os.getpid(), "warm_s": time.monotonic() - t0,
-             "jaclang": importlib.metadata.version("jaclang")}
+    ready = {
+        "ready": True,
+        "pid": os.getpid(),
+        "warm_s": time.monotonic() - t0,
+        "jaclang": importlib.metadata.version("jaclang"),
+    }
     proto_out.write((json.dumps(ready) + "\n").encode())
     buf = b""
     while True:
@@ -318,16 +339,27 @@ class ForkServerRunner:
         setup = {"plan": self.plan.__dict__, "config": self.cfg.model_dump(mode="json"), "tmp_root": str(self.root)}
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(self.root), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
-            "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
-            "XDG_CACHE_HOME": self.plan.xdg_cache, **interpreter_env(),
+            "HOME": str(self.root),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "PYTHONHASHSEED": "0",
+            "PYTHONIOENCODING": "utf-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "XDG_CACHE_HOME": self.plan.xdg_cache,
+            **interpreter_env(),
         }
         log = os.environ.get("JACRL_FORKSERVER_LOG")
         err = open(log, "ab") if log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-s", "-c", BOOT.format(src=SRC), json.dumps(setup)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=str(self.root), env=env,
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            cwd=str(self.root),
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         if log:
             err.close()

@@ -22,12 +22,33 @@ from functools import lru_cache
 from typing import Any
 
 CHAT_TOKENS: tuple[str, ...] = (
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>",  # ChatML (Qwen, SmolLM, …)
-    "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>",  # Llama 3
-    "<bos>", "<eos>", "<pad>", "<start_of_turn>", "<end_of_turn>",  # Gemma
-    "<s>", "</s>", "[INST]", "[/INST]",  # Mistral, Llama 2
-    "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>",  # GPT-style (harmony)
-    "<|system|>", "<|user|>", "<|assistant|>",  # Phi
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|endoftext|>",  # ChatML (Qwen, SmolLM, …)
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|eom_id|>",  # Llama 3
+    "<bos>",
+    "<eos>",
+    "<pad>",
+    "<start_of_turn>",
+    "<end_of_turn>",  # Gemma
+    "<s>",
+    "</s>",
+    "[INST]",
+    "[/INST]",  # Mistral, Llama 2
+    "<|start|>",
+    "<|end|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|return|>",
+    "<|call|>",  # GPT-style (harmony)
+    "<|system|>",
+    "<|user|>",
+    "<|assistant|>",  # Phi
 )
 """The special tokens stripped on every path, whether or not the scorer knows the tokenizer."""
 

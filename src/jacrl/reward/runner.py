@@ -48,9 +48,12 @@ def run_jac(launch: Launch, program: str, timeout: float, check_timeout: float) 
     """`jac run` the program; when that fails, `jac check -p` decides whether it compiles."""
     run = launch(program, ["run"], timeout)
     result = RunResult(
-        exit_code=run.status, stdout=run.stdout.decode("utf-8", errors="replace"),
+        exit_code=run.status,
+        stdout=run.stdout.decode("utf-8", errors="replace"),
         stderr=run.stderr.decode("utf-8", errors="replace"),
-        timed_out=run.killed == "timeout", killed=run.killed, duration=run.duration,
+        timed_out=run.killed == "timeout",
+        killed=run.killed,
+        duration=run.duration,
     )
     if result.runs:
         result.compiles = True
@@ -80,8 +83,13 @@ class SubprocessRunner:
         with fresh_run(self.cfg, plan, self.root, program, timeout) as run:
             cmd = [sys.executable, "-I", "-S", CONFINE, "exec", json.dumps(run.spec), "--", plan.jac, *argv, PROGRAM]
             proc = subprocess.Popen(
-                cmd, cwd=run.path, env={"PATH": run.spec["env"]["PATH"], "LANG": "C.UTF-8", **interpreter_env()},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                cmd,
+                cwd=run.path,
+                env={"PATH": run.spec["env"]["PATH"], "LANG": "C.UTF-8", **interpreter_env()},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
                 close_fds=True,
             )
             sup = supervise_run(self.cfg, plan, run, proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), timeout)

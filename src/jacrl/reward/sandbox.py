@@ -88,8 +88,15 @@ def jac_cache_home() -> str:
 
 
 SYSTEM_READ = (
-    "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo",
-    "/dev/urandom", "/dev/zero",
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/usr/share/zoneinfo",
+    "/dev/urandom",
+    "/dev/zero",
 )
 
 
@@ -114,7 +121,9 @@ def read_view(xdg_cache: str) -> tuple[str, ...]:
 
 def _run_confine(mode: str, spec: dict) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run([sys.executable, "-I", "-S", CONFINE, mode, json.dumps(spec)], capture_output=True, timeout=30)
+        return subprocess.run(
+            [sys.executable, "-I", "-S", CONFINE, mode, json.dumps(spec)], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -145,7 +154,9 @@ def _uid_plan(uid_base: int, tmp_root: str) -> Plan:
     if _probe_uid(uid_base, read, caps=False):
         return Plan("uid", uid_base, False, jac, xdg)
     if _probe_uid(uid_base, read, caps=True):
-        return Plan("uid", uid_base, True, jac, xdg, "interpreter or cache not world-readable: CAP_DAC_READ_SEARCH kept")
+        return Plan(
+            "uid", uid_base, True, jac, xdg, "interpreter or cache not world-readable: CAP_DAC_READ_SEARCH kept"
+        )
     return Plan("none", uid_base, False, jac, xdg, "probe failed: a per-run uid cannot read the interpreter")
 
 
@@ -155,7 +166,9 @@ FIX = "; or set reward.isolation: weak to score without it (recorded as weak in 
 def _strict_blocker(plan: Plan) -> str:
     """Why strict isolation cannot work here without trying it ('' when nothing obvious)."""
     if not sys.platform.startswith("linux"):
-        return f"strict isolation needs Linux namespaces and Landlock ({sys.platform} has neither; macOS is not supported)"
+        return (
+            f"strict isolation needs Linux namespaces and Landlock ({sys.platform} has neither; macOS is not supported)"
+        )
     if os.geteuid() == 0 and plan.mode != "uid":
         return f"as root, strict isolation needs a per-run uid ({plan.reason}); fix: make the interpreter readable by other uids"
     if plan.landlock_abi < 1:
@@ -186,8 +199,10 @@ def _probe_strict(plan: Plan, tmp_root: str) -> str:
 
 def _probe_fix(err: str, plan: Plan) -> str:
     if plan.userns and ("unshare" in err or "uid_map" in err):
-        return ("fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
-                "kernel.unprivileged_userns_clone=1; on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or score as root")
+        return (
+            "fix: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0; "
+            "kernel.unprivileged_userns_clone=1; on Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or score as root"
+        )
     return "fix: run where mount/network namespaces and Landlock are permitted (e.g. a container with --privileged or a VM)"
 
 
@@ -198,14 +213,21 @@ def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
     base = _uid_plan(uid_base, tmp_root)
     if isolation == "weak":
         return replace(base, reason=base.reason or "isolation: weak was asked for")
-    plan = replace(base, level="strict", userns=os.geteuid() != 0, landlock_abi=landlock_abi() if sys.platform.startswith("linux") else 0)
+    plan = replace(
+        base,
+        level="strict",
+        userns=os.geteuid() != 0,
+        landlock_abi=landlock_abi() if sys.platform.startswith("linux") else 0,
+    )
     blocker = _strict_blocker(plan)
     if blocker:
         raise IsolationUnavailable(f"reward sandbox: {blocker}{FIX}")
     plan = replace(plan, ro_paths=read_view(plan.xdg_cache))
     err = _probe_strict(plan, tmp_root)
     if err:
-        raise IsolationUnavailable(f"reward sandbox: strict isolation failed here ({err}); {_probe_fix(err, plan)}{FIX}")
+        raise IsolationUnavailable(
+            f"reward sandbox: strict isolation failed here ({err}); {_probe_fix(err, plan)}{FIX}"
+        )
     return plan
 
 

@@ -25,9 +25,24 @@ from jacrl.reward.runner import RunResult
 IDIOM_TOKENS: tuple[tuple[re.Pattern, int], ...] = tuple(
     (re.compile(p), w)
     for p, w in [
-        (r"\bvisit\b", 3), (r"-->", 3), (r"<--", 3), (r"\+\+>", 3), (r"<\+\+", 3), (r"\bspawn\b", 3), (r"\bdisengage\b", 3),
-        (r"\breport\b", 2), (r"\bhere\b", 2), (r"\broot\b", 2), (r"\bwalker\b", 2), (r"\bnode\b", 2), (r"\bedge\b", 2),
-        (r"\bwith\s+entry\b", 1), (r"\bwith\s+exit\b", 1), (r"\bcan\b", 1), (r"\bobj\b", 1), (r"\bhas\b", 1),
+        (r"\bvisit\b", 3),
+        (r"-->", 3),
+        (r"<--", 3),
+        (r"\+\+>", 3),
+        (r"<\+\+", 3),
+        (r"\bspawn\b", 3),
+        (r"\bdisengage\b", 3),
+        (r"\breport\b", 2),
+        (r"\bhere\b", 2),
+        (r"\broot\b", 2),
+        (r"\bwalker\b", 2),
+        (r"\bnode\b", 2),
+        (r"\bedge\b", 2),
+        (r"\bwith\s+entry\b", 1),
+        (r"\bwith\s+exit\b", 1),
+        (r"\bcan\b", 1),
+        (r"\bobj\b", 1),
+        (r"\bhas\b", 1),
     ]
 )
 
@@ -94,9 +109,17 @@ def line_fraction(stdout: str, expected: str) -> float:
     return sum(1 for i, line in enumerate(exp) if i < len(out) and out[i] == line) / len(exp)
 
 
-def dense_v2(w: DenseV2Weights, *, compiles: bool, runs: bool, exact: bool, ratio: float, idiom: float, sim: float) -> float:
+def dense_v2(
+    w: DenseV2Weights, *, compiles: bool, runs: bool, exact: bool, ratio: float, idiom: float, sim: float
+) -> float:
     output = (1.0 if exact else w.near_miss * ratio) if runs else 0.0
-    return w.compiles * compiles + w.runs * runs + w.output * output + w.idiom * (idiom if runs else 0.0) + w.body_sim * sim
+    return (
+        w.compiles * compiles
+        + w.runs * runs
+        + w.output * output
+        + w.idiom * (idiom if runs else 0.0)
+        + w.body_sim * sim
+    )
 
 
 def tiered(w: TieredWeights, *, compiles: bool, runs: bool, exact: bool, line_frac: float, sim: float) -> float:
@@ -109,7 +132,9 @@ def tiered(w: TieredWeights, *, compiles: bool, runs: bool, exact: bool, line_fr
     return w.fail_sim * sim
 
 
-def score_run(cfg: RewardConfig, *, body: str, gold: str, expected: str, run: RunResult, extract: str = "", task_id: str = "") -> Score:
+def score_run(
+    cfg: RewardConfig, *, body: str, gold: str, expected: str, run: RunResult, extract: str = "", task_id: str = ""
+) -> Score:
     """The score of a body whose spliced program produced `run`."""
     runs = run.runs
     compiles = runs or run.compiles
@@ -125,10 +150,23 @@ def score_run(cfg: RewardConfig, *, body: str, gold: str, expected: str, run: Ru
         value = tiered(cfg.tiered, compiles=compiles, runs=runs, exact=exact, line_frac=frac, sim=sim)
     tail = run.stderr[-cfg.stderr_tail_chars :] if cfg.stderr_tail_chars else ""
     return Score(
-        score=value, scheme=cfg.scheme, compiles=compiles, runs=runs, exact=exact,
-        norm_exact=norm_exact, output_ratio=ratio, line_frac=frac, idiom=idiom, body_sim=sim,
-        timed_out=run.timed_out, killed=run.killed, exit_code=run.exit_code, stderr_tail=tail,
-        extract=extract, task_id=task_id, flags=audit_flags(body),
+        score=value,
+        scheme=cfg.scheme,
+        compiles=compiles,
+        runs=runs,
+        exact=exact,
+        norm_exact=norm_exact,
+        output_ratio=ratio,
+        line_frac=frac,
+        idiom=idiom,
+        body_sim=sim,
+        timed_out=run.timed_out,
+        killed=run.killed,
+        exit_code=run.exit_code,
+        stderr_tail=tail,
+        extract=extract,
+        task_id=task_id,
+        flags=audit_flags(body),
     )
 
 

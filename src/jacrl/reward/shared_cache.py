@@ -34,8 +34,24 @@ from pathlib import Path
 
 from jacrl.reward.cache import ScoreCache
 
-NETWORK_FILESYSTEMS = {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "beegfs", "ceph", "glusterfs",
-                       "fuse.glusterfs", "fuse.sshfs", "fuse.cephfs", "panfs", "afs", "9p"}
+NETWORK_FILESYSTEMS = {
+    "nfs",
+    "nfs4",
+    "lustre",
+    "gpfs",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "fuse.glusterfs",
+    "fuse.sshfs",
+    "fuse.cephfs",
+    "panfs",
+    "afs",
+    "9p",
+}
 COMPACT_AT = 64
 """Segments that make opening merge them into one (each job publishes at most one)."""
 

@@ -236,7 +236,14 @@ def supervise(
 
 
 def supervise_run(
-    cfg: RewardConfig, plan: Plan, run: RunDir, pid: int, out_fd: int, err_fd: int, timeout: float, tree: int | None = None
+    cfg: RewardConfig,
+    plan: Plan,
+    run: RunDir,
+    pid: int,
+    out_fd: int,
+    err_fd: int,
+    timeout: float,
+    tree: int | None = None,
 ) -> Supervised:
     """`supervise` a started program, sweeping every process of the run (`sweep`; `tree`: the
     subreaper it runs under), then delete what a per-run uid left in the world-writable dirs."""

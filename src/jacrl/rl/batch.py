@@ -64,8 +64,9 @@ class TrainBatch:
     envs: list[str]
     metrics: dict[str, float] = field(default_factory=dict)
 
-    def loss_inputs(self, trainer_logprobs: Tensor, ref_logprobs: Tensor | None = None,
-                    teacher_logprobs: Tensor | None = None) -> LossInputs:
+    def loss_inputs(
+        self, trainer_logprobs: Tensor, ref_logprobs: Tensor | None = None, teacher_logprobs: Tensor | None = None
+    ) -> LossInputs:
         """The cores' inputs, given the trainer's (and optionally the reference's) logprobs of `input_ids`.
         The batch is built on the CPU; every tensor moves to the logprobs' device (and float dtype)."""
         device, dtype = trainer_logprobs.device, trainer_logprobs.dtype
@@ -82,9 +83,7 @@ class TrainBatch:
         )
 
 
-def build_batch(
-    rollouts: Sequence[Rollout], plans: EnvLossPlans, pad_token_id: int = 0
-) -> TrainBatch:
+def build_batch(rollouts: Sequence[Rollout], plans: EnvLossPlans, pad_token_id: int = 0) -> TrainBatch:
     """Pad rollouts into a batch, resolving each one's terms from its env's plan.
 
     Sequences are right-padded to the longest; `term_rows` has an entry for every term of the run.
@@ -143,7 +142,9 @@ def _write_row(t: dict[str, Tensor], row: int, rollout: Rollout, primary: bool) 
 def _write_echo(t: dict[str, Tensor], row: int, rollout: Rollout, echo: EchoLossConfig, counts: Counter[str]) -> None:
     """Row `row`'s echo mask and weights under its env's echo term; selected tokens counted per role."""
     start, length = len(rollout.prompt_ids), len(rollout.prompt_ids) + len(rollout.completion_ids)
-    roles, tool_names = sequence_roles(start, len(rollout.completion_ids), rollout.prompt_roles, rollout.prompt_tool_names)
+    roles, tool_names = sequence_roles(
+        start, len(rollout.completion_ids), rollout.prompt_roles, rollout.prompt_tool_names
+    )
     tokens = EchoTokens(
         token_ids=tuple(rollout.prompt_ids + rollout.completion_ids),
         roles=roles,

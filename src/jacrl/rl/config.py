@@ -18,18 +18,32 @@ FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
 class GRPOConfig(StrictModel):
     """The RL stage: sample a group per prompt, score with the Jac reward, train the enabled terms."""
 
-    iters: int = Field(200, ge=1, description="Optimiser steps (one step = prompts_per_step prompts × group_size samples).")
+    iters: int = Field(
+        200, ge=1, description="Optimiser steps (one step = prompts_per_step prompts × group_size samples)."
+    )
     lr: float = Field(1e-6, gt=0, description="Learning rate of the LoRA parameters (Adam, constant after warm-up).")
     warmup: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
     prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
-    max_completion: int = Field(256, ge=1, description="Completion length cap in tokens (hits are logged as truncations).")
-    max_seq: int = Field(1280, ge=16, description="Longest prompt + completion: a prompt longer than max_seq − max_completion loses tokens from its start before sampling, so the sampler and the trainer see the same context.")
-    temperature: float = Field(1.0, gt=0, description="Sampling temperature; the trainer's forward uses the same temperature.")
+    max_completion: int = Field(
+        256, ge=1, description="Completion length cap in tokens (hits are logged as truncations)."
+    )
+    max_seq: int = Field(
+        1280,
+        ge=16,
+        description="Longest prompt + completion: a prompt longer than max_seq − max_completion loses tokens from its start before sampling, so the sampler and the trainer see the same context.",
+    )
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature; the trainer's forward uses the same temperature."
+    )
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
-    lora_layers: int = Field(8, ge=-1, description="LoRA on the last N transformer layers (-1 = all) for a fresh adapter (raw_grpo).")
+    lora_layers: int = Field(
+        8, ge=-1, description="LoRA on the last N transformer layers (-1 = all) for a fresh adapter (raw_grpo)."
+    )
     lora_rank: int = Field(8, ge=1, description="LoRA rank of a fresh adapter.")
-    lora_scale: float = Field(10.0, gt=0, description="LoRA scale of a fresh adapter (mlx-lm's scale; peft alpha = scale × rank).")
+    lora_scale: float = Field(
+        10.0, gt=0, description="LoRA scale of a fresh adapter (mlx-lm's scale; peft alpha = scale × rank)."
+    )
     advantage: Literal["std", "mean"] = Field(
         "std", description="Group advantage: `std` = (r − mean)/(std + eps); `mean` = r − mean (Dr. GRPO style)."
     )
@@ -56,14 +70,21 @@ class GRPOConfig(StrictModel):
         "and truncation rose 0.19 → 0.62 with it against 0.19 → 0.29 without, at equal pass rate.",
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping (global L2 norm over the LoRA parameters).")
-    save_every: int = Field(50, ge=1, json_schema_extra=RESULT_FREE, description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.")
+    save_every: int = Field(
+        50,
+        ge=1,
+        json_schema_extra=RESULT_FREE,
+        description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.",
+    )
     seed: int = Field(0, description="Seed of prompt order and sampling.")
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> GRPOConfig:
         if self.max_completion >= self.max_seq:
-            raise ValueError(f"grpo.max_completion ({self.max_completion}) must be below grpo.max_seq ({self.max_seq}): "
-                             f"the prompt gets max_seq − max_completion tokens")
+            raise ValueError(
+                f"grpo.max_completion ({self.max_completion}) must be below grpo.max_seq ({self.max_seq}): "
+                f"the prompt gets max_seq − max_completion tokens"
+            )
         return self
 
 
@@ -73,7 +94,9 @@ class GRPOArm(LossFrameworkConfig):
     one by one; `losses`, `training_mode`, `trainer` and `orchestrator` replace the top-level value.
     Its conditions `sft_grpo@<name>` and `raw_grpo@<name>` get their own adapters and cells."""
 
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="The top-level `grpo` with this arm's keys over it.")
+    grpo: GRPOConfig = Field(
+        default_factory=GRPOConfig, description="The top-level `grpo` with this arm's keys over it."
+    )
 
 
 class OPDConfig(StrictModel):
@@ -81,7 +104,8 @@ class OPDConfig(StrictModel):
     top-level `grpo` knobs and loss terms; the primary is replaced by the reverse KL to the teacher)."""
 
     teacher_model: str | None = Field(
-        None, description="The teacher: a `models:` name (it must share the student's tokenizer); None = the student's model."
+        None,
+        description="The teacher: a `models:` name (it must share the student's tokenizer); None = the student's model.",
     )
     teacher_adapter: str = Field(
         "sft",

@@ -35,7 +35,9 @@ def env_task_files(envs: Sequence[EnvConfig], rl_dir: str | Path = "dataset/rl")
     return sorted({f for f in files if f is not None})
 
 
-def build_envs(envs: Sequence[EnvConfig], run_tasks: Sequence[Task], rl_dir: str | Path = "dataset/rl") -> list[TrainEnv]:
+def build_envs(
+    envs: Sequence[EnvConfig], run_tasks: Sequence[Task], rl_dir: str | Path = "dataset/rl"
+) -> list[TrainEnv]:
     """Each configured env with its task set read; no env configured = one `jac` env over the run's tasks."""
     if not envs:
         return [TrainEnv(DEFAULT_ENV, "jac", tuple(run_tasks), 1.0)]
@@ -45,8 +47,9 @@ def build_envs(envs: Sequence[EnvConfig], run_tasks: Sequence[Task], rl_dir: str
         path = source.task_file(rl_dir)
         tasks = tuple(run_tasks) if path is None else tuple(read_tasks(path))
         if not tasks:
-            raise ValueError(f"orchestrator.train.env[{index}] ({env.label!r}): its task set "
-                             f"{path or 'of the run'} is empty")
+            raise ValueError(
+                f"orchestrator.train.env[{index}] ({env.label!r}): its task set {path or 'of the run'} is empty"
+            )
         out.append(TrainEnv(env.label, source.kind, tasks, env.share))
     return out
 

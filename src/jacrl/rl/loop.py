@@ -58,12 +58,22 @@ def grpo_checkpoint(path: Path, cfg: GRPOConfig, start_from: str, terms: list[di
     """A GRPO run's checkpoint: resumed under the same settings (but `RESUME_INSENSITIVE`) and starting
     point; refused under other loss `terms`, not restarted, since resuming would silently change the
     objective mid-run."""
-    return Checkpoint(path, {"grpo": _resumable_cfg(cfg), "start_from": start_from}, "GRPO settings or starting point",
-                      check=lambda state: check_resume_compatible(state["losses"], terms))
+    return Checkpoint(
+        path,
+        {"grpo": _resumable_cfg(cfg), "start_from": start_from},
+        "GRPO settings or starting point",
+        check=lambda state: check_resume_compatible(state["losses"], terms),
+    )
 
 
-def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init_adapter: str | Path | None,
-                    resume: Checkpoint | None, reference: Path | None) -> Backend:
+def prepare_backend(
+    model: ModelSpec,
+    cfg: GRPOConfig,
+    threads: int | None,
+    init_adapter: str | Path | None,
+    resume: Checkpoint | None,
+    reference: Path | None,
+) -> Backend:
     """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
     `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with torch's
     RNG, when resuming)."""
@@ -82,7 +92,9 @@ def prepare_backend(model: ModelSpec, cfg: GRPOConfig, threads: int | None, init
     return b
 
 
-def reference_adapter(cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Checkpoint, resuming: bool) -> Path | None:
+def reference_adapter(
+    cfg: GRPOConfig, init_adapter: str | Path | None, ckpt: Checkpoint, resuming: bool
+) -> Path | None:
     """The adapter kept as the frozen reference: the starting one under `reference: start` (the
     checkpoint's copy when resuming). None means the base (`reference: base`, or a fresh LoRA,
     whose update starts at zero)."""
@@ -130,17 +142,25 @@ def train_grpo(
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
     envs = build_envs(loss_cfg.orchestrator.train.env, tasks, rl_dir)
-    orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer,
-                        envs=envs)
-    trainer = Trainer(b, loss_cfg.trainer.losses or loss_cfg.losses, loss_cfg.training_mode, cfg.temperature,
-                      log_reference_kl=cfg.log_reference_kl,
-                      teacher=None if teacher is None else load_teacher(teacher, b, threads))
+    orch = Orchestrator(
+        tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer, envs=envs
+    )
+    trainer = Trainer(
+        b,
+        loss_cfg.trainer.losses or loss_cfg.losses,
+        loss_cfg.training_mode,
+        cfg.temperature,
+        log_reference_kl=cfg.log_reference_kl,
+        teacher=None if teacher is None else load_teacher(teacher, b, threads),
+    )
     cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
     def after_step(step: int) -> None:
         cadence.after(step, lambda at: ckpt.save(at, b, rows, {"losses": terms}, reference))
 
-    live = ckpt.path.with_name(ckpt.path.name + ".metrics.jsonl")  # followable while it runs; the output's copy is final
+    live = ckpt.path.with_name(
+        ckpt.path.name + ".metrics.jsonl"
+    )  # followable while it runs; the output's copy is final
     try:
         with MetricsWriter(live, tracker) as writer:
             writer.restore(rows)
@@ -153,31 +173,59 @@ def train_grpo(
     return out
 
 
-def _run_steps(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, start: int, rows: list[dict],
-               after_step: Callable[[int], None], live: MetricsWriter, progress: bool) -> None:
+def _run_steps(
+    orch: Orchestrator,
+    trainer: Trainer,
+    cfg: GRPOConfig,
+    start: int,
+    rows: list[dict],
+    after_step: Callable[[int], None],
+    live: MetricsWriter,
+    progress: bool,
+) -> None:
     """Steps `start`…iters-1, each one's metrics appended to `rows` and logged to `live` (and so its
     tracker), then `after_step(step)` with its 1-based number (which checkpoints, or stops the run)."""
-    with Progress(total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step",
-                  disable=not progress) as bar:
+    with Progress(
+        total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress
+    ) as bar:
         for step in range(start, cfg.iters):
             row = _train_step(orch, trainer, cfg, step)
             rows.append(row)
             live.log(**row)
             nan = float("nan")  # a step of demonstrations only samples nothing
-            bar.set_postfix(r=f"{row.get('reward/mean', nan):.3f}", pass_=f"{row.get('reward/pass_rate', nan):.2f}",
-                            loss=f"{row.get('loss', 0.0):.4f}", kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
-                            σ0=f"{row.get('groups/zero_variance_frac', nan):.2f}",
-                            trunc=f"{row.get('samples/truncated_frac', nan):.2f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            bar.set_postfix(
+                r=f"{row.get('reward/mean', nan):.3f}",
+                pass_=f"{row.get('reward/pass_rate', nan):.2f}",
+                loss=f"{row.get('loss', 0.0):.4f}",
+                kl_ref=f"{row.get('kl/reference', 0.0):.2e}",
+                σ0=f"{row.get('groups/zero_variance_frac', nan):.2f}",
+                trunc=f"{row.get('samples/truncated_frac', nan):.2f}",
+                tok_s=f"{row['tokens_per_s']:.0f}",
+            )
             bar.update(1)
             after_step(step + 1)
 
 
-def run_report(rows: list[dict], start: int, start_from: str | None, b: Backend, tasks: Sequence[Task],
-               cfg: GRPOConfig, loss_cfg: LossFrameworkConfig) -> dict[str, Any]:
+def run_report(
+    rows: list[dict],
+    start: int,
+    start_from: str | None,
+    b: Backend,
+    tasks: Sequence[Task],
+    cfg: GRPOConfig,
+    loss_cfg: LossFrameworkConfig,
+) -> dict[str, Any]:
     """What `grpo_report.json` says of a finished run."""
-    return {"steps": len(rows), "resumed_at": start, "start_from": start_from, "backend": b.name,
-            "tasks": [t.id for t in tasks], "grpo": cfg.model_dump(mode="json"),
-            "losses": dump_losses(loss_cfg.losses), "summary": summarise(rows)}
+    return {
+        "steps": len(rows),
+        "resumed_at": start,
+        "start_from": start_from,
+        "backend": b.name,
+        "tasks": [t.id for t in tasks],
+        "grpo": cfg.model_dump(mode="json"),
+        "losses": dump_losses(loss_cfg.losses),
+        "summary": summarise(rows),
+    }
 
 
 def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int) -> dict[str, Any]:
@@ -206,9 +254,11 @@ def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None
         write_text(tmp / "grpo_report.json", json.dumps(report, indent=2) + "\n")
     if rows:
         s = report["summary"]
-        summary(f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, sampled pass "
-                f"rate (T {report['grpo']['temperature']:g}) {s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} "
-                "(first → last fifth of the steps)")
+        summary(
+            f"{len(rows)} steps; reward {s['reward_first_20pct']:.3f} → {s['reward_last_20pct']:.3f}, sampled pass "
+            f"rate (T {report['grpo']['temperature']:g}) {s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} "
+            "(first → last fifth of the steps)"
+        )
 
 
 def summarise(rows: list[dict]) -> dict:

@@ -75,10 +75,22 @@ def _prepare(b: TorchBackend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) 
     b._reference = b.adapter_weights(run.init_adapter) if run.cfg.reference == "start" else None
     b.configure_optimizer(run.cfg.lr, max_grad_norm=run.cfg.max_grad_norm)
     lc = run.loss_cfg
-    orch = Orchestrator(run.tasks, b, scorer, run.cfg, EnvLossPlans.from_config(lc), renderer=lc.orchestrator.renderer,
-                        envs=build_envs(lc.orchestrator.train.env, run.tasks, rl_dir))
-    trainer = Trainer(b, lc.trainer.losses or lc.losses, lc.training_mode, run.cfg.temperature,
-                      log_reference_kl=run.cfg.log_reference_kl)
+    orch = Orchestrator(
+        run.tasks,
+        b,
+        scorer,
+        run.cfg,
+        EnvLossPlans.from_config(lc),
+        renderer=lc.orchestrator.renderer,
+        envs=build_envs(lc.orchestrator.train.env, run.tasks, rl_dir),
+    )
+    trainer = Trainer(
+        b,
+        lc.trainer.losses or lc.losses,
+        lc.training_mode,
+        run.cfg.temperature,
+        log_reference_kl=run.cfg.log_reference_kl,
+    )
     return _RunState(b.lora_weights(), b._opt, b._max_grad_norm, b._reference, torch.get_rng_state(), orch, trainer)
 
 
@@ -92,8 +104,14 @@ def _swap_out(b: TorchBackend, st: _RunState) -> None:
     st.weights, st.rng = b.lora_weights(), torch.get_rng_state()
 
 
-def train_grpo_runs(model: ModelSpec, runs: list[RunSpec], scorer: Scorer, threads: int | None = None,
-                    progress: bool = True, rl_dir: str | Path = "dataset/rl") -> list[Path]:
+def train_grpo_runs(
+    model: ModelSpec,
+    runs: list[RunSpec],
+    scorer: Scorer,
+    threads: int | None = None,
+    progress: bool = True,
+    rl_dir: str | Path = "dataset/rl",
+) -> list[Path]:
     """Train every run of `runs` in one process over one loaded `model`; returns their output folders."""
     if not runs:
         raise ValueError("a multi-run trainer needs at least one run")
@@ -120,4 +138,3 @@ def train_grpo_runs(model: ModelSpec, runs: list[RunSpec], scorer: Scorer, threa
         report = run_report(st.rows, 0, str(run.init_adapter), b, run.tasks, run.cfg, run.loss_cfg)
         _write_output(run.out, b, st.rows, report)
     return [run.out for run in runs]
-

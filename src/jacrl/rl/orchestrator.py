@@ -64,8 +64,16 @@ class StepData:
 
 
 class Orchestrator:
-    def __init__(self, tasks: list[Task], backend: Backend, scorer: Scorer, cfg: GRPOConfig, plans: EnvLossPlans,
-                 renderer: str | None = None, envs: list[TrainEnv] | None = None):
+    def __init__(
+        self,
+        tasks: list[Task],
+        backend: Backend,
+        scorer: Scorer,
+        cfg: GRPOConfig,
+        plans: EnvLossPlans,
+        renderer: str | None = None,
+        envs: list[TrainEnv] | None = None,
+    ):
         """`envs` (jacrl.rl.envs.build_envs) are the run's envs with their task sets; None = every env
         of `plans` samples the run's `tasks` with the Jac reward, equal shares."""
         if not tasks and envs is None:
@@ -114,10 +122,19 @@ class Orchestrator:
         tasks = [t for _, t in sampled]
 
         t0 = time.perf_counter()
-        params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_completion,
-                                seed=cfg.seed * 1_000_003 + step * 1009)
-        groups = (self.backend.generate_ids([self._prompts[t.id].token_ids for t in tasks], n=cfg.group_size,
-                                            params=params, progress=False) if tasks else [])
+        params = SamplingParams(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_completion,
+            seed=cfg.seed * 1_000_003 + step * 1009,
+        )
+        groups = (
+            self.backend.generate_ids(
+                [self._prompts[t.id].token_ids for t in tasks], n=cfg.group_size, params=params, progress=False
+            )
+            if tasks
+            else []
+        )
         t1 = time.perf_counter()
         group_scores = score_groups(self.scorer.score_batch, tasks, groups) if tasks else []
         t2 = time.perf_counter()
@@ -139,7 +156,9 @@ class Orchestrator:
         metrics |= {"samples/kept": float(len(kept)), "time/sample_s": t1 - t0, "time/reward_s": t2 - t1}
         return StepData(batch, metrics)
 
-    def _sample_metrics(self, groups: list[list[Completion]], group_scores: list[list], zero_var: int) -> dict[str, float]:
+    def _sample_metrics(
+        self, groups: list[list[Completion]], group_scores: list[list], zero_var: int
+    ) -> dict[str, float]:
         """Reward and sample statistics of the step's sampled groups (none when it sampled none: a
         step of demonstrations only)."""
         completions = [c for g in groups for c in g]
@@ -168,17 +187,30 @@ class Orchestrator:
         echo trains on it."""
         prompt = self._prompts[task.id]
         ids = self.backend.completion_ids(gold_completion(task))[: self.cfg.max_completion]
-        return Rollout(env=env, prompt_ids=list(prompt.token_ids), completion_ids=ids,
-                       completion_logprobs=[0.0] * len(ids), advantage=0.0,
-                       prompt_roles=prompt.roles, prompt_tool_names=prompt.tool_names)
+        return Rollout(
+            env=env,
+            prompt_ids=list(prompt.token_ids),
+            completion_ids=ids,
+            completion_logprobs=[0.0] * len(ids),
+            advantage=0.0,
+            prompt_roles=prompt.roles,
+            prompt_tool_names=prompt.tool_names,
+        )
 
     def _rollout(self, task: Task, completion: Completion, advantage: float, env: str) -> Rollout:
         prompt = self._prompts[task.id]
         ids = list(completion.token_ids)
         mask = [False] * len(ids) if completion.truncated and self.cfg.mask_truncated else None
-        return Rollout(env=env, prompt_ids=list(prompt.token_ids), completion_ids=ids,
-                       completion_logprobs=list(completion.logprobs), advantage=advantage,
-                       prompt_roles=prompt.roles, prompt_tool_names=prompt.tool_names, completion_mask=mask)
+        return Rollout(
+            env=env,
+            prompt_ids=list(prompt.token_ids),
+            completion_ids=ids,
+            completion_logprobs=list(completion.logprobs),
+            advantage=advantage,
+            prompt_roles=prompt.roles,
+            prompt_tool_names=prompt.tool_names,
+            completion_mask=mask,
+        )
 
     def _warn_unselected_prompt_roles(self, rollouts: list[Rollout], batch: TrainBatch) -> None:
         """Once per echo term: it supervises prompt roles, its env's samples are in the batch, and
@@ -190,5 +222,8 @@ class Orchestrator:
                 continue
             if not any(batch.metrics.get(f"echo/{echo.name}/{role}_tokens", 0) for role in roles):
                 self._warned.add(echo.name)
-                warnings.warn(f"echo term {echo.name!r} supervises prompt roles {roles} but selected no prompt "
-                              f"token (set orchestrator.renderer: chat_template for role attribution)", stacklevel=2)
+                warnings.warn(
+                    f"echo term {echo.name!r} supervises prompt roles {roles} but selected no prompt "
+                    f"token (set orchestrator.renderer: chat_template for role attribution)",
+                    stacklevel=2,
+                )

@@ -91,7 +91,9 @@ def _text_parts(content: Any) -> list[str]:
         return []
     if isinstance(content, str):
         return [content] if content else []
-    return [part["text"] for part in content if isinstance(part, dict) and part.get("type") == "text" and part.get("text")]
+    return [
+        part["text"] for part in content if isinstance(part, dict) and part.get("type") == "text" and part.get("text")
+    ]
 
 
 def _tool_name(message: Message, earlier: list[Message]) -> str | None:

@@ -27,9 +27,11 @@ def load_teacher(teacher: Teacher, student: Backend, threads: int | None = None)
     must be the student's: it scores the student's token ids, not its text."""
     b = load_model(teacher.model, threads)
     if b.hf_tokenizer.get_vocab() != student.hf_tokenizer.get_vocab():
-        raise ValueError(f"teacher {teacher.describe()} has another tokenizer than the student "
-                         f"({student.model_path}); on-policy distillation scores the student's token ids, "
-                         f"so the two must share one")
+        raise ValueError(
+            f"teacher {teacher.describe()} has another tokenizer than the student "
+            f"({student.model_path}); on-policy distillation scores the student's token ids, "
+            f"so the two must share one"
+        )
     if teacher.adapter is not None:
         b.load_adapter(teacher.adapter)
         b.merge_adapter()

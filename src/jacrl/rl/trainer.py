@@ -52,8 +52,15 @@ def reference_kl(trainer_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Ten
 
 
 class Trainer:
-    def __init__(self, backend: Backend, losses: Sequence[Any], training_mode: str = "rl", temperature: float = 1.0,
-                 log_reference_kl: bool = True, teacher: Backend | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        losses: Sequence[Any],
+        training_mode: str = "rl",
+        temperature: float = 1.0,
+        log_reference_kl: bool = True,
+        teacher: Backend | None = None,
+    ):
         """`teacher` scores the policy's tokens for training_mode opd (jacrl.rl.teacher.load_teacher)."""
         if (training_mode == "opd") != (teacher is not None):
             raise ValueError("training_mode 'opd' needs a teacher, and only it takes one")
@@ -62,8 +69,9 @@ class Trainer:
         self.temperature = temperature
         self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
 
-    def inputs(self, batch: TrainBatch, t: TokenLogprobs, starts: list[int],
-               teacher_lp: torch.Tensor | None = None) -> LossInputs:
+    def inputs(
+        self, batch: TrainBatch, t: TokenLogprobs, starts: list[int], teacher_lp: torch.Tensor | None = None
+    ) -> LossInputs:
         """The loss inputs of one forward: the backend's (and the teacher's) logprobs placed at their
         positions, the batch's tensors moved to the logprobs' device."""
         seq = batch.input_ids.shape[1]

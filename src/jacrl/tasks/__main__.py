@@ -19,15 +19,26 @@ from jacrl.tasks.config import TasksConfig
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.parser("python -m jacrl.tasks", __doc__)
     sub = parser.add_subparsers(dest="cmd", required=True, help="the command (check is the only one)")
-    c = sub.add_parser("check", help="validate drivers and print a per-family table", description=__doc__,
-                       formatter_class=cli.HelpFormatter)
+    c = sub.add_parser(
+        "check",
+        help="validate drivers and print a per-family table",
+        description=__doc__,
+        formatter_class=cli.HelpFormatter,
+    )
     c.add_argument("path", help="the drivers folder, a family folder, or one driver file")
     c.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="programs run at once")
-    c.add_argument("--timeout", type=float, default=TasksConfig().build_timeout,
-                   help="seconds per gold run (the config's `tasks.build_timeout` default)")
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=TasksConfig().build_timeout,
+        help="seconds per gold run (the config's `tasks.build_timeout` default)",
+    )
     c.add_argument("--no-mutation", action="store_true", help="skip the empty-body (load-bearing) runs")
-    c.add_argument("--jac", action="store_true",
-                   help="run each program as its own `jac run` process instead of on the reward's fork servers (slow; a second opinion)")
+    c.add_argument(
+        "--jac",
+        action="store_true",
+        help="run each program as its own `jac run` process instead of on the reward's fork servers (slow; a second opinion)",
+    )
     return parser
 
 

@@ -40,9 +40,7 @@ class BuildError(ValueError):
 def make_prompt(driver: Driver, hole: Hole) -> str:
     what = "part of the body" if hole.partial else "the body"
     where = f"{what} of `{hole.unit.kind} {hole.unit.name}`"
-    return PROMPT_TEMPLATE.format(
-        instruction=hole.instruction, todo=TODO, where=where, view=driver.render(hole, TODO)
-    )
+    return PROMPT_TEMPLATE.format(instruction=hole.instruction, todo=TODO, where=where, view=driver.render(hole, TODO))
 
 
 def task_record(driver: Driver, hole: Hole, expected_stdout: str, timeout: float, root: Path) -> Task:
@@ -130,7 +128,9 @@ def parse_all(paths: Iterable[Path]) -> tuple[list[Driver], list[str]]:
                 problems.append(f"{where}: duplicate hole id {h.id!r} (also at {ids[h.id]})")
             ids.setdefault(h.id, where)
         if sources.setdefault(d.source, d.family) != d.family:
-            problems.append(f"{d.path}:1: source {d.source!r} is declared in two families ({sources[d.source]}, {d.family})")
+            problems.append(
+                f"{d.path}:1: source {d.source!r} is declared in two families ({sources[d.source]}, {d.family})"
+            )
     return drivers, problems
 
 

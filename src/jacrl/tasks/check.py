@@ -32,16 +32,25 @@ class Target:
 
 def family_table(drivers: list[Driver]) -> pd.DataFrame:
     rows = [
-        {"family": d.family, "source": d.source, "driver": d.path.name, "tasks": len(d.holes),
-         "osp": sum(h.osp for h in d.holes), "partial": sum(h.partial for h in d.holes)}
+        {
+            "family": d.family,
+            "source": d.source,
+            "driver": d.path.name,
+            "tasks": len(d.holes),
+            "osp": sum(h.osp for h in d.holes),
+            "partial": sum(h.partial for h in d.holes),
+        }
         for d in drivers
     ]
     df = pd.DataFrame(rows)
     if df.empty:
         return df
     table = df.groupby("family").agg(
-        drivers=("driver", "count"), sources=("source", "nunique"), tasks=("tasks", "sum"),
-        osp=("osp", "sum"), partial=("partial", "sum"),
+        drivers=("driver", "count"),
+        sources=("source", "nunique"),
+        tasks=("tasks", "sum"),
+        osp=("osp", "sum"),
+        partial=("partial", "sum"),
     )
     table["share"] = (table["tasks"] / table["tasks"].sum()).round(3)
     return table.sort_index()
@@ -55,8 +64,11 @@ def corpus_targets(table: pd.DataFrame) -> list[Target]:
     return [
         Target(f"tasks >= {MIN_TASKS}", total >= MIN_TASKS, str(total)),
         Target(f"families >= {MIN_FAMILIES}", len(table) >= MIN_FAMILIES, str(len(table))),
-        Target(f"no family above {MAX_FAMILY_SHARE:.0%}", table["share"].max() <= MAX_FAMILY_SHARE,
-               f"largest {biggest} {table['share'].max():.1%}"),
+        Target(
+            f"no family above {MAX_FAMILY_SHARE:.0%}",
+            table["share"].max() <= MAX_FAMILY_SHARE,
+            f"largest {biggest} {table['share'].max():.1%}",
+        ),
         Target(f"every family >= {MIN_SOURCES} sources", not thin, f"short: {thin}" if thin else "all"),
         Target(f"object-spatial share >= {MIN_OSP_SHARE:.0%}", osp_share >= MIN_OSP_SHARE, f"{osp_share:.1%}"),
     ]
@@ -70,7 +82,9 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
         d, h = case
         res = runner(d.render(h, ""), timeout)
         if res.runs and res.stdout == expected[d.path]:
-            return f"{d.path}:{h.open_line}: hole {h.id!r} is not load-bearing: the output is unchanged with an empty body"
+            return (
+                f"{d.path}:{h.open_line}: hole {h.id!r} is not load-bearing: the output is unchanged with an empty body"
+            )
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -78,8 +92,15 @@ def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, job
     return [p for p in found if p]
 
 
-def check(path: str, *, timeout: float, jobs: int = 2, mutation: bool = True, whole_corpus: bool | None = None,
-          jac: bool = False) -> int:
+def check(
+    path: str,
+    *,
+    timeout: float,
+    jobs: int = 2,
+    mutation: bool = True,
+    whole_corpus: bool | None = None,
+    jac: bool = False,
+) -> int:
     from jacrl.tasks.drivers import discover_drivers
 
     paths = discover_drivers(path)

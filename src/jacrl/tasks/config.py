@@ -16,17 +16,21 @@ class TasksConfig(StrictModel):
 
     drivers: Path = Field(Path("dataset/drivers"), description="Folder of driver programs, one sub-folder per family.")
     timeout: float = Field(
-        DEFAULT_TIMEOUT, gt=0,
+        DEFAULT_TIMEOUT,
+        gt=0,
         description="Wall timeout (s) of a completion's run when it is scored, recorded in each task record "
         "(the reward uses it for tasks that carry none too).",
     )
     build_timeout: float = Field(
-        60.0, gt=0, json_schema_extra=RESULT_FREE,
+        60.0,
+        gt=0,
+        json_schema_extra=RESULT_FREE,
         description="Wall timeout (s) for each gold run while building tasks (and of `python -m jacrl.tasks "
         "check`); a gold run over it fails the build, so it never changes the tasks built.",
     )
     gold_runner: Literal["fork", "jac"] = Field(
-        "fork", json_schema_extra=RESULT_FREE,
+        "fork",
+        json_schema_extra=RESULT_FREE,
         description="How gold programs run while building: `fork` = the reward's fork servers (jaclang "
         "loaded once; the path completions are scored on), `jac` = one `jac run` process per program.",
     )
@@ -36,12 +40,17 @@ class SplitsConfig(StrictModel):
     """How the tasks are split into the holdout, the train pool and the validation set."""
 
     holdout_size: int = Field(
-        30, ge=1,
+        30,
+        ge=1,
         description="Minimum number of holdout tasks after decontamination. Whole sources are held out (smallest first, "
         "round-robin over families), so the result can exceed this by less than one source.",
     )
-    valid_size: int = Field(4, ge=0, description="Tasks taken from the end of the interleaved train pool for validation.")
+    valid_size: int = Field(
+        4, ge=0, description="Tasks taken from the end of the interleaved train pool for validation."
+    )
     decontam_threshold: float = Field(
-        0.85, gt=0, le=1,
+        0.85,
+        gt=0,
+        le=1,
         description="Drop a holdout task whose gold body is at least this difflib-similar to any training body.",
     )

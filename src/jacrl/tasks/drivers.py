@@ -25,7 +25,9 @@ SOURCE_RE = re.compile(r"^\s*source:\s*(?P<source>[a-z][a-z0-9_]*)\s*$", re.MULT
 UNIT_RE = re.compile(r"\b(?P<kind>def|can|impl|walker|node|edge|obj|class|enum)\s+(?P<name>[A-Za-z_][\w.]*)")
 ARCHETYPE_KINDS = {"walker", "node", "edge", "obj", "class", "enum"}
 OSP_KINDS = {"walker", "node", "edge"}
-OSP_TOKEN_RE = re.compile(r"\bvisit\b|\bvisitor\b|\bspawn\b|\bdisengage\b|\bhere\b|\breport\b|-->|<--|\+\+>|<\+\+|->:|:->|<-:|:<-|\+>:|:\+>")
+OSP_TOKEN_RE = re.compile(
+    r"\bvisit\b|\bvisitor\b|\bspawn\b|\bdisengage\b|\bhere\b|\breport\b|-->|<--|\+\+>|<\+\+|->:|:->|<-:|:<-|\+>:|:\+>"
+)
 
 # Static determinism screen; the build also runs every driver twice and compares stdout.
 FORBIDDEN = [
@@ -199,7 +201,9 @@ def _pair_markers(path: Path, lines: list[str]) -> list[tuple[int, int, re.Match
         if ">>>HOLE" in line:
             m = OPEN_RE.match(line)
             if not m:
-                raise DriverError(path, lineno, 'malformed hole marker; expected # >>>HOLE id="<id>" instruction="<text>"')
+                raise DriverError(
+                    path, lineno, 'malformed hole marker; expected # >>>HOLE id="<id>" instruction="<text>"'
+                )
             if open_at is not None:
                 raise DriverError(path, lineno, f"nested hole: the hole opened at line {open_at[0]} is not closed yet")
             open_at = (lineno, m)
@@ -217,8 +221,15 @@ def _pair_markers(path: Path, lines: list[str]) -> list[tuple[int, int, re.Match
     return spans
 
 
-def _hole_markup(path: Path, lines: list[str], blocks: list[_Block], open_line: int, close_line: int,
-                 m: re.Match[str], seen: dict[str, int]) -> tuple[str, str, tuple[str, ...]]:
+def _hole_markup(
+    path: Path,
+    lines: list[str],
+    blocks: list[_Block],
+    open_line: int,
+    close_line: int,
+    m: re.Match[str],
+    seen: dict[str, int],
+) -> tuple[str, str, tuple[str, ...]]:
     """A hole's id, instruction and gold body, checked; `seen` collects the ids (first line of each)."""
     hid, instruction = m["id"], m["instr"].strip()
     if not hid.isidentifier() or keyword.iskeyword(hid):
@@ -239,8 +250,9 @@ def _hole_markup(path: Path, lines: list[str], blocks: list[_Block], open_line: 
     return hid, instruction, body
 
 
-def _hole_unit(path: Path, masked: str, blocks: list[_Block], hid: str, open_line: int,
-               close_line: int) -> tuple[Unit, Unit | None, bool, bool]:
+def _hole_unit(
+    path: Path, masked: str, blocks: list[_Block], hid: str, open_line: int, close_line: int
+) -> tuple[Unit, Unit | None, bool, bool]:
     """The innermost unit enclosing a hole, its archetype, whether the hole is partial, and
     whether it is object-spatial code."""
     masked_lines = masked.splitlines()
@@ -263,8 +275,10 @@ def _hole_unit(path: Path, masked: str, blocks: list[_Block], hid: str, open_lin
     )
     unit_code = "\n".join(masked_lines[unit_blk.open_line - 1 : unit_blk.close_line])
     osp = bool(
-        (archetype and archetype.kind in OSP_KINDS) or unit.kind in OSP_KINDS
-        or _impl_owner_kind(unit, masked) in OSP_KINDS or OSP_TOKEN_RE.search(unit_code)
+        (archetype and archetype.kind in OSP_KINDS)
+        or unit.kind in OSP_KINDS
+        or _impl_owner_kind(unit, masked) in OSP_KINDS
+        or OSP_TOKEN_RE.search(unit_code)
     )
     return unit, archetype, partial, osp
 
@@ -287,6 +301,7 @@ def discover_drivers(root: str | Path) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"drivers path {root} does not exist")
     return sorted(
-        p for p in root.rglob("*.jac")
+        p
+        for p in root.rglob("*.jac")
         if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
     )

@@ -42,12 +42,16 @@ class Task(BaseModel):
     prompt: str = Field("", description="Instruction + the file with the hole shown as a TODO line.")
     expected_stdout: str = Field(description="The gold program's stdout.")
     unit: UnitRef = Field(description="The innermost unit enclosing the hole.")
-    archetype: UnitRef | None = Field(None, description="The walker/node/edge/obj/class/enum the unit belongs to, if any.")
+    archetype: UnitRef | None = Field(
+        None, description="The walker/node/edge/obj/class/enum the unit belongs to, if any."
+    )
     partial: bool = Field(False, description="True when the hole covers only some statements of the unit's body.")
     osp: bool = Field(False, description="True when the hole is object-spatial code (walkers, nodes, edges, visits).")
     indent: str = Field("", description="Whitespace before the hole; the template line is indent + __HOLE__.")
     # `int` kept apart from `float` so that a record written with `10` reads back as `10`, not `10.0`.
-    timeout: float | int | None = Field(None, description="Wall timeout (s) of a run (`tasks.timeout` when built); None = that key's default.")
+    timeout: float | int | None = Field(
+        None, description="Wall timeout (s) of a run (`tasks.timeout` when built); None = that key's default."
+    )
     template: str = Field(description="The program with the hole replaced by exactly one `<indent>__HOLE__` line.")
     gold_body: str = Field(description="The gold lines of the hole, verbatim, newline-terminated.")
 
@@ -94,8 +98,9 @@ def _parse_line(path: str | os.PathLike, n: int, line: str) -> Task:
         raise JsonlError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise JsonlError(f"{path}:{n}: not a task record ({'.'.join(map(str, first['loc'])) or 'line'}: "
-                         f"{first['msg']})") from None
+        raise JsonlError(
+            f"{path}:{n}: not a task record ({'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']})"
+        ) from None
 
 
 def load_tasks(path: str | os.PathLike) -> dict[str, Task]:

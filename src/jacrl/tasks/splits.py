@@ -39,13 +39,12 @@ def choose_holdout_sources(tasks: list[Task], holdout_size: int) -> set[str]:
     by_family: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for t in tasks:
         by_family[t.family][t.source] += 1
-    queues = {
-        fam: sorted(srcs, key=lambda s: (srcs[s], _stable_key(s)))
-        for fam, srcs in sorted(by_family.items())
-    }
+    queues = {fam: sorted(srcs, key=lambda s: (srcs[s], _stable_key(s))) for fam, srcs in sorted(by_family.items())}
     for fam, q in queues.items():
         if len(q) < 2:
-            raise SplitError(f"family {fam!r} has {len(q)} source(s); a family needs at least 2 to be both held out and trained on")
+            raise SplitError(
+                f"family {fam!r} has {len(q)} source(s); a family needs at least 2 to be both held out and trained on"
+            )
     chosen: set[str] = set()
     total = 0
     while True:
@@ -78,7 +77,9 @@ def interleave(tasks: list[Task]) -> list[Task]:
     return out
 
 
-def decontaminate(holdout: list[Task], train: list[Task], threshold: float) -> tuple[list[Task], list[tuple[str, str, float]]]:
+def decontaminate(
+    holdout: list[Task], train: list[Task], threshold: float
+) -> tuple[list[Task], list[tuple[str, str, float]]]:
     """Drop each holdout task whose gold body is at least `threshold`-similar to a training body;
     a dropped task is reported with its most similar training task."""
     # One matcher per training body (its analysis is cached as seq2); the cheap upper bounds

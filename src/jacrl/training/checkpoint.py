@@ -90,8 +90,14 @@ class Checkpoint:
 
         torch.set_rng_state(torch.load(self.path / "rng.pt")["torch_rng"])
 
-    def save(self, step: int, backend: Backend, rows: list[dict[str, Any]], fields: dict[str, Any],
-             reference: Path | None = None) -> None:
+    def save(
+        self,
+        step: int,
+        backend: Backend,
+        rows: list[dict[str, Any]],
+        fields: dict[str, Any],
+        reference: Path | None = None,
+    ) -> None:
         """Write the checkpoint after `step` steps: the backend's adapter and optimiser, torch's RNG,
         the metrics `rows`, a copy of the `reference` adapter if one is kept, and the state file
         (`step`, then the run's `fields`, then its identity)."""

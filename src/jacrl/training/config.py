@@ -1,7 +1,7 @@
 """Configuration of the supervised stages: gold-SFT (`sft:`) and the RFT warm start (`rft:`).
 
-    sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
-    rft: {tasks: rung, samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
+sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
+rft: {tasks: rung, samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
 """
 
 from __future__ import annotations
@@ -97,8 +97,5 @@ class RFTConfig(StrictModel):
     @model_validator(mode="after")
     def _thresholds(self) -> RFTConfig:
         if self.fallback_pass > self.pass_threshold:
-            raise ValueError(
-                f"rft: fallback_pass ({self.fallback_pass}) must not exceed pass ({self.pass_threshold})"
-            )
+            raise ValueError(f"rft: fallback_pass ({self.fallback_pass}) must not exceed pass ({self.pass_threshold})")
         return self
-

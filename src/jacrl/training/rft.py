@@ -107,24 +107,39 @@ def train_rft(
     group_scores = score_groups(score, records, groups)
     threshold, counts = select_kept([s for g in group_scores for s in g], cfg)
     kept, rows = keep_samples(records, groups, group_scores, threshold)
-    report = {"model": str(model.model_dir()), "backend": b.name, "tasks": len(records), "samples_per_task": cfg.samples,
-              "kept_at": counts, "threshold_used": threshold, "kept_unique": len(kept),
-              "tasks_with_kept": len({t.id for t, _ in kept}),
-              "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
-              "config": cfg.model_dump(by_alias=True), "sft": sft_cfg.model_dump()}
+    report = {
+        "model": str(model.model_dir()),
+        "backend": b.name,
+        "tasks": len(records),
+        "samples_per_task": cfg.samples,
+        "kept_at": counts,
+        "threshold_used": threshold,
+        "kept_unique": len(kept),
+        "tasks_with_kept": len({t.id for t, _ in kept}),
+        "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
+        "config": cfg.model_dump(by_alias=True),
+        "sft": sft_cfg.model_dump(),
+    }
     out = Path(out_model_dir)
     with atomic_dir(out) as tmp:
         losses = _warm_start(b, kept, sft_cfg, model.model_dir(), tmp, tracker)
-        report.update(loss_first=losses[0] if losses else None, loss_last=losses[-1] if losses else None,
-                      seconds={"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)})
+        report.update(
+            loss_first=losses[0] if losses else None,
+            loss_last=losses[-1] if losses else None,
+            seconds={"sampling": round(t_sample, 2), "total": round(time.perf_counter() - t0, 2)},
+        )
         (tmp / "rft_report.json").write_text(json.dumps(report, indent=2) + "\n")
         with open(tmp / "rft_samples.jsonl", "w", encoding="utf-8") as fh:
             fh.writelines(dumps_line(r) + "\n" for r in rows)
     return out
 
 
-def keep_samples(records: Sequence[Task], groups: Sequence[Sequence[Completion]], group_scores: Sequence[Sequence[float]],
-                 threshold: float | None) -> tuple[list[tuple[Task, str]], list[dict[str, Any]]]:
+def keep_samples(
+    records: Sequence[Task],
+    groups: Sequence[Sequence[Completion]],
+    group_scores: Sequence[Sequence[float]],
+    threshold: float | None,
+) -> tuple[list[tuple[Task, str]], list[dict[str, Any]]]:
     """The distinct (task, completion text) pairs scoring at least `threshold`, in sampling order,
     and one `rft_samples.jsonl` row per sample (score, kept, truncated, text)."""
     kept_pairs: dict[tuple[str, str], None] = {}
@@ -139,8 +154,9 @@ def keep_samples(records: Sequence[Task], groups: Sequence[Sequence[Completion]]
     return [(by_id[i], text) for i, text in kept_pairs], rows
 
 
-def _warm_start(b: Backend, kept: list[tuple[Task, str]], sft_cfg: SFTConfig, base_dir: Path, tmp: Path,
-                tracker: Tracker | None) -> list[float]:
+def _warm_start(
+    b: Backend, kept: list[tuple[Task, str]], sft_cfg: SFTConfig, base_dir: Path, tmp: Path, tracker: Tracker | None
+) -> list[float]:
     """LoRA-SFT on the kept completions and the fused model into `tmp` (the base's weights when
     nothing was kept), with the loss curve; returns the losses."""
     losses: list[float] = []

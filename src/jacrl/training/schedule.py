@@ -1,8 +1,8 @@
 """The learning-rate schedule every trainer uses: linear warm-up, then constant or cosine decay.
 
-    lr_at(step, peak=2e-3, warmup=5, total=240, decay="cosine")           # gold-SFT, RFT
-    lr_at(step, peak=5e-6, warmup=0, total=100)                           # GRPO: warm-up, then flat
-    lr_at(step, peak=5e-3, warmup=20, total=300, decay="cosine", floor=0.1)   # tiny pre-training
+lr_at(step, peak=2e-3, warmup=5, total=240, decay="cosine")           # gold-SFT, RFT
+lr_at(step, peak=5e-6, warmup=0, total=100)                           # GRPO: warm-up, then flat
+lr_at(step, peak=5e-3, warmup=20, total=300, decay="cosine", floor=0.1)   # tiny pre-training
 """
 
 from __future__ import annotations

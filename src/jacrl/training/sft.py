@@ -135,13 +135,20 @@ def sft_backward(backend: Backend, batch: Sequence[SFTExample], max_tokens: int 
     """Accumulate the gradient of the batch's mean NLL into the adapter, one micro-batch at a time
     (peak memory follows the micro-batch, not the batch); returns the batch's loss."""
     loss_fn = nll_share(sum(len(e.completion_ids) for e in batch))
-    return sum(backend.backward([e.prompt_ids for e in part], [e.completion_ids for e in part], 1.0, loss_fn)["loss"]
-               for part in micro_batches(batch, max_tokens))
+    return sum(
+        backend.backward([e.prompt_ids for e in part], [e.completion_ids for e in part], 1.0, loss_fn)["loss"]
+        for part in micro_batches(batch, max_tokens)
+    )
 
 
-def run_sft(backend: Backend, examples: Sequence[SFTExample], cfg: SFTConfig,
-            on_step: Callable[[StepInfo], None] | None = None, start: int = 0,
-            optimizer_state: str | Path | None = None) -> list[float]:
+def run_sft(
+    backend: Backend,
+    examples: Sequence[SFTExample],
+    cfg: SFTConfig,
+    on_step: Callable[[StepInfo], None] | None = None,
+    start: int = 0,
+    optimizer_state: str | Path | None = None,
+) -> list[float]:
     """LoRA SFT of the backend's adapter (attached, or loaded trainable) on `examples`: each step
     one batch of `batch_order`, `backward` of the mean NLL (in micro-batches of `cfg.micro_batch_tokens`),
     `step` at `sft_lr`. A resumed run gives the
@@ -195,14 +202,26 @@ def step_logger(metrics: MetricsWriter | None) -> Callable[[StepInfo], None]:
 
     def on_step(info: StepInfo) -> None:
         if metrics is not None:
-            metrics.log(step=info.step, loss=info.loss, lr=info.lr, tokens_per_s=info.tokens_per_s,
-                        tokens=info.tokens, elapsed_s=time.perf_counter() - t0)
+            metrics.log(
+                step=info.step,
+                loss=info.loss,
+                lr=info.lr,
+                tokens_per_s=info.tokens_per_s,
+                tokens=info.tokens,
+                elapsed_s=time.perf_counter() - t0,
+            )
 
     return on_step
 
 
-def fit_resumable(b: Backend, examples: list[SFTExample], cfg: SFTConfig, metrics: MetricsWriter, ckpt: Checkpoint,
-                  stop_after: int | None = None) -> list[float]:
+def fit_resumable(
+    b: Backend,
+    examples: list[SFTExample],
+    cfg: SFTConfig,
+    metrics: MetricsWriter,
+    ckpt: Checkpoint,
+    stop_after: int | None = None,
+) -> list[float]:
     """`fit_lora` that starts from checkpoint `ckpt` when there is one, and writes one every
     `cfg.save_every` steps. Returns the loss of every step, those before the checkpoint included."""
     saved = ckpt.resume()
@@ -250,8 +269,12 @@ def train_sft(
     b = load_model(model, threads, training=True)
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     out = Path(out_adapter_dir)
-    identity = {"model": str(model.model_dir()), "backend": b.name, "tasks": [t.id for t in records],
-                "sft": cfg.model_dump(mode="json", exclude={"save_every"})}
+    identity = {
+        "model": str(model.model_dir()),
+        "backend": b.name,
+        "tasks": [t.id for t in records],
+        "sft": cfg.model_dump(mode="json", exclude={"save_every"}),
+    }
     ckpt = Checkpoint(checkpoint_path(out, ckpt_dir), {"identity": identity}, "model, tasks or SFT settings")
     try:
         _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, tracker)
@@ -261,8 +284,18 @@ def train_sft(
     return out
 
 
-def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: list[Task], cfg: SFTConfig,
-                   ckpt: Checkpoint, identity: dict, stop_after: int | None, t0: float, tracker: Tracker | None) -> None:
+def _write_adapter(
+    out: Path,
+    b: Backend,
+    examples: list[SFTExample],
+    records: list[Task],
+    cfg: SFTConfig,
+    ckpt: Checkpoint,
+    identity: dict,
+    stop_after: int | None,
+    t0: float,
+    tracker: Tracker | None,
+) -> None:
     with atomic_dir(out) as tmp:
         with MetricsWriter(tmp / "metrics.jsonl", tracker) as metrics:
             losses = fit_resumable(b, examples, cfg, metrics, ckpt, stop_after)
@@ -283,6 +316,8 @@ def _write_adapter(out: Path, b: Backend, examples: list[SFTExample], records: l
         }
         (tmp / "sft_report.json").write_text(json.dumps(report, indent=2) + "\n")
     if losses:
-        tail = losses[-max(1, len(losses) // 10):]
-        summary(f"{len(losses)} steps on {len(records)} tasks; loss {losses[0]:.3f} → {sum(tail) / len(tail):.3f} "
-                "(first step → mean of the last tenth)")
+        tail = losses[-max(1, len(losses) // 10) :]
+        summary(
+            f"{len(losses)} steps on {len(records)} tasks; loss {losses[0]:.3f} → {sum(tail) / len(tail):.3f} "
+            "(first step → mean of the last tenth)"
+        )

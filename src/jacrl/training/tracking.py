@@ -39,8 +39,11 @@ class Tracker(Protocol):
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
     """The row's finite numbers but its step (strings such as GRPO's `skipped` note, and bools, are not curves)."""
-    return {k: float(v) for k, v in row.items()
-            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 class NoTracker:
@@ -84,8 +87,13 @@ class MLflowTracker:
             fcntl.flock(lock, fcntl.LOCK_EX)
             self.client = MlflowClient(tracking_uri=f"sqlite:///{db.resolve()}")
             found = self.client.get_experiment_by_name(EXPERIMENT)
-            experiment = found.experiment_id if found else self.client.create_experiment(
-                EXPERIMENT, artifact_location=(db.parent / "mlartifacts").resolve().as_uri())
+            experiment = (
+                found.experiment_id
+                if found
+                else self.client.create_experiment(
+                    EXPERIMENT, artifact_location=(db.parent / "mlartifacts").resolve().as_uri()
+                )
+            )
             self.run_id = self.client.create_run(experiment, run_name=run).info.run_id
 
     def log(self, row: dict[str, Any]) -> None:
@@ -110,8 +118,10 @@ def open_tracker(kind: Tracking, run: str, root: str | Path = TRACKING_DIR) -> T
     try:
         __import__(module)
     except ImportError:
-        raise ImportError(f"config `tracking: {kind}` needs the {module} package: "
-                          f"pip install -e '.[{kind}]' (or set `tracking: none`)") from None
+        raise ImportError(
+            f"config `tracking: {kind}` needs the {module} package: "
+            f"pip install -e '.[{kind}]' (or set `tracking: none`)"
+        ) from None
     if kind == "tensorboard":
         return TensorBoardTracker(Path(root) / "tensorboard" / name)
     return MLflowTracker(Path(root) / MLFLOW_DB, name)

@@ -111,8 +111,14 @@ def _warning_once(seen: set[tuple[type, str]]) -> Any:
     library's warning otherwise comes back at every call that follows one."""
     logger = logging.getLogger("py.warnings")
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: TextIO | None = None, line: str | None = None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         key = (category, str(message))
         if key not in seen:
             seen.add(key)
@@ -137,8 +143,12 @@ def code_version() -> str:
 
     root = Path(__file__).resolve().parents[3]
     try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return __version__
     return f"{__version__}+{sha}{'.dirty' if dirty else ''}"

@@ -61,11 +61,17 @@ def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
     grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
     teacher = cfg.model(cfg.opd.teacher_model or model)
     parts: dict[str, Any] = {
-        "grpo opd": {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "training_mode": "opd",
-                     "opd": cfg.opd.result_settings()},
+        "grpo opd": {
+            **{k: everything[k] for k in GRPO_SECTIONS},
+            "grpo": grpo,
+            "training_mode": "opd",
+            "opd": cfg.opd.result_settings(),
+        },
         "grpo fresh LoRA": {k: getattr(cfg.grpo, k) for k in FRESH_LORA},
-        f"model {teacher.name}": {**teacher.result_settings(),
-                                   **({"tiny": cfg.tiny.result_settings()} if teacher.builtin == "tiny" else {})},
+        f"model {teacher.name}": {
+            **teacher.result_settings(),
+            **({"tiny": cfg.tiny.result_settings()} if teacher.builtin == "tiny" else {}),
+        },
     }
     if cfg.opd.teacher_adapter == "sft":
         parts["sft"] = cfg.sft.result_settings()
@@ -79,5 +85,7 @@ def cell_config_digest(config: Any) -> str:
 
 def cell_provenance(parts: dict[str, Any]) -> dict[str, Any]:
     """What a cell records of its config (`cell_config`): one hash of it all, and one per part."""
-    return {"config_hash": cell_config_digest(parts),
-            "config_parts": {name: cell_config_digest(p) for name, p in parts.items()}}
+    return {
+        "config_hash": cell_config_digest(parts),
+        "config_parts": {name: cell_config_digest(p) for name, p in parts.items()},
+    }

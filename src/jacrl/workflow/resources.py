@@ -105,8 +105,9 @@ def load_bytes(spec: ModelSpec, parameters: int, kind: RuleKind = "eval") -> int
     return 2 if spec.device in ("cuda", "mps") else DTYPE_BYTES[auto_cpu_dtype(parameters, kind != "eval")]
 
 
-def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".",
-           prompts: int = 0) -> int:
+def mem_mb(
+    spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".", prompts: int = 0
+) -> int:
     """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above.
     `prompts` > 0: the rows share that many prompts, each scored once (a GRPO step)."""
     if kind in spec.mem_mb:
@@ -125,8 +126,9 @@ def mem_mb(spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int
     return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
 
 
-def training_bytes(shape: Shape, nbytes: int, checkpointed: bool, rows: int, seq: int, completion: int,
-                   prompts: int) -> int:
+def training_bytes(
+    shape: Shape, nbytes: int, checkpointed: bool, rows: int, seq: int, completion: int, prompts: int
+) -> int:
     """What a backward keeps of `rows` sequences of `seq` tokens (see the module's formula)."""
     if prompts:
         head = seq - completion
@@ -165,5 +167,8 @@ def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = "."
     spec = cfg.model(name)
     rows, seq, completion = job_tokens(cfg, kind)
     prompts = cfg.grpo.prompts_per_step if kind == "grpo" else 0
-    return {"mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts), "runtime": runtime_min(spec, kind),
-            "gpu": spec.gpu_count}
+    return {
+        "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts),
+        "runtime": runtime_min(spec, kind),
+        "gpu": spec.gpu_count,
+    }
