@@ -39,7 +39,7 @@ localrules:
 
 
 rule all:
+    default_target: True
     input:
         all_targets(),
         report_targets,
-    default_target: True

@@ -17,8 +17,15 @@ from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.determinism import job_environment
 from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
-from jacrl.ladder.config import (ADAPTER_CONDITIONS, GRPO_CONDITIONS, OPD_CONDITION, SPLITS, CellKey, arm_conditions,
-                                 condition_parts)
+from jacrl.ladder.config import (
+    ADAPTER_CONDITIONS,
+    GRPO_CONDITIONS,
+    OPD_CONDITION,
+    SPLITS,
+    CellKey,
+    arm_conditions,
+    condition_parts,
+)
 from jacrl.ladder.plan import grid
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
@@ -67,9 +74,7 @@ def bundled(path):
 
 def driver_files():
     root = bundled(CFG.tasks.drivers)
-    return sorted(
-        str(p) for p in root.rglob("*.jac") if not any(s.startswith(".") for s in p.relative_to(root).parts)
-    )
+    return sorted(str(p) for p in root.rglob("*.jac") if not any(s.startswith(".") for s in p.relative_to(root).parts))
 
 
 def model_spec(name):
@@ -152,7 +157,9 @@ def grpo_init(wc):
     return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
 
 
-MULTI_CONDITIONS = ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
+MULTI_CONDITIONS = (
+    ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
+)
 """The conditions rule grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
 SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION] if c not in MULTI_CONDITIONS]
 """The conditions rule grpo trains one job each."""
@@ -183,8 +190,11 @@ def opd_teacher(wc):
     if wc.cond != OPD_CONDITION:
         return None
     name = CFG.opd.teacher_model or wc.model
-    return {"spec": model_spec(name).model_dump(mode="json"), "model_dir": model_dir(name),
-            "adapter": CFG.opd.adapter_path(wc.model)}
+    return {
+        "spec": model_spec(name).model_dump(mode="json"),
+        "model_dir": model_dir(name),
+        "adapter": CFG.opd.adapter_path(wc.model),
+    }
 
 
 def opd_teacher_inputs(wc):
@@ -204,8 +214,10 @@ def split_file(rung, split):
 def base_cell_tasks(wc):
     """A rung's base cell reads its split's tasks; there is no rung base gen cell (the shared one)."""
     if wc.split == "gen":
-        raise WorkflowError(f"the base model's gen cell does not depend on the rung; every rung reads "
-                            f"{cell_file(wc.rung, wc.model, 'base', 'gen')}.json")
+        raise WorkflowError(
+            f"the base model's gen cell does not depend on the rung; every rung reads "
+            f"{cell_file(wc.rung, wc.model, 'base', 'gen')}.json"
+        )
     return [split_file(wc.rung, wc.split)]
 
 
@@ -247,7 +259,12 @@ def cell_json(keys):
 def expected_cells():
     """Every cell the config could hold (all models, conditions, splits) → the provenance it gives it:
     what the rows compare each cell on disk with."""
-    return {f"{m}/{c}/{s}": cell_provenance(cell_config(CFG, m, c, s)) for m in MODELS for c in CFG.conditions for s in SPLITS}
+    return {
+        f"{m}/{c}/{s}": cell_provenance(cell_config(CFG, m, c, s))
+        for m in MODELS
+        for c in CFG.conditions
+        for s in SPLITS
+    }
 
 
 def all_targets():

@@ -6,8 +6,11 @@ LADDER_SPLITS = list(CFG.ladder.splits)
 
 def cell_params(rung, model, cond, split):
     """What the script needs of one cell besides its files: its config slice and its meta."""
-    return {"split": split, "cell_config": cell_config(CFG, model, cond, split),
-            "meta": {"rung": rung, "model": model, "cond": cond, "split": split}}
+    return {
+        "split": split,
+        "cell_config": cell_config(CFG, model, cond, split),
+        "meta": {"rung": rung, "model": model, "cond": cond, "split": split},
+    }
 
 
 rule eval_base_gen:
@@ -19,11 +22,6 @@ rule eval_base_gen:
     output:
         cells=["results/cells/shared/{model}/base/gen.json"],
         samples=["results/cells/shared/{model}/base/gen.samples.jsonl"],
-    params:
-        model_dir=lambda wc: model_dir(wc.model),
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        config=CFG.model_dump(mode="json", include=CELL_KEYS),
-        cells=lambda wc: [cell_params("shared", wc.model, "base", "gen")],
     log:
         "logs/eval/shared/{model}/base/gen.log",
     benchmark:
@@ -33,37 +31,36 @@ rule eval_base_gen:
         mem_mb=job_mem_mb("eval"),
         runtime=job_runtime("eval"),
         gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=CFG.model_dump(mode="json", include=CELL_KEYS),
+        cells=lambda wc: [cell_params("shared", wc.model, "base", "gen")],
     script:
         "../scripts/eval_cell.py"
 
 
+# The base model on a rung's own tasks (mem): one cell.
 use rule eval_base_gen as eval_base with:
-    # The base model on a rung's own tasks (mem): one cell.
-    group:
-        "eval_r{rung}_{model}"
     input:
         model=lambda wc: model_input(wc.model),
         tasks=base_cell_tasks,
     output:
         cells=["results/cells/r{rung}/{model}/base/{split}.json"],
         samples=["results/cells/r{rung}/{model}/base/{split}.samples.jsonl"],
-    params:
-        cells=lambda wc: [cell_params(wc.rung, wc.model, "base", wc.split)],
     log:
         "logs/eval/r{rung}/{model}/base/{split}.log",
     benchmark:
         "benchmarks/eval/r{rung}/{model}/base/{split}.tsv"
-
-
-use rule eval_base_gen as eval with:
-    # Every split's cell of one adapter in one job: the model, the adapter and the reward's fork
-    # servers are loaded once (a job's start-up, ~10 s of imports, was a third of a mem cell).
-    # One cluster job per model and rung (with the SLURM profile's group-components): cells take
-    # seconds to minutes, so each would otherwise wait in the queue alone.
     group:
         "eval_r{rung}_{model}"
-    wildcard_constraints:
-        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
+    params:
+        cells=lambda wc: [cell_params(wc.rung, wc.model, "base", wc.split)],
+
+
+# Every split's cell of one adapter in one job: the model, the adapter and the reward's fork
+# servers are loaded once (a job's start-up, ~10 s of imports, was a third of a mem cell).
+use rule eval_base_gen as eval with:
     input:
         model=policy_model_input,
         tasks=lambda wc: [split_file(wc.rung, s) for s in LADDER_SPLITS],
@@ -71,13 +68,19 @@ use rule eval_base_gen as eval with:
     output:
         cells=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.json", split=LADDER_SPLITS),
         samples=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.samples.jsonl", split=LADDER_SPLITS),
-    params:
-        model_dir=policy_model_dir,
-        cells=lambda wc: [cell_params(wc.rung, wc.model, wc.cond, s) for s in LADDER_SPLITS],
     log:
         "logs/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".log",
     benchmark:
         "benchmarks/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".tsv"
+    wildcard_constraints:
+        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
+    # One cluster job per model and rung (with the SLURM profile's group-components): cells take
+    # seconds to minutes, so each would otherwise wait in the queue alone.
+    group:
+        "eval_r{rung}_{model}"
+    params:
+        model_dir=policy_model_dir,
+        cells=lambda wc: [cell_params(wc.rung, wc.model, wc.cond, s) for s in LADDER_SPLITS],
 
 
 rule rl_ladder:
@@ -89,17 +92,17 @@ rule rl_ladder:
         staged=(lambda wc: cell_json(ladder_keys())) if SMART else [],
     output:
         "results/rl_ladder.jsonl",
-    params:
-        root="results/cells",
-        expected=expected_cells(),
-        rungs=[str(r) for r in CFG.rungs],
-        selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen cell is filed under each
     log:
         "logs/rl_ladder.log",
     benchmark:
         "benchmarks/rl_ladder.tsv"
     resources:
         mem_mb=1000,
+    params:
+        root="results/cells",
+        expected=expected_cells(),
+        rungs=[str(r) for r in CFG.rungs],
+        selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen cell is filed under each
     script:
         "../scripts/rl_ladder.py"
 

@@ -6,8 +6,6 @@ rule tiny_model:
         trainpool=f"{RL}/trainpool.jsonl",
     output:
         directory("models/tiny"),
-    params:
-        cfg=CFG.tiny.model_dump(mode="json"),
     log:
         "logs/tiny_model.log",
     benchmark:
@@ -16,6 +14,8 @@ rule tiny_model:
     resources:
         mem_mb=mem_request(4000),
         runtime=30,
+    params:
+        cfg=CFG.tiny.model_dump(mode="json"),
     script:
         "../scripts/tiny_model.py"
 
@@ -43,11 +43,6 @@ rule rft:
         tasks=rft_tasks,
     output:
         directory(RFT_MODEL),
-    params:
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        cfg=CFG.rft.model_dump(mode="json"),
-        sft=CFG.sft.model_dump(mode="json"),
-        reward=CFG.reward.model_dump(mode="json"),
     log:
         f"logs/rft/{RFT_KEY}.log",
     benchmark:
@@ -57,5 +52,10 @@ rule rft:
         mem_mb=job_mem_mb("rft"),
         runtime=job_runtime("rft"),
         gpu=lambda wc: gpu_count(wc.model),
+    params:
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        cfg=CFG.rft.model_dump(mode="json"),
+        sft=CFG.sft.model_dump(mode="json"),
+        reward=CFG.reward.model_dump(mode="json"),
     script:
         "../scripts/rft.py"

@@ -16,14 +16,14 @@ checkpoint smoke:
         expand("results/cells/r{rung}/{model}/sft/mem.json", rung=SMALLEST_RUNG, model=CFG.ladder_models),
     output:
         "results/smoke.json",
-    params:
-        smoke_min=CFG.ladder.smart.smoke_min,
     log:
         "logs/smoke.log",
     benchmark:
         "benchmarks/smoke.tsv"
     resources:
         mem_mb=500,
+    params:
+        smoke_min=CFG.ladder.smart.smoke_min,
     script:
         "../scripts/smoke.py"
 
@@ -37,11 +37,18 @@ def after_the_gate(keys):
 def plan_spec():
     """What the elbow checkpoint places: sft_grpo under the default arm and every named one at the elbow."""
     smart = CFG.ladder.smart
-    return asdict(PlanSpec(
-        rungs=CFG.ladder_rungs, models=CFG.ladder_models, splits=list(CFG.ladder.splits),
-        at_elbow=["sft_grpo", *(f"sft_grpo@{arm}" for arm in CFG.grpo_arms)], alpha=smart.alpha,
-        smoke_min=smart.smoke_min, rft_models=[m.name for m in CFG.models if m.warm_start == "rft"], rft_tasks=CFG.rft.tasks,
-    ))
+    return asdict(
+        PlanSpec(
+            rungs=CFG.ladder_rungs,
+            models=CFG.ladder_models,
+            splits=list(CFG.ladder.splits),
+            at_elbow=["sft_grpo", *(f"sft_grpo@{arm}" for arm in CFG.grpo_arms)],
+            alpha=smart.alpha,
+            smoke_min=smart.smoke_min,
+            rft_models=[m.name for m in CFG.models if m.warm_start == "rft"],
+            rft_tasks=CFG.rft.tasks,
+        )
+    )
 
 
 checkpoint elbow:
@@ -49,13 +56,13 @@ checkpoint elbow:
         after_the_gate([k for k in curve_keys() if k.cond == "sft"]),
     output:
         "results/plan.json",
-    params:
-        spec=plan_spec(),
     log:
         "logs/elbow.log",
     benchmark:
         "benchmarks/elbow.tsv"
     resources:
         mem_mb=500,
+    params:
+        spec=plan_spec(),
     script:
         "../scripts/elbow.py"

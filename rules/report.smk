@@ -15,21 +15,21 @@ def report_targets(wc=None):
     return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curves, *pages]
 
 
+# Everything `snakemake --report` embeds; building it runs the ladder first where missing.
 rule report_items:
-    # Everything `snakemake --report` embeds; building it runs the ladder first where missing.
-    localrule: True
     input:
         report_targets,
+    localrule: True
 
 
 rule report_ladder:
-    localrule: True
     input:
         "results/rl_ladder.jsonl",
     output:
         report(f"{REPORT}/ladder.html", category="Ladder", caption="../report/ladder_table.rst"),
     log:
         "logs/report/ladder.log",
+    localrule: True
     resources:
         mem_mb=1000,
     script:
@@ -37,13 +37,13 @@ rule report_ladder:
 
 
 rule report_splits:
-    localrule: True
     input:
         f"{RL}/splits.md",
     output:
         report(f"{REPORT}/splits.html", category="Data", caption="../report/splits.rst"),
     log:
         "logs/report/splits.log",
+    localrule: True
     resources:
         mem_mb=500,
     script:
@@ -51,7 +51,6 @@ rule report_splits:
 
 
 rule report_curves:
-    localrule: True
     input:
         "adapters/r{rung}/{model}/{cond}",
     output:
@@ -63,20 +62,20 @@ rule report_curves:
             labels={"condition": "{cond}", "rung": "r{rung}"},
             caption="../report/curves.rst",
         ),
-    wildcard_constraints:
-        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
-    params:
-        title=lambda wc: f"adapters/r{wc.rung}/{wc.model}/{wc.cond}",
     log:
         "logs/report/curves/r{rung}/{model}/{cond}.log",
+    wildcard_constraints:
+        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
+    localrule: True
     resources:
         mem_mb=1000,
+    params:
+        title=lambda wc: f"adapters/r{wc.rung}/{wc.model}/{wc.cond}",
     script:
         "../scripts/report_curves.py"
 
 
 rule report_samples:
-    localrule: True
     input:
         unpack(cell_files),
     output:
@@ -90,6 +89,7 @@ rule report_samples:
         ),
     log:
         "logs/report/samples/r{rung}/{model}/{cond}/{split}.log",
+    localrule: True
     resources:
         mem_mb=1000,
     script:

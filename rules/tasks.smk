@@ -8,8 +8,6 @@ rule build_tasks:
         tasks=f"{RL}/tasks.jsonl",
         templates=directory(f"{RL}/templates"),
         refbodies=directory(f"{RL}/refbodies"),
-    params:
-        cfg=CFG.tasks.model_dump(mode="json"),
     log:
         "logs/build_tasks.log",
     benchmark:
@@ -18,6 +16,8 @@ rule build_tasks:
     resources:
         mem_mb=mem_request(2000),
         runtime=30,
+    params:
+        cfg=CFG.tasks.model_dump(mode="json"),
     script:
         "../scripts/build_tasks.py"
 
@@ -30,14 +30,14 @@ rule splits:
         trainpool=f"{RL}/trainpool.jsonl",
         valid=f"{RL}/valid.jsonl",
         summary=f"{RL}/splits.md",
-    params:
-        cfg=CFG.splits.model_dump(mode="json"),
     log:
         "logs/splits.log",
     benchmark:
         "benchmarks/splits.tsv"
     resources:
         mem_mb=1000,
+    params:
+        cfg=CFG.splits.model_dump(mode="json"),
     script:
         "../scripts/splits.py"
 

@@ -3,33 +3,32 @@
 
 
 rule sft:
-    # Started before any cell that could wait: each SFT heads the longest chain (sft → sft_grpo →
-    # its cells), so a late one leaves a core idle at the end of the run.
-    priority: 2
     input:
         model=lambda wc: model_input(wc.model),
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
     output:
         directory("adapters/r{rung}/{model}/sft"),
-    params:
-        model_dir=lambda wc: model_dir(wc.model),
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        cfg=CFG.sft.model_dump(mode="json"),
     log:
         "logs/sft/r{rung}/{model}.log",
     benchmark:
         "benchmarks/sft/r{rung}/{model}.tsv"
+    # Started before any cell that could wait: each SFT heads the longest chain (sft → sft_grpo →
+    # its cells), so a late one leaves a core idle at the end of the run.
+    priority: 2
     threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("sft"),
         runtime=job_runtime("sft"),
         gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        cfg=CFG.sft.model_dump(mode="json"),
     script:
         "../scripts/sft.py"
 
 
 rule grpo:
-    priority: 1
     input:
         model=policy_model_input,
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
@@ -38,30 +37,30 @@ rule grpo:
         teacher=opd_teacher_inputs,
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
-    wildcard_constraints:
-        cond=one_of(SINGLE_GRPO_CONDITIONS),
-    params:
-        model_dir=policy_model_dir,
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        config=grpo_job_config,
-        teacher=opd_teacher,
     log:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
         "benchmarks/grpo/r{rung}/{model}/{cond}.tsv"
+    wildcard_constraints:
+        cond=one_of(SINGLE_GRPO_CONDITIONS),
+    priority: 1
     threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("grpo"),
         runtime=job_runtime("grpo"),
         gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=policy_model_dir,
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=grpo_job_config,
+        teacher=opd_teacher,
     script:
         "../scripts/grpo.py"
 
 
+# ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model
+# (jacrl.rl.multirun), each adapter what its own grpo job would write.
 rule grpo_multi:
-    # ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model
-    # (jacrl.rl.multirun), each adapter what its own grpo job would write.
-    priority: 1
     input:
         model=lambda wc: model_input(wc.model),
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
@@ -69,18 +68,19 @@ rule grpo_multi:
         envs=multi_env_tasks,
     output:
         [directory(f"adapters/r{{rung}}/{{model}}/{c}") for c in MULTI_CONDITIONS],
-    params:
-        model_dir=lambda wc: model_dir(wc.model),
-        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
-        runs={c: CFG.grpo_job_config(condition_parts(c)[1]) for c in MULTI_CONDITIONS},
     log:
         "logs/grpo_multi/r{rung}/{model}.log",
     benchmark:
         "benchmarks/grpo_multi/r{rung}/{model}.tsv"
+    priority: 1
     threads: TRAIN_THREADS
     resources:
         mem_mb=job_mem_mb("grpo"),
         runtime=lambda wc: job_resources(CFG, wc.model, "grpo")["runtime"] * len(MULTI_CONDITIONS),
         gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        runs={c: CFG.grpo_job_config(condition_parts(c)[1]) for c in MULTI_CONDITIONS},
     script:
         "../scripts/grpo_multi.py"
