@@ -1,8 +1,9 @@
-# Config validation and the input functions shared by every stage.
+# Config validation and every function the rules call (the stage files hold only rules and their constants).
 import json
 import os
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 # Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
@@ -26,7 +27,7 @@ from jacrl.ladder.config import (
     arm_conditions,
     condition_parts,
 )
-from jacrl.ladder.plan import grid
+from jacrl.ladder.plan import PlanSpec, grid
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
 from jacrl.workflow.provenance import cell_config, cell_provenance
@@ -160,7 +161,7 @@ def grpo_init(wc):
 MULTI_CONDITIONS = (
     ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
 )
-"""The conditions rule grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
+"""The conditions grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
 SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION] if c not in MULTI_CONDITIONS]
 """The conditions rule grpo trains one job each."""
 
@@ -235,6 +236,15 @@ def cell_files(wc):
     return {"cell": f"{stem}.json", "samples": f"{stem}.samples.jsonl"}
 
 
+def cell_params(rung, model, cond, split):
+    """What the script needs of one cell besides its files: its config slice and its meta."""
+    return {
+        "split": split,
+        "cell_config": cell_config(CFG, model, cond, split),
+        "meta": {"rung": rung, "model": model, "cond": cond, "split": split},
+    }
+
+
 SMART = CFG.ladder.plan == "smart"
 
 
@@ -256,6 +266,29 @@ def cell_json(keys):
     return [f"{cell_file(*k)}.json" for k in keys]
 
 
+def after_the_gate(keys):
+    """`keys`' cell files, once the smoke gate has passed (until then, the gate's output: a
+    checkpoint, so Snakemake plans none of them before it)."""
+    return lambda wc: [checkpoints.smoke.get().output[0], *cell_json(keys)]
+
+
+def plan_spec():
+    """What the elbow checkpoint places: sft_grpo under the default arm and every named one at the elbow."""
+    smart = CFG.ladder.smart
+    return asdict(
+        PlanSpec(
+            rungs=CFG.ladder_rungs,
+            models=CFG.ladder_models,
+            splits=list(CFG.ladder.splits),
+            at_elbow=["sft_grpo", *(f"sft_grpo@{arm}" for arm in CFG.grpo_arms)],
+            alpha=smart.alpha,
+            smoke_min=smart.smoke_min,
+            rft_models=[m.name for m in CFG.models if m.warm_start == "rft"],
+            rft_tasks=CFG.rft.tasks,
+        )
+    )
+
+
 def expected_cells():
     """Every cell the config could hold (all models, conditions, splits) → the provenance it gives it:
     what the rows compare each cell on disk with."""
@@ -269,6 +302,19 @@ def expected_cells():
 
 def all_targets():
     return ["results/ladder.md", "results/ladder.csv", "results/ladder.png"]
+
+
+REPORT = "results/report"
+
+
+def report_targets(wc=None):
+    """The report's items: the ladder and splits pages, one training-curve figure per adapter the
+    ladder trains (every condition but `base`) and one completions page per ladder cell (in the
+    smart plan, known once its elbow checkpoint has run)."""
+    keys = ladder_keys()
+    curves = sorted({f"{REPORT}/curves/r{k.rung}/{k.model}/{k.cond}.png" for k in keys if k.cond != "base"})
+    pages = [f"{REPORT}/samples/r{k.rung}/{k.model}/{k.cond}/{k.split}.html" for k in keys]
+    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curves, *pages]
 
 
 # The config sections each job depends on (its params): changing another section does not rerun it.

@@ -4,15 +4,6 @@
 LADDER_SPLITS = list(CFG.ladder.splits)
 
 
-def cell_params(rung, model, cond, split):
-    """What the script needs of one cell besides its files: its config slice and its meta."""
-    return {
-        "split": split,
-        "cell_config": cell_config(CFG, model, cond, split),
-        "meta": {"rung": rung, "model": model, "cond": cond, "split": split},
-    }
-
-
 rule eval_base_gen:
     # The base model on the holdout does not depend on the rung: computed once, and every rung's row
     # and completions page read this one file (cell_file).
@@ -99,7 +90,8 @@ rule rl_ladder:
     resources:
         mem_mb=1000,
     params:
-        root="results/cells",
+        # results/cells, beside the output (so it follows the output where a storage prefix moves it)
+        root=lambda wc, output: str(Path(output[0]).with_name("cells")),
         expected=expected_cells(),
         rungs=[str(r) for r in CFG.rungs],
         selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen cell is filed under each

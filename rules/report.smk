@@ -2,18 +2,6 @@
 #   ladder rows → the ladder page; metrics.jsonl → training curves; cells → completion pages.
 #   Each is a job of seconds: they run where Snakemake runs (localrule), never as cluster jobs.
 
-REPORT = "results/report"
-
-
-def report_targets(wc=None):
-    """The report's items: the ladder and splits pages, one training-curve figure per adapter the
-    ladder trains (every condition but `base`) and one completions page per ladder cell (in the
-    smart plan, known once its elbow checkpoint has run)."""
-    keys = ladder_keys()
-    curves = sorted({f"{REPORT}/curves/r{k.rung}/{k.model}/{k.cond}.png" for k in keys if k.cond != "base"})
-    pages = [f"{REPORT}/samples/r{k.rung}/{k.model}/{k.cond}/{k.split}.html" for k in keys]
-    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curves, *pages]
-
 
 # Everything `snakemake --report` embeds; building it runs the ladder first where missing.
 rule report_items:
