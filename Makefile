@@ -61,7 +61,7 @@ dryrun: $(STAMP)
 
 # Re-pin requirements.lock from pyproject.toml (needs `uv` on PATH); the lock carries no index URL.
 lock:
-	uv pip compile pyproject.toml --extra test --extra slurm --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
+	uv pip compile pyproject.toml --extra test --extra slurm --extra lint --universal --python-version 3.12 --no-header --no-annotate -o requirements.lock
 	@! grep -nE 'index[-]url|://' requirements.lock || { echo "error: requirements.lock names a registry"; exit 1; }
 
 clean-results:
