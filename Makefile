@@ -9,7 +9,7 @@ CORES ?= all
 PYTHON ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do \
 	$$p -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: ladder ladder-smart report test test-slow test-slurm dryrun lock clean-results venv extras
+.PHONY: ladder ladder-smart report test test-slow test-slurm lint dryrun lock clean-results venv extras
 
 venv: $(STAMP)
 
@@ -49,6 +49,14 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# Style and workflow lint: ruff (lint, format), snakefmt, and every `snakemake --lint` finding but
+# the conda/container one (.ci/snakemake_lint.py says why). Settings: pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check Snakefile rules/
+	$(BIN)/python .ci/snakemake_lint.py
 
 # A slice of the DAG through a real single-node SLURM that scripts/slurm-local/up stands up on this
 # machine (root, Debian/Ubuntu packages, a few minutes); not part of `make test`.
