@@ -13,6 +13,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+PER_TOKEN = (
+    "inference_logprobs",
+    "advantages",
+    "loss_mask",
+    "ref_logprobs",
+    "echo_mask",
+    "echo_weights",
+    "teacher_logprobs",
+)
+"""The fields of LossInputs shaped like `trainer_logprobs` (checked for shape and device)."""
+
 
 @dataclass(frozen=True)
 class LossInputs:
@@ -40,15 +51,7 @@ class LossInputs:
 
     def __post_init__(self) -> None:
         shape = self.trainer_logprobs.shape
-        for name in (
-            "inference_logprobs",
-            "advantages",
-            "loss_mask",
-            "ref_logprobs",
-            "echo_mask",
-            "echo_weights",
-            "teacher_logprobs",
-        ):
+        for name in PER_TOKEN:
             value = getattr(self, name)
             if value is not None and value.shape != shape:
                 raise ValueError(f"LossInputs.{name} has shape {tuple(value.shape)}, expected {tuple(shape)}")
@@ -57,18 +60,7 @@ class LossInputs:
             if value is not None and value.dtype != torch.bool:
                 raise ValueError(f"LossInputs.{name} must be a bool tensor, got {value.dtype}")
         device = self.trainer_logprobs.device
-        tensors = {
-            name: getattr(self, name)
-            for name in (
-                "inference_logprobs",
-                "advantages",
-                "loss_mask",
-                "ref_logprobs",
-                "echo_mask",
-                "echo_weights",
-                "teacher_logprobs",
-            )
-        }
+        tensors = {name: getattr(self, name) for name in PER_TOKEN}
         tensors |= {f"term_rows[{name!r}]": rows for name, rows in (self.term_rows or {}).items()}
         for name, value in tensors.items():
             if value is not None and value.device != device:

@@ -141,6 +141,38 @@ def train_grpo(
     b = prepare_backend(model, cfg, threads, init_adapter, ckpt if saved else None, reference)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
+    orch, trainer = _orchestrator_and_trainer(b, tasks, scorer, cfg, loss_cfg, rl_dir, teacher, threads)
+    cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
+
+    def after_step(step: int) -> None:
+        cadence.after(step, lambda at: ckpt.save(at, b, rows, {"losses": terms}, reference))
+
+    # followable while it runs; the output's copy is final
+    live = ckpt.path.with_name(ckpt.path.name + ".metrics.jsonl")
+    try:
+        with MetricsWriter(live, tracker) as writer:
+            writer.restore(rows)
+            _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
+    except Stopped:  # no output written; the checkpoint and the live metrics stay
+        return ckpt.path
+    _write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
+    ckpt.remove()
+    live.unlink(missing_ok=True)
+    return out
+
+
+def _orchestrator_and_trainer(
+    b: Backend,
+    tasks: list[Task],
+    scorer: Scorer,
+    cfg: GRPOConfig,
+    loss_cfg: LossFrameworkConfig,
+    rl_dir: str | Path,
+    teacher: Teacher | None,
+    threads: int | None,
+) -> tuple[Orchestrator, Trainer]:
+    """The two halves of a step over backend `b`: what samples and scores (with the run's envs), and
+    what trains the enabled terms (with the loaded teacher under training_mode opd)."""
     envs = build_envs(loss_cfg.orchestrator.train.env, tasks, rl_dir)
     orch = Orchestrator(
         tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer, envs=envs
@@ -153,24 +185,7 @@ def train_grpo(
         log_reference_kl=cfg.log_reference_kl,
         teacher=None if teacher is None else load_teacher(teacher, b, threads),
     )
-    cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
-
-    def after_step(step: int) -> None:
-        cadence.after(step, lambda at: ckpt.save(at, b, rows, {"losses": terms}, reference))
-
-    live = ckpt.path.with_name(
-        ckpt.path.name + ".metrics.jsonl"
-    )  # followable while it runs; the output's copy is final
-    try:
-        with MetricsWriter(live, tracker) as writer:
-            writer.restore(rows)
-            _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
-    except Stopped:  # no output written; the checkpoint and the live metrics stay
-        return ckpt.path
-    _write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
-    ckpt.remove()
-    live.unlink(missing_ok=True)
-    return out
+    return orch, trainer
 
 
 def _run_steps(
