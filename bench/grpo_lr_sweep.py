@@ -137,14 +137,15 @@ def main() -> int:
     probe_tasks = tasks[: a.probe or cfg.eval.mem_max_tasks]
     sft = a.out / "sft"
     t0 = time.perf_counter()
-    if not sft.exists():
+    sft_new = not sft.exists()
+    if sft_new:
         train_sft(
             model, tasks, sft, cfg.sft.model_copy(update={"iters": a.sft_iters, "save_every": 10**6}), threads=a.threads
         )
-    sft_s = round(time.perf_counter() - t0, 1)
+    sft_s = round(time.perf_counter() - t0, 1) if sft_new else None  # None: an earlier run's adapter
     print(
         f"cpu: {cpu_info().describe()}, {os.cpu_count()} cores; SFT {a.sft_iters} steps "
-        f"({sft_s} s); GRPO {a.iters} steps × group {cfg.grpo.group_size} × {cfg.grpo.prompts_per_step} prompt, "
+        f"({f'{sft_s} s' if sft_new else 'reused'}); GRPO {a.iters} steps × group {cfg.grpo.group_size} × {cfg.grpo.prompts_per_step} prompt, "
         f"T {cfg.grpo.temperature}; probe {len(probe_tasks)} tasks greedy",
         flush=True,
     )
