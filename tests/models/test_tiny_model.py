@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from jacrl.models.config import TinyModelConfig
-from jacrl.models.config import CHAT_TEMPLATE, EOS_TOKEN
+from jacrl.models.config import CHAT_TEMPLATE, EOS_TOKEN, TinyModelConfig
 from jacrl.models.tiny import (
     CorpusError,
     driver_paths_from_tasks,

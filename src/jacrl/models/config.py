@@ -35,7 +35,9 @@ class TinyModelConfig(StrictModel):
     docs/design.md#measured-facts). Larger values give a better base model at a proportional cost.
     """
 
-    vocab_size: int = Field(2048, ge=300, le=65536, description="Byte-level BPE vocabulary size, special tokens included.")
+    vocab_size: int = Field(
+        2048, ge=300, le=65536, description="Byte-level BPE vocabulary size, special tokens included."
+    )
     width: int = Field(128, ge=16, description="Hidden size of the Qwen2 model.")
     depth: int = Field(4, ge=1, description="Number of transformer layers.")
     heads: int = Field(4, ge=1, description="Attention heads; `width` must be a multiple.")

