@@ -71,21 +71,11 @@ def model_hashes(torch) -> dict[str, str]:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from jacrl.models.config import TinyModelConfig
+    from jacrl.models.tiny import qwen2_shape
 
     c = TinyModelConfig()
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=c.vocab_size,
-            hidden_size=c.width,
-            intermediate_size=int(round(c.width * c.mlp_ratio / 8)) * 8,
-            num_hidden_layers=c.depth,
-            num_attention_heads=c.heads,
-            num_key_value_heads=c.kv_heads,
-            max_position_embeddings=c.max_positions,
-            tie_word_embeddings=True,
-        )
-    )
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=c.vocab_size, **qwen2_shape(c)))
     ids = torch.randint(0, c.vocab_size, (2, 256), generator=torch.Generator().manual_seed(1))
     out = model(input_ids=ids, labels=ids)
     out.loss.backward()

@@ -33,6 +33,7 @@ from jacrl.backends.cpu import cpu_info  # noqa: E402
 from jacrl.backends.select import load_model  # noqa: E402
 from jacrl.config import Config, load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
+from jacrl.losses.config import deep_merge  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.loop import train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
@@ -44,15 +45,8 @@ RUNG = "dataset/rl/rungs/rall/train.jsonl"
 
 def merged_config(path: str) -> Config:
     """config.yaml under the given file, merged as Snakemake merges a --configfile (nested keys update)."""
-
-    def merge(a: dict, b: dict) -> dict:
-        return {
-            **a,
-            **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v for k, v in b.items()},
-        }
-
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", path))
-    return load_config(merge(base, over))
+    return load_config(deep_merge(base, over))
 
 
 def probe(model: ModelSpec, adapter: Path, tasks: list[Task], scorer: RewardScorer, cfg: Config, threads: int) -> dict:

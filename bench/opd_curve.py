@@ -26,13 +26,10 @@ from jacrl.backends.base import Backend, SamplingParams  # noqa: E402
 from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
-from jacrl.losses.plan import EnvLossPlans  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.config import GRPOConfig  # noqa: E402
-from jacrl.rl.loop import _train_step, prepare_backend  # noqa: E402
-from jacrl.rl.orchestrator import Orchestrator  # noqa: E402
-from jacrl.rl.teacher import Teacher, load_teacher  # noqa: E402
-from jacrl.rl.trainer import Trainer  # noqa: E402
+from jacrl.rl.loop import _orchestrator_and_trainer, _train_step, prepare_backend  # noqa: E402
+from jacrl.rl.teacher import Teacher  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.config import SFTConfig  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
@@ -79,10 +76,10 @@ def run(args: argparse.Namespace) -> dict:
     )
     with RewardScorer({"cache_path": str(out / "reward.sqlite")}, threads=args.threads) as scorer:
         student = prepare_backend(model, cfg, args.threads, None, None, None)
-        teacher = load_teacher(Teacher(model, teacher_dir), student, args.threads)
-        teacher_pass, teacher_reward = greedy_pass(teacher, tasks, scorer, args.max_tokens)
-        orch = Orchestrator(tasks, student, scorer, cfg, EnvLossPlans.from_config(loss_cfg))
-        trainer = Trainer(student, loss_cfg.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher)
+        orch, trainer = _orchestrator_and_trainer(
+            student, tasks, scorer, cfg, loss_cfg, "dataset/rl", Teacher(model, teacher_dir), args.threads
+        )
+        teacher_pass, teacher_reward = greedy_pass(trainer.teacher, tasks, scorer, args.max_tokens)
         curve = [(0, *greedy_pass(student, tasks, scorer, args.max_tokens))]
         kl = []
         for step in range(cfg.iters):
@@ -105,6 +102,15 @@ def run(args: argparse.Namespace) -> dict:
     }
 
 
+def versus(ax, curve: list, teacher: float, ylabel: str, title: str) -> None:
+    """The student's (step, value) curve against the teacher's value as a dashed line."""
+    steps, values = zip(*curve)
+    ax.plot(steps, values, marker="o", label="student (opd)")
+    ax.axhline(teacher, color="k", linestyle="--", label="teacher (SFT)")
+    ax.set(xlabel="step", ylabel=ylabel, title=title, ylim=(-0.05, 1.05))
+    ax.legend()
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -114,16 +120,10 @@ def plot(result: dict, path: Path) -> None:
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
     a.plot(range(1, len(result["reverse_kl_k3"]) + 1), result["reverse_kl_k3"])
     a.set(xlabel="step", ylabel="KL(student ‖ teacher) per token (k3)", title="reverse KL to the teacher")
-    steps, passes = zip(*result["student_pass"])
-    b.plot(steps, passes, marker="o", label="student (opd)")
-    b.axhline(result["teacher_pass"], color="k", linestyle="--", label="teacher (SFT)")
-    b.set(xlabel="step", ylabel="greedy pass rate", title="mem pass: student vs teacher", ylim=(-0.05, 1.05))
-    b.legend()
-    steps, rewards = zip(*result["student_reward"])
-    c.plot(steps, rewards, marker="o", label="student (opd)")
-    c.axhline(result["teacher_reward"], color="k", linestyle="--", label="teacher (SFT)")
-    c.set(xlabel="step", ylabel="greedy dense reward", title="mem reward: student vs teacher", ylim=(-0.05, 1.05))
-    c.legend()
+    versus(b, result["student_pass"], result["teacher_pass"], "greedy pass rate", "mem pass: student vs teacher")
+    versus(
+        c, result["student_reward"], result["teacher_reward"], "greedy dense reward", "mem reward: student vs teacher"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -19,10 +19,18 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from jacrl.models.config import TinyModelConfig
 from jacrl.io import atomic_dir
-from jacrl.models.config import CHAT_TEMPLATE, END_OF_TEXT, EOS_TOKEN, IM_START, MANIFEST, SPECIAL_TOKENS
+from jacrl.models.config import (
+    CHAT_TEMPLATE,
+    END_OF_TEXT,
+    EOS_TOKEN,
+    IM_START,
+    MANIFEST,
+    SPECIAL_TOKENS,
+    TinyModelConfig,
+)
 from jacrl.progress import Progress, summary
 from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import MetricsWriter
@@ -134,21 +142,27 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, model_max_length: int
     )
 
 
+def qwen2_shape(cfg: TinyModelConfig) -> dict[str, Any]:
+    """The tiny model's Qwen2 architecture but its vocabulary: tied embeddings, RoPE θ = 10000."""
+    return {
+        "hidden_size": cfg.width,
+        "intermediate_size": int(round(cfg.width * cfg.mlp_ratio / 8)) * 8,
+        "num_hidden_layers": cfg.depth,
+        "num_attention_heads": cfg.heads,
+        "num_key_value_heads": cfg.kv_heads,
+        "max_position_embeddings": cfg.max_positions,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+    }
+
+
 def qwen2_config(cfg: TinyModelConfig, tokenizer):
-    """The Qwen2 architecture of the tiny model (tied embeddings, RoPE θ = 10000)."""
+    """The tiny model's Qwen2 config over `tokenizer`'s vocabulary and special tokens."""
     from transformers import Qwen2Config
 
-    intermediate = int(round(cfg.width * cfg.mlp_ratio / 8)) * 8
     return Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=cfg.width,
-        intermediate_size=intermediate,
-        num_hidden_layers=cfg.depth,
-        num_attention_heads=cfg.heads,
-        num_key_value_heads=cfg.kv_heads,
-        max_position_embeddings=cfg.max_positions,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
+        **qwen2_shape(cfg),
         eos_token_id=tokenizer.convert_tokens_to_ids(EOS_TOKEN),
         pad_token_id=tokenizer.convert_tokens_to_ids(END_OF_TEXT),
         bos_token_id=None,
@@ -170,7 +184,9 @@ def _token_streams(docs: list[CorpusFile], tokenizer) -> dict[str, list[int]]:
     return streams
 
 
-def pretrain(model, streams: dict[str, list[int]], cfg: TinyModelConfig, metrics: MetricsWriter | None = None) -> list[float]:
+def pretrain(
+    model, streams: dict[str, list[int]], cfg: TinyModelConfig, metrics: MetricsWriter | None = None
+) -> list[float]:
     """Next-token pre-training on random windows; a `driver_fraction` share comes from drivers."""
     import torch
     import torch.nn.functional as F
@@ -284,8 +300,10 @@ def build_tiny_model(
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     if losses:
-        summary(f"{manifest['parameters'] / 1e6:.1f} M parameters, {len(losses)} pre-training steps; "
-                f"loss {losses[0]:.3f} → {losses[-1]:.3f}")
+        summary(
+            f"{manifest['parameters'] / 1e6:.1f} M parameters, {len(losses)} pre-training steps; "
+            f"loss {losses[0]:.3f} → {losses[-1]:.3f}"
+        )
     return out_dir
 
 
