@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> dict:
         SFTConfig(iters=args.sft_iters, lr=args.sft_lr, save_every=10**6),
         threads=args.threads,
     )
-    loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}]})
+    loss_cfg = load_config(
+        {"training_mode": "opd", "losses": [{"type": "rl"}], "trainer": {"opd_estimator": args.estimator}}
+    )
     cfg = GRPOConfig(
         iters=args.iters,
         lr=args.lr,
@@ -81,10 +83,11 @@ def run(args: argparse.Namespace) -> dict:
         )
         teacher_pass, teacher_reward = greedy_pass(trainer.teacher, tasks, scorer, args.max_tokens)
         curve = [(0, *greedy_pass(student, tasks, scorer, args.max_tokens))]
-        kl = []
+        kl, k3 = [], []
         for step in range(cfg.iters):
             row = _train_step(orch, trainer, cfg, step)
-            kl.append(row.get("loss/opd/reverse_kl_k3"))
+            kl.append(row["loss/opd/reverse_kl"])
+            k3.append(row["loss/opd/reverse_kl_k3"])
             if (step + 1) % args.every == 0:
                 curve.append((step + 1, *greedy_pass(student, tasks, scorer, args.max_tokens)))
             print(
@@ -96,7 +99,8 @@ def run(args: argparse.Namespace) -> dict:
         "settings": vars(args),
         "teacher_pass": teacher_pass,
         "teacher_reward": teacher_reward,
-        "reverse_kl_k3": kl,
+        "reverse_kl": kl,
+        "reverse_kl_k3": k3,
         "student_pass": [c[:2] for c in curve],
         "student_reward": [(c[0], c[2]) for c in curve],
     }
@@ -118,8 +122,12 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
-    a.plot(range(1, len(result["reverse_kl_k3"]) + 1), result["reverse_kl_k3"])
-    a.set(xlabel="step", ylabel="KL(student ‖ teacher) per token (k3)", title="reverse KL to the teacher")
+    steps = range(1, len(result["reverse_kl_k3"]) + 1)
+    if result["settings"]["estimator"] == "full":
+        a.plot(steps, result["reverse_kl"], label="exact (over the vocabulary)")
+    a.plot(steps, result["reverse_kl_k3"], label="k3 (sampled token)", alpha=0.7)
+    a.set(xlabel="step", ylabel="KL(student ‖ teacher) per token", title="reverse KL to the teacher")
+    a.legend()
     versus(b, result["student_pass"], result["teacher_pass"], "greedy pass rate", "mem pass: student vs teacher")
     versus(
         c, result["student_reward"], result["teacher_reward"], "greedy dense reward", "mem reward: student vs teacher"
@@ -140,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", type=int, default=4, help="samples per prompt")
     p.add_argument("--lr", type=float, default=2e-3, help="learning rate of the student's LoRA")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the teacher scores at it too)")
+    p.add_argument(
+        "--estimator", choices=("full", "sampled"), default="full", help="the opd core's reverse-KL estimator"
+    )
     p.add_argument("--max-tokens", type=int, default=96, help="completion length cap")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default="bench/out/opd")

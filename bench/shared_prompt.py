@@ -40,12 +40,19 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    score = backend._token_logprobs if path == "shared" else backend._padded_logprobs  # the first groups rows by prompt
+    if path == "shared":  # groups rows by prompt
+        score = backend._token_logprobs
+    else:
+        def score(heads, tails, temperature):
+            lp, _ = backend._padded_logprobs(heads, tails, temperature, False)
+            mask = backend._completion_mask(tails)
+            return lp * mask, mask, None
+
     t0 = time.perf_counter()
     with torch.no_grad():
         score(heads, tails, 1.0)
     backend.model.train()
-    lp, mask = score(heads, tails, 1.0)
+    lp, mask, _ = score(heads, tails, 1.0)
     (lp.sum() / mask.sum()).backward()
     backend.model.eval()
     backend.model.zero_grad(set_to_none=True)

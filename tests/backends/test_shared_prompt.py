@@ -162,3 +162,31 @@ def test_mlx_public_logprobs_share_the_prompt_and_agree(mlx_backend):
     public = mlx_backend.logprobs(prompts, completions)
     whole = [mlx_backend.logprobs([p], [c])[0] for p, c in zip(prompts, completions)]
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(public, whole))
+
+
+@pytest.mark.parametrize("distinct", [False, True], ids=["shared-prompts", "padded"])
+def test_whole_distributions_agree_with_the_token_logprobs(backend, distinct):
+    prompts, completions = rows(backend)
+    if distinct:  # three different prompts take the padded forward
+        prompts, completions = [prompts[i] for i in (2, 4, 5)], [completions[i] for i in (2, 4, 5)]
+    dists = backend.log_distributions(prompts, completions, 0.7)
+    lengths = [len(c) for c in completions]
+    assert dists.shape[:2] == (len(completions), max(lengths))  # each row sums to one over the vocabulary: below
+    expected = backend.logprobs(prompts, completions, 0.7)
+    for i, (c, lp) in enumerate(zip(completions, expected)):
+        picked = dists[i, torch.arange(len(c)), torch.tensor(c)]
+        assert torch.allclose(picked, torch.from_numpy(lp), atol=1e-5)
+        assert torch.allclose(dists[i, : len(c)].exp().sum(-1), torch.ones(len(c)), atol=1e-4)
+        assert (dists[i, len(c) :] == 0).all()
+    seen = []
+
+    def loss(t: TokenLogprobs):
+        seen.append(t)
+        return t.log_dists[..., 0].sum(), {}
+
+    backend.model.zero_grad(set_to_none=True)
+    backend.backward(prompts, completions, 0.7, loss, distributions=True)
+    assert torch.allclose(seen[0].log_dists.detach(), dists, atol=1e-5)
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in backend.model.parameters())
+    backend.backward(prompts, completions, 0.7, lambda t: (seen.append(t) or t.logprobs.sum(), {}))
+    assert seen[-1].log_dists is None  # not asked for: not built

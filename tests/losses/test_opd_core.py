@@ -1,13 +1,16 @@
-"""The opd core: per-token reverse KL to the teacher on the policy's samples (value: the mean
-k1 estimate; gradient: REINFORCE with advantage −(ℓ − ℓᵀ), no discount)."""
+"""The opd core: per-token reverse KL to the teacher on the policy's samples. `full`: the exact KL
+over the vocabulary at each position (value and gradient); `sampled`: the mean k1 estimate, with
+REINFORCE with advantage −(ℓ − ℓᵀ) (no discount) as its gradient."""
 
 import pytest
 import torch
 
+from jacrl.config import load_config
 from jacrl.losses import LossFrameworkConfig, LossInputs, build_terms, compute_loss, opd_core
+from jacrl.losses.cores import full_reverse_kl
 
 
-def inputs(logprobs, teacher, mask):
+def inputs(logprobs, teacher, mask, teacher_kl=None):
     zeros = torch.zeros_like(logprobs)
     return LossInputs(
         trainer_logprobs=logprobs,
@@ -15,6 +18,7 @@ def inputs(logprobs, teacher, mask):
         advantages=zeros.detach(),
         loss_mask=mask,
         teacher_logprobs=teacher,
+        teacher_kl=teacher_kl,
     )
 
 
@@ -30,20 +34,52 @@ def token_lp(logits, tokens):
     return torch.log_softmax(logits, -1).gather(-1, tokens[..., None])[..., 0]
 
 
-def test_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient():
+@pytest.mark.parametrize("estimator", ["full", "sampled"])
+def test_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(estimator):
     logits, tokens, mask = logits_and_mask()
     lp = token_lp(logits, tokens)
-    out = opd_core(inputs(lp, lp.detach().clone(), mask))
+    log_p = torch.log_softmax(logits, -1)
+    kl = full_reverse_kl(log_p, log_p.detach().clone())
+    out = opd_core(inputs(lp, lp.detach().clone(), mask, kl), estimator=estimator)
     out.loss.backward()
     assert out.loss.item() == 0.0 and out.metrics["reverse_kl"] == 0 and out.metrics["reverse_kl_k3"] == 0
     assert torch.count_nonzero(logits.grad) == 0
 
 
-def test_value_is_the_mean_log_ratio_and_gradient_is_reinforce_with_the_log_ratio():
+def test_full_is_the_exact_kl_over_the_vocabulary_and_its_gradient():
+    logits, tokens, mask = logits_and_mask(3)
+    teacher_logits = torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(8))
+    log_p, log_q = torch.log_softmax(logits, -1), torch.log_softmax(teacher_logits, -1)
+    kl = full_reverse_kl(log_p, log_q)
+    out = opd_core(inputs(token_lp(logits, tokens), token_lp(teacher_logits, tokens), mask, kl))
+    reference = torch.distributions.kl_divergence(
+        torch.distributions.Categorical(logits=logits), torch.distributions.Categorical(logits=teacher_logits)
+    )
+    m = mask.float()
+    assert out.loss.item() == pytest.approx(float((m * reference).sum() / m.sum()), rel=1e-5)
+    assert out.metrics["reverse_kl"] == pytest.approx(out.loss.item())
+    (grad,) = torch.autograd.grad(out.loss, logits)
+    (expected,) = torch.autograd.grad((m * reference).sum() / m.sum(), logits)
+    assert torch.allclose(grad, expected, atol=1e-6)
+    assert torch.count_nonzero(grad[~mask]) == 0  # masked positions train nothing
+
+
+def test_full_without_the_per_position_kl_and_an_unknown_estimator_are_refused():
+    logits, tokens, mask = logits_and_mask()
+    lp = token_lp(logits, tokens)
+    with pytest.raises(ValueError, match="needs LossInputs.teacher_kl"):
+        opd_core(inputs(lp, lp.detach(), mask))
+    with pytest.raises(ValueError, match="'full' or 'sampled', got 'exact'"):
+        opd_core(inputs(lp, lp.detach(), mask, lp.detach()), estimator="exact")
+    with pytest.raises(ValueError, match="trainer.opd_estimator': Input should be 'full' or 'sampled'"):
+        load_config({"training_mode": "opd", "trainer": {"opd_estimator": "exact"}})
+
+
+def test_sampled_value_is_the_mean_log_ratio_and_gradient_is_reinforce_with_the_log_ratio():
     logits, tokens, mask = logits_and_mask(1)
     lp = token_lp(logits, tokens)
     teacher = token_lp(torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(9)), tokens)
-    out = opd_core(inputs(lp, teacher, mask))
+    out = opd_core(inputs(lp, teacher, mask), estimator="sampled")
     k1 = (lp - teacher).detach()
     m = mask.float()
     assert out.loss.item() == pytest.approx(float((m * k1).sum() / m.sum()), rel=1e-6)
@@ -52,7 +88,7 @@ def test_value_is_the_mean_log_ratio_and_gradient_is_reinforce_with_the_log_rati
     assert torch.allclose(grad, expected, atol=1e-7)
 
 
-def test_the_gradient_step_lowers_the_exact_reverse_kl():
+def test_the_sampled_gradient_in_expectation_is_the_exact_one():
     # a one-position student and teacher over 5 tokens: the expected opd gradient (all tokens weighted
     # by the student's probability) is the exact gradient of KL(student ‖ teacher)
     student = torch.zeros(5, requires_grad=True)
@@ -74,7 +110,7 @@ def test_opd_mode_replaces_the_primary_and_keeps_the_other_terms():
             "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}, {"type": "ref_kl", "beta": 0.1}],
         }
     )
-    terms = build_terms(config.trainer.losses, config.training_mode)
+    terms = build_terms(config.trainer.losses, config.training_mode, "sampled")
     assert [t.name for t in terms] == ["opd", "echo", "ref_kl"]
     logits, tokens, mask = logits_and_mask(2)
     lp = token_lp(logits, tokens)

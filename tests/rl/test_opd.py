@@ -26,7 +26,8 @@ from jacrl.training.sft import train_sft
 OPD = {"training_mode": "opd", "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.0}}]}
 
 
-def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_model):
+@pytest.mark.parametrize("estimator", ["full", "sampled"])
+def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_model, estimator):
     student = load_backend(tiny_model, "torch", threads=2)
     student.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)  # a fresh LoRA: the student is the base
     student.configure_optimizer(1e-3)
@@ -38,9 +39,10 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     orch = Orchestrator(TASKS, student, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config))
     data = orch.step(0)
     assert data.batch.input_ids.shape[0] == 8  # no zero-advantage sample dropped: opd does not read advantages
-    row = Trainer(student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher).train_step(
-        data.batch, 1e-3
+    trainer = Trainer(
+        student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher, opd_estimator=estimator
     )
+    row = trainer.train_step(data.batch, 1e-3)
     assert row["loss/opd/tokens"] > 0
     assert abs(row["loss/opd/loss"]) < 1e-6 and abs(row["loss/opd/reverse_kl"]) < 1e-6
     assert row["grad/norm"] < 1e-6
@@ -52,6 +54,16 @@ def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_model):
         Trainer(student, load_config(OPD).losses, "opd")
     with pytest.raises(ValueError, match="needs a teacher"):
         Trainer(student, load_config({}).losses, "rl", teacher=student)
+
+
+def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(tiny_model):
+    student = load_backend(tiny_model, "torch", threads=2)
+    teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
+    losses = load_config(OPD).losses
+    teacher.gives_distributions = False  # as the mlx backend
+    with pytest.raises(ValueError, match="set trainer.opd_estimator: sampled"):
+        Trainer(student, losses, "opd", teacher=teacher)
+    Trainer(student, losses, "opd", teacher=teacher, opd_estimator="sampled")
 
 
 def greedy_pass(backend, tasks, scorer):

@@ -158,6 +158,9 @@ class TokenLogprobs:
     """True on real completion tokens, False on padding."""
     ref_logprobs: torch.Tensor | None = None
     """Same under the reference policy (`Backend.reference_policy`), no gradient; None unless requested."""
+    log_dists: torch.Tensor | None = None
+    """[B, T, V] the policy's whole next-token log-distribution at each completion position (at the
+    temperature), differentiable; None unless requested (`Backend.backward(distributions=True)`)."""
 
 
 LossFn = Callable[[TokenLogprobs], "tuple[torch.Tensor, dict[str, float]]"]
@@ -284,6 +287,14 @@ class Backend(ABC):
     ) -> list[np.ndarray]:
         """Per-token logprobs of each completion given its prompt (no gradient)."""
 
+    gives_distributions: ClassVar[bool] = False
+    """Whether `log_distributions` and `backward(distributions=True)` are implemented."""
+
+    def log_distributions(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float) -> torch.Tensor:
+        """[B, T, V] the whole next-token log-distribution at each completion position (no gradient;
+        zero past a row's end)."""
+        raise NotImplementedError(f"the {self.name} backend does not give whole next-token distributions")
+
     @abstractmethod
     def backward(
         self,
@@ -292,8 +303,10 @@ class Backend(ABC):
         temperature: float,
         loss_fn: LossFn,
         reference: bool = False,
+        distributions: bool = False,
     ) -> dict[str, float]:
-        """Run `loss_fn` on differentiable logprobs; accumulate its gradient into the adapter."""
+        """Run `loss_fn` on differentiable logprobs (with the whole log-distributions when
+        `distributions`: backends with `gives_distributions` only); accumulate its gradient into the adapter."""
 
     @abstractmethod
     def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:

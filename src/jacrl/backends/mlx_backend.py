@@ -212,12 +212,18 @@ class MLXBackend(Backend):
         temperature: float,
         loss_fn: LossFn,
         reference: bool = False,
+        distributions: bool = False,
     ) -> dict[str, float]:
         import mlx.core as mx
         import mlx.nn as nn
         import torch
         from mlx.utils import tree_map
 
+        if distributions:
+            raise NotImplementedError(
+                "the mlx backend does not give whole next-token distributions; "
+                "under training_mode opd set trainer.opd_estimator: sampled"
+            )
         rows = list(zip(prompt_ids, completion_ids))
         T = max(len(c) for _, c in rows)
         mask = np.zeros((len(rows), T), dtype=bool)

@@ -268,9 +268,14 @@ class TorchBackend(Backend):
 
     # ---- scoring -----------------------------------------------------------------------------
     def _token_logprobs(
-        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float
-    ) -> tuple[Any, Any]:
-        """[B, T] logprobs of the completion tokens (graph kept if grad is enabled) and mask.
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        temperature: float,
+        dists: bool = False,
+    ) -> tuple[Any, Any, Any]:
+        """[B, T] logprobs of the completion tokens (graph kept if grad is enabled), the mask, and
+        with `dists` the [B, T, V] log-distributions they were taken from (else None).
 
         Rows that share a prompt (a GRPO or RFT group) run it once: a driver prompt is many times
         a completion, so a group costs a fraction of its padded rows (docs/design.md#measured-facts).
@@ -281,11 +286,20 @@ class TorchBackend(Backend):
         for i, p in enumerate(prompt_ids):
             groups.setdefault(tuple(p), []).append(i)
         if len(groups) == len(prompt_ids):
-            return self._padded_logprobs(prompt_ids, completion_ids, temperature)
-        return self._shared_logprobs(groups, completion_ids, temperature)
+            lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
+        else:
+            lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists)
+        mask = self._completion_mask(completion_ids)
+        if log_dists is not None:
+            log_dists = log_dists * mask[..., None]
+        return lp * mask, mask, log_dists
 
     def _padded_logprobs(
-        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        temperature: float,
+        dists: bool,
     ) -> tuple[Any, Any]:
         """Every row prompt + completion, right-padded into one forward."""
         import torch
@@ -304,16 +318,21 @@ class TorchBackend(Backend):
         logits = at_temperature(logits, temperature)
         lse = torch.logsumexp(logits, dim=-1)  # [B, last-first]; no full log-softmax copy
         j = torch.arange(T, device=self.device)
-        rows = []
+        rows, dist_rows = [], []
         for b in range(len(seqs)):
             pos = (p_len[b] - 1 - first + j).clamp(max=logits.shape[1] - 1)
             tgt = x[b, (p_len[b] + j).clamp(max=x.shape[1] - 1)]
             rows.append(logits[b, pos].gather(-1, tgt[:, None])[:, 0] - lse[b, pos])
-        mask = self._completion_mask(completion_ids)
-        return torch.stack(rows) * mask, mask
+            if dists:
+                dist_rows.append(logits[b, pos] - lse[b, pos, None])
+        return torch.stack(rows), torch.stack(dist_rows) if dists else None
 
     def _shared_logprobs(
-        self, groups: dict[tuple[int, ...], list[int]], completion_ids: Sequence[Sequence[int]], temperature: float
+        self,
+        groups: dict[tuple[int, ...], list[int]],
+        completion_ids: Sequence[Sequence[int]],
+        temperature: float,
+        dists: bool,
     ) -> tuple[Any, Any]:
         """Per distinct prompt: one forward of the prompt, its KV cache repeated once per row, then
         the rows' completions (right-padded) on top of it. Gradients reach the prompt's forward
@@ -324,6 +343,7 @@ class TorchBackend(Backend):
         lm = self._causal_lm()
         T = max(len(c) for c in completion_ids)
         rows: list[Any] = [None] * len(completion_ids)
+        dist_rows: list[Any] = [None] * len(completion_ids)
         for head, index in groups.items():
             cache = DynamicCache(config=lm.config)
             kw = {_cache_kwarg(lm): cache, "use_cache": True}
@@ -337,11 +357,13 @@ class TorchBackend(Backend):
                 logits = torch.cat([logits, self.model(input_ids=tails[:, :-1], **kw).logits.float()], dim=1)
             logits = logits[:, :n]
             logits = at_temperature(logits, temperature)
-            lp = logits.gather(-1, tails[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+            lse = torch.logsumexp(logits, dim=-1)
+            lp = logits.gather(-1, tails[..., None])[..., 0] - lse
             for r, i in enumerate(index):
                 rows[i] = torch.nn.functional.pad(lp[r], (0, T - lp.shape[1]))
-        mask = self._completion_mask(completion_ids)
-        return torch.stack(rows) * mask, mask
+                if dists:
+                    dist_rows[i] = torch.nn.functional.pad(logits[r] - lse[r, :, None], (0, 0, 0, T - lp.shape[1]))
+        return torch.stack(rows), torch.stack(dist_rows) if dists else None
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
         import torch
@@ -356,9 +378,17 @@ class TorchBackend(Backend):
 
         ctx = nullcontext() if adapter else self.adapter_disabled()
         with torch.inference_mode(), ctx:
-            lp, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
+            lp, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
         lp = lp.float().cpu().numpy()
         return [lp[i, : len(c)].copy() for i, c in enumerate(completion_ids)]
+
+    gives_distributions = True
+
+    def log_distributions(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return self._token_logprobs(prompt_ids, completion_ids, temperature, dists=True)[2].float().cpu()
 
     # ---- training ----------------------------------------------------------------------------
     def _trainable(self) -> list[Any]:
@@ -381,16 +411,17 @@ class TorchBackend(Backend):
         temperature: float,
         loss_fn: LossFn,
         reference: bool = False,
+        distributions: bool = False,
     ) -> dict[str, float]:
         import torch
 
         ref = None
         if reference:
             with torch.no_grad(), self.reference_policy():
-                ref, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
+                ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
         self.model.train()
-        lp, mask = self._token_logprobs(prompt_ids, completion_ids, temperature)
-        loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref))
+        lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
+        loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
         loss.backward()
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics}

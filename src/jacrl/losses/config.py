@@ -402,6 +402,12 @@ class TrainerConfig(StrictModel):
     losses: list[LossTermConfig] | None = Field(
         None, description="Propagated from the top-level `losses`; do not set it here."
     )
+    opd_estimator: Literal["full", "sampled"] = Field(
+        "full",
+        description="training_mode opd's reverse KL to the teacher at each sampled prefix: `full` over the whole "
+        "vocabulary (exact, GKD's; torch backend), `sampled` from the sampled token alone (REINFORCE with the "
+        "per-token advantage −(log π − log π_teacher); any backend). jacrl.losses.cores.opd_core says more.",
+    )
 
 
 def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> None:

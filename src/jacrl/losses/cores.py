@@ -7,7 +7,7 @@ coverage (completion vs. echo tokens) are each a mean over what they supervise.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -126,35 +126,69 @@ def sft_core(inputs: LossInputs) -> LossOutputs:
     return LossOutputs(loss, {"tokens": mask.sum(), "nll": loss.detach()})
 
 
-def opd_core(inputs: LossInputs) -> LossOutputs:
-    """On-policy distillation: the per-token reverse KL of the policy to the teacher on the policy's
-    own samples. The primary when training_mode = opd.
+OpdEstimator = Literal["full", "sampled"]
 
-    With ℓ the policy's and ℓᵀ the teacher's log-probability of a sampled completion token, k1 = ℓ − ℓᵀ
-    is a one-sample estimate of KL(π_θ(·|x<t) ‖ π_T(·|x<t)) at that prefix. Its gradient at a fixed
-    prefix is E_{x_t∼π_θ}[(ℓ − ℓᵀ) ∇ℓ] (the score-function form; E[∇ℓ] = 0), so per token
-        L = sg(ℓ − ℓᵀ) · exp(ℓ − sg(ℓ)),   summed over the completion mask, divided by its count:
-    its value is the mean k1 (the reverse-KL estimate) and its gradient is REINFORCE with the
-    per-token advantage −(ℓ − ℓᵀ) and no discount over later tokens — the estimator of on-policy
-    distillation in Lu & Thinking Machines (2025), the reverse-KL, student-sampled case of GKD
-    (Agarwal et al. 2024) on sampled tokens instead of the full vocabulary. Teacher = policy gives a
-    zero loss and a zero gradient.
+
+def full_reverse_kl(log_policy: Tensor, log_teacher: Tensor) -> Tensor:
+    """KL(π_θ ‖ π_T) = Σ_v π_θ(v) (log π_θ(v) − log π_T(v)) per position of [..., V] log-distributions.
+
+    Its value is the KL; its gradient with respect to `log_policy` is w_v = π_θ(v) (r_v − KL), r = the
+    log-ratio: the exact gradient of the KL once it flows through the log-softmax (Σ_v w_v = 0), written
+    with the KL subtracted so that a teacher equal to the policy gives w = 0 exactly, not Σ_v π_θ(v) − 1
+    rounding error."""
+    with torch.no_grad():
+        p = torch.exp(log_policy)
+        ratio = log_policy - log_teacher
+        kl = (p * ratio).sum(dim=-1)
+        weights = p * (ratio - kl[..., None])
+    return kl + (weights * (log_policy - log_policy.detach())).sum(dim=-1)
+
+
+def opd_core(inputs: LossInputs, *, estimator: OpdEstimator = "full") -> LossOutputs:
+    """On-policy distillation: the per-token reverse KL of the policy to the teacher at the prefixes
+    of the policy's own samples, averaged over the completion mask. The primary when training_mode = opd.
+
+    `full` (the default) takes the KL over the whole vocabulary at each position
+    (`LossInputs.teacher_kl`): exact at every sampled prefix, and its gradient is the exact gradient
+    of the per-position KL, with no sampling noise from the next token — the reverse-KL,
+    student-sampled case of GKD (Agarwal et al. 2024, "On-Policy Distillation of Language Models:
+    Learning from Self-Generated Mistakes"). The prefixes stay the policy's samples and no gradient
+    flows through the sampling of them (as in GKD).
+
+    `sampled` sees only the sampled token: with ℓ the policy's and ℓᵀ the teacher's log-probability
+    of it, k1 = ℓ − ℓᵀ is a one-sample estimate of the KL at that prefix, and
+        L = sg(ℓ − ℓᵀ) · exp(ℓ − sg(ℓ))
+    has the mean k1 as its value and REINFORCE with the per-token advantage −(ℓ − ℓᵀ) (no discount
+    over later tokens) as its gradient — the estimator of Lu & Thinking Machines (2025), "On-Policy
+    Distillation". It needs one token of the teacher per position instead of V, at the cost of
+    variance (docs/results.md#on-policy-distillation compares the two). Either way teacher = policy
+    gives a zero loss and a zero gradient.
     """
     if inputs.teacher_logprobs is None:
         raise ValueError(
             "the opd core needs LossInputs.teacher_logprobs: the teacher's log-probabilities "
             "of the sampled tokens (Trainer(teacher=...))"
         )
+    if estimator == "full" and inputs.teacher_kl is None:
+        raise ValueError(
+            "the opd core's `full` estimator needs LossInputs.teacher_kl: the exact per-position reverse KL "
+            "over the vocabulary (the trainer computes it when trainer.opd_estimator is `full`)"
+        )
     logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
     m = mask.to(logprobs.dtype)
     n = _count(mask)
     k1 = (logprobs - inputs.teacher_logprobs).detach()
-    loss = (m * k1 * torch.exp(logprobs - logprobs.detach())).sum() / n
+    if estimator == "full":
+        loss = (m * inputs.teacher_kl).sum() / n
+    elif estimator == "sampled":
+        loss = (m * k1 * torch.exp(logprobs - logprobs.detach())).sum() / n
+    else:
+        raise ValueError(f"opd estimator must be 'full' or 'sampled', got {estimator!r}")
     with torch.no_grad():
         d = -k1  # log π_T − log π_θ
         metrics = {
             "tokens": mask.sum(),
-            "reverse_kl": (m * k1).sum() / n,
+            "reverse_kl": loss.detach() if estimator == "full" else (m * k1).sum() / n,
             "reverse_kl_k3": (m * (torch.exp(d) - d - 1)).sum() / n,
             "teacher_nll": -(m * inputs.teacher_logprobs).sum() / n,
         }

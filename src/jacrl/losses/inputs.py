@@ -21,6 +21,7 @@ PER_TOKEN = (
     "echo_mask",
     "echo_weights",
     "teacher_logprobs",
+    "teacher_kl",
 )
 """The fields of LossInputs shaped like `trainer_logprobs` (checked for shape and device)."""
 
@@ -45,6 +46,9 @@ class LossInputs:
     """Per-token echo alpha (meaningful where `echo_mask` is set)."""
     teacher_logprobs: Tensor | None = None
     """Log-probabilities of the same tokens under the teacher (training_mode opd), no gradient."""
+    teacher_kl: Tensor | None = None
+    """The exact reverse KL of the policy's next-token distribution to the teacher's at each position,
+    summed over the vocabulary (`full_reverse_kl`), differentiable through the policy (opd estimator `full`)."""
     term_rows: Mapping[str, Tensor] | None = None
     """Per-term bool vector over the batch rows: which samples a term applies to. None, or a term
     missing from it, means every row."""

@@ -15,7 +15,7 @@ from jacrl.losses.config import (
     RLLossConfig,
     check_terms,
 )
-from jacrl.losses.cores import echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
+from jacrl.losses.cores import OpdEstimator, echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
 from jacrl.losses.inputs import LossInputs, LossOutputs
 
 Core = Callable[..., LossOutputs]
@@ -68,11 +68,11 @@ SFT_TERM = LossTerm("sft", "sft", sft_core)
 """The masked-NLL primary used when training_mode = sft (dispatched by mode, not a list term)."""
 
 
-OPD_TERM = LossTerm("opd", "opd", opd_core)
-"""The reverse-KL-to-teacher primary used when training_mode = opd (dispatched by mode, not a list term)."""
 
-MODE_TERMS = {"sft": SFT_TERM, "opd": OPD_TERM}
-"""Modes whose primary is a core of their own, replacing any rl/custom term of the list."""
+
+def opd_term(estimator: OpdEstimator = "full") -> LossTerm:
+    """The reverse-KL-to-teacher primary used when training_mode = opd (dispatched by mode, not a list term)."""
+    return LossTerm("opd", "opd", opd_core, {"estimator": estimator})
 
 
 def build_term(config: LossTermConfig) -> LossTerm:
@@ -83,11 +83,14 @@ def build_term(config: LossTermConfig) -> LossTerm:
     return builder(config)
 
 
-def build_terms(losses: list[LossTermConfig], training_mode: str = "rl") -> list[LossTerm]:
+def build_terms(
+    losses: list[LossTermConfig], training_mode: str = "rl", opd_estimator: OpdEstimator = "full"
+) -> list[LossTerm]:
     """The trainer's terms, in `losses` order. In sft and opd mode the mode's core replaces the primary."""
     check_terms(losses, training_mode)
     if training_mode == "rl":
         return [build_term(config) for config in losses]
-    if training_mode in MODE_TERMS:
-        return [MODE_TERMS[training_mode]] + [build_term(c) for c in losses if c.type not in PRIMARY_TYPES]
+    modes = {"sft": SFT_TERM, "opd": opd_term(opd_estimator)}
+    if training_mode in modes:
+        return [modes[training_mode]] + [build_term(c) for c in losses if c.type not in PRIMARY_TYPES]
     raise ValueError(f"training_mode must be 'rl', 'sft' or 'opd', got {training_mode!r}")
