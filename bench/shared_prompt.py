@@ -43,6 +43,7 @@ def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     if path == "shared":  # groups rows by prompt
         score = backend._token_logprobs
     else:
+
         def score(heads, tails, temperature):
             lp, _ = backend._padded_logprobs(heads, tails, temperature, False)
             mask = backend._completion_mask(tails)

@@ -68,8 +68,6 @@ SFT_TERM = LossTerm("sft", "sft", sft_core)
 """The masked-NLL primary used when training_mode = sft (dispatched by mode, not a list term)."""
 
 
-
-
 def opd_term(estimator: OpdEstimator = "full") -> LossTerm:
     """The reverse-KL-to-teacher primary used when training_mode = opd (dispatched by mode, not a list term)."""
     return LossTerm("opd", "opd", opd_core, {"estimator": estimator})
