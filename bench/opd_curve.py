@@ -8,7 +8,8 @@ The teacher is the model with a gold-SFT adapter trained here on the tasks (what
 condition uses by default: the teacher's SFT adapter); the student is the base with a fresh LoRA,
 trained by our GRPO loop under `training_mode: opd` (jacrl.losses.cores.opd_core). Every `--every`
 steps the student's greedy completion of each task is scored by the Jac reward (exact stdout = pass).
-Writes <out>/result.json (settings, per-step reverse KL, pass-rate curve, teacher's pass rate) and
+Writes <out>/result.json (settings, per-step reverse KL, the pass, dense-reward and greedy-agreement
+curves, the teacher's, the last greedy completions) and
 <out>/opd_curve.png.
 """
 
@@ -18,6 +19,8 @@ import argparse
 import json
 import os
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (shared cores)
@@ -35,17 +38,42 @@ from jacrl.training.config import SFTConfig  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
 
 
-def greedy_pass(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens: int) -> tuple[float, float]:
-    """Share of tasks whose greedy completion passes the reward, and their mean dense reward (which
-    moves before a pass does)."""
+@dataclass(frozen=True)
+class Greedy:
+    """The greedy completions of the tasks, scored."""
+
+    pass_rate: float
+    reward: float
+    """Mean dense reward (it moves before a pass does)."""
+    ids: list[list[int]]
+    texts: list[str]
+
+    def agreement(self, teacher: Greedy) -> float:
+        """Mean share of the teacher's greedy tokens that this completion repeats before it first
+        differs: how far along the teacher's path the greedy decode stays."""
+        shares = []
+        for mine, theirs in zip(self.ids, teacher.ids):
+            same = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            shares.append(same / max(1, len(theirs)))
+        return sum(shares) / len(shares)
+
+
+def greedy(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens: int) -> Greedy:
     groups = backend.generate_ids(
         [backend.prompt_ids(t.prompt) for t in tasks],
         n=1,
         params=SamplingParams(temperature=0.0, max_tokens=max_tokens),
         progress=False,
     )
-    scores = scorer.score_batch(tasks, [g[0].text for g in groups])
-    return sum(float(s.exact) for s in scores) / len(tasks), sum(s.score for s in scores) / len(tasks)
+    texts = [g[0].text for g in groups]
+    scores = scorer.score_batch(tasks, texts)
+    n = len(tasks)
+    return Greedy(
+        sum(float(s.exact) for s in scores) / n,
+        sum(s.score for s in scores) / n,
+        [g[0].token_ids for g in groups],
+        texts,
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -59,9 +87,8 @@ def run(args: argparse.Namespace) -> dict:
         SFTConfig(iters=args.sft_iters, lr=args.sft_lr, save_every=10**6),
         threads=args.threads,
     )
-    loss_cfg = load_config(
-        {"training_mode": "opd", "losses": [{"type": "rl"}], "trainer": {"opd_estimator": args.estimator}}
-    )
+    opd = {"estimator": args.estimator, "divergence": args.divergence, "teacher_temperature": args.teacher_temperature}
+    loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}], "trainer": {"opd": opd}})
     cfg = GRPOConfig(
         iters=args.iters,
         lr=args.lr,
@@ -71,8 +98,8 @@ def run(args: argparse.Namespace) -> dict:
         max_seq=4096,
         temperature=args.temperature,
         lora_layers=-1,
-        lora_rank=8,
-        lora_scale=10.0,
+        lora_rank=args.lora_rank,
+        lora_scale=args.lora_scale,
         seed=0,
         log_reference_kl=False,
     )
@@ -81,28 +108,30 @@ def run(args: argparse.Namespace) -> dict:
         orch, trainer = _orchestrator_and_trainer(
             student, tasks, scorer, cfg, loss_cfg, "dataset/rl", Teacher(model, teacher_dir), args.threads
         )
-        teacher_pass, teacher_reward = greedy_pass(trainer.teacher, tasks, scorer, args.max_tokens)
-        curve = [(0, *greedy_pass(student, tasks, scorer, args.max_tokens))]
-        kl, k3 = [], []
+        teacher = greedy(trainer.teacher, tasks, scorer, args.max_tokens)
+        curve = [(0, greedy(student, tasks, scorer, args.max_tokens))]
+        kl, k3, start = [], [], time.perf_counter()
         for step in range(cfg.iters):
             row = _train_step(orch, trainer, cfg, step)
-            kl.append(row["loss/opd/reverse_kl"])
+            kl.append(row[f"loss/opd/{args.divergence}_kl"])
             k3.append(row["loss/opd/reverse_kl_k3"])
+            line = f"step {step + 1}: {args.divergence} KL {kl[-1]:.4f} (k3 {k3[-1]:.4f})"
             if (step + 1) % args.every == 0:
-                curve.append((step + 1, *greedy_pass(student, tasks, scorer, args.max_tokens)))
-            print(
-                f"step {step + 1}: reverse KL {kl[-1]:.4f}"
-                + (f", mem pass {curve[-1][1]:.2f} reward {curve[-1][2]:.3f}" if curve[-1][0] == step + 1 else ""),
-                flush=True,
-            )
+                g = greedy(student, tasks, scorer, args.max_tokens)
+                curve.append((step + 1, g))
+                line += f", mem pass {g.pass_rate:.2f} reward {g.reward:.3f} agreement {g.agreement(teacher):.2f}"
+            print(line, flush=True)
     return {
         "settings": vars(args),
-        "teacher_pass": teacher_pass,
-        "teacher_reward": teacher_reward,
-        "reverse_kl": kl,
+        "seconds": round(time.perf_counter() - start, 1),
+        "teacher_pass": teacher.pass_rate,
+        "teacher_reward": teacher.reward,
+        "kl": kl,
         "reverse_kl_k3": k3,
-        "student_pass": [c[:2] for c in curve],
-        "student_reward": [(c[0], c[2]) for c in curve],
+        "student_pass": [(step, g.pass_rate) for step, g in curve],
+        "student_reward": [(step, g.reward) for step, g in curve],
+        "student_agreement": [(step, g.agreement(teacher)) for step, g in curve],
+        "greedy_completions": {"teacher": teacher.texts, "student": curve[-1][1].texts},
     }
 
 
@@ -121,17 +150,19 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 3.6))
+    fig, (a, b, c, d) = plt.subplots(1, 4, figsize=(18, 3.6))
     steps = range(1, len(result["reverse_kl_k3"]) + 1)
-    if result["settings"]["estimator"] == "full":
-        a.plot(steps, result["reverse_kl"], label="exact (over the vocabulary)")
-    a.plot(steps, result["reverse_kl_k3"], label="k3 (sampled token)", alpha=0.7)
-    a.set(xlabel="step", ylabel="KL(student ‖ teacher) per token", title="reverse KL to the teacher")
+    settings = result["settings"]
+    if settings["estimator"] == "full":
+        a.plot(steps, result["kl"], label=f"{settings['divergence']} KL, exact (to the teacher at its temperature)")
+    a.plot(steps, result["reverse_kl_k3"], label="reverse KL, k3 of the sampled token", alpha=0.7)
+    a.set(xlabel="step", ylabel="nats per token", title="KL to the teacher")
     a.legend()
     versus(b, result["student_pass"], result["teacher_pass"], "greedy pass rate", "mem pass: student vs teacher")
     versus(
         c, result["student_reward"], result["teacher_reward"], "greedy dense reward", "mem reward: student vs teacher"
     )
+    versus(d, result["student_agreement"], 1.0, "share of the teacher's greedy tokens", "greedy path kept")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -147,9 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=10, help="evaluate the student's greedy pass every N steps")
     p.add_argument("--group", type=int, default=4, help="samples per prompt")
     p.add_argument("--lr", type=float, default=2e-3, help="learning rate of the student's LoRA")
+    p.add_argument("--lora-rank", type=int, default=8, help="the student's LoRA rank (the teacher's SFT adapter: 16)")
+    p.add_argument("--lora-scale", type=float, default=10.0, help="the student's LoRA scale (the teacher's: 20)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (the teacher scores at it too)")
     p.add_argument(
         "--estimator", choices=("full", "sampled"), default="full", help="the opd core's reverse-KL estimator"
+    )
+    p.add_argument("--divergence", choices=("reverse", "forward"), default="reverse", help="the opd core's KL")
+    p.add_argument(
+        "--teacher-temperature", type=float, default=None, help="the teacher's temperature (0: its greedy token)"
     )
     p.add_argument("--max-tokens", type=int, default=96, help="completion length cap")
     p.add_argument("--threads", type=int, default=2)
@@ -159,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     write_text(out / "result.json", json.dumps(result, indent=2) + "\n")
     plot(result, out / "opd_curve.png")
-    print(json.dumps({k: result[k] for k in ("teacher_pass", "teacher_reward", "student_pass", "student_reward")}))
+    keys = ("teacher_pass", "teacher_reward", "student_pass", "student_reward", "student_agreement")
+    print(json.dumps({k: result[k] for k in keys}))
     return 0
 
 

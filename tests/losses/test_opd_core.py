@@ -7,10 +7,11 @@ import torch
 
 from jacrl.config import load_config
 from jacrl.losses import LossFrameworkConfig, LossInputs, build_terms, compute_loss, opd_core
-from jacrl.losses.cores import full_reverse_kl
+from jacrl.losses.config import OpdLossConfig
+from jacrl.losses.cores import full_forward_kl, full_reverse_kl
 
 
-def inputs(logprobs, teacher, mask, teacher_kl=None):
+def inputs(logprobs, teacher, mask, teacher_divergence=None):
     zeros = torch.zeros_like(logprobs)
     return LossInputs(
         trainer_logprobs=logprobs,
@@ -18,7 +19,7 @@ def inputs(logprobs, teacher, mask, teacher_kl=None):
         advantages=zeros.detach(),
         loss_mask=mask,
         teacher_logprobs=teacher,
-        teacher_kl=teacher_kl,
+        teacher_divergence=teacher_divergence,
     )
 
 
@@ -64,15 +65,47 @@ def test_full_is_the_exact_kl_over_the_vocabulary_and_its_gradient():
     assert torch.count_nonzero(grad[~mask]) == 0  # masked positions train nothing
 
 
-def test_full_without_the_per_position_kl_and_an_unknown_estimator_are_refused():
+def test_forward_is_the_cross_entropy_to_the_teacher_less_its_entropy_and_one_hot_is_the_nll_of_its_token():
+    logits, tokens, mask = logits_and_mask(4)
+    teacher_logits = torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(5))
+    log_p, log_q = torch.log_softmax(logits, -1), torch.log_softmax(teacher_logits, -1)
+    reference = torch.distributions.kl_divergence(
+        torch.distributions.Categorical(logits=teacher_logits), torch.distributions.Categorical(logits=logits)
+    )
+    assert torch.allclose(full_forward_kl(log_p, log_q), reference, atol=1e-5)
+    top = teacher_logits.argmax(-1, keepdim=True)
+    one_hot = torch.full_like(log_q, float("-inf")).scatter(-1, top, 0.0)
+    nll = -log_p.gather(-1, top)[..., 0]
+    assert torch.allclose(full_forward_kl(log_p, one_hot), nll)
+    (grad,) = torch.autograd.grad(full_forward_kl(log_p, one_hot).sum(), logits)
+    assert torch.isfinite(grad).all()
+    assert torch.allclose(grad, torch.softmax(logits, -1) - torch.exp(one_hot), atol=1e-6)  # p − q
+
+
+def test_full_without_the_per_position_divergence_and_unknown_settings_are_refused():
     logits, tokens, mask = logits_and_mask()
     lp = token_lp(logits, tokens)
-    with pytest.raises(ValueError, match="needs LossInputs.teacher_kl"):
+    with pytest.raises(ValueError, match="needs LossInputs.teacher_divergence"):
         opd_core(inputs(lp, lp.detach(), mask))
-    with pytest.raises(ValueError, match="'full' or 'sampled', got 'exact'"):
+    with pytest.raises(ValueError, match="'full' or 'sampled' .* got 'exact'"):
         opd_core(inputs(lp, lp.detach(), mask, lp.detach()), estimator="exact")
-    with pytest.raises(ValueError, match="trainer.opd_estimator': Input should be 'full' or 'sampled'"):
-        load_config({"training_mode": "opd", "trainer": {"opd_estimator": "exact"}})
+    with pytest.raises(ValueError, match="trainer.opd.estimator': Input should be 'full' or 'sampled'"):
+        load_config({"training_mode": "opd", "trainer": {"opd": {"estimator": "exact"}}})
+
+
+@pytest.mark.parametrize(
+    "opd, message",
+    [
+        ({"divergence": "forward", "estimator": "sampled"}, "divergence 'forward' needs trainer.opd.estimator 'full'"),
+        ({"teacher_temperature": 0.5, "estimator": "sampled"}, "teacher_temperature needs trainer.opd.estimator"),
+        ({"teacher_temperature": 0}, "the reverse KL to a one-hot distribution is infinite"),
+        ({"teacher_temperature": -1}, "trainer.opd.teacher_temperature': Input should be greater than or equal to 0"),
+    ],
+)
+def test_opd_settings_that_do_not_go_together_are_refused_at_load(opd, message):
+    with pytest.raises(ValueError, match=message):
+        load_config({"training_mode": "opd", "trainer": {"opd": opd}})
+    assert OpdLossConfig(divergence="forward", teacher_temperature=0).teacher_temperature == 0
 
 
 def test_sampled_value_is_the_mean_log_ratio_and_gradient_is_reinforce_with_the_log_ratio():
@@ -110,7 +143,7 @@ def test_opd_mode_replaces_the_primary_and_keeps_the_other_terms():
             "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}, {"type": "ref_kl", "beta": 0.1}],
         }
     )
-    terms = build_terms(config.trainer.losses, config.training_mode, "sampled")
+    terms = build_terms(config.trainer.losses, config.training_mode, OpdLossConfig(estimator="sampled"))
     assert [t.name for t in terms] == ["opd", "echo", "ref_kl"]
     logits, tokens, mask = logits_and_mask(2)
     lp = token_lp(logits, tokens)

@@ -5,18 +5,20 @@ greedy pass rate on its train tasks moves toward the teacher's."""
 import math
 
 import pytest
+import torch
 from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec, SamplingParams
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
+from jacrl.losses.config import OpdLossConfig
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator
-from jacrl.rl.teacher import Teacher, load_teacher
+from jacrl.rl.teacher import Teacher, load_teacher, sharpened
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import read_tasks
 from jacrl.training.config import SFTConfig
@@ -39,9 +41,8 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     orch = Orchestrator(TASKS, student, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config))
     data = orch.step(0)
     assert data.batch.input_ids.shape[0] == 8  # no zero-advantage sample dropped: opd does not read advantages
-    trainer = Trainer(
-        student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher, opd_estimator=estimator
-    )
+    opd = OpdLossConfig(estimator=estimator)
+    trainer = Trainer(student, config.losses, "opd", cfg.temperature, log_reference_kl=False, teacher=teacher, opd=opd)
     row = trainer.train_step(data.batch, 1e-3)
     assert row["loss/opd/tokens"] > 0
     assert abs(row["loss/opd/loss"]) < 1e-6 and abs(row["loss/opd/reverse_kl"]) < 1e-6
@@ -61,9 +62,9 @@ def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
     losses = load_config(OPD).losses
     teacher.gives_distributions = False  # as the mlx backend
-    with pytest.raises(ValueError, match="set trainer.opd_estimator: sampled"):
+    with pytest.raises(ValueError, match="set trainer.opd.estimator: sampled"):
         Trainer(student, losses, "opd", teacher=teacher)
-    Trainer(student, losses, "opd", teacher=teacher, opd_estimator="sampled")
+    Trainer(student, losses, "opd", teacher=teacher, opd=OpdLossConfig(estimator="sampled"))
 
 
 def greedy_pass(backend, tasks, scorer):
@@ -117,3 +118,14 @@ def test_toward_a_gold_sft_teacher_the_reverse_kl_falls_and_mem_pass_moves_towar
     assert all(math.isfinite(k) for k in kl)
     assert sum(kl[-third:]) / third < sum(kl[:third]) / third
     assert abs(end - teacher_pass) <= abs(start - teacher_pass)
+
+
+def test_the_teacher_distribution_re_taken_at_another_temperature_and_at_zero():
+    logits = torch.randn(2, 5, 9, generator=torch.Generator().manual_seed(0))
+    at_one = torch.log_softmax(logits, -1)
+    assert sharpened(at_one, 1.0, None) is at_one and sharpened(at_one, 1.0, 1.0) is at_one
+    assert torch.allclose(sharpened(at_one, 1.0, 0.5), torch.log_softmax(logits / 0.5, -1), atol=1e-5)
+    at_07 = torch.log_softmax(logits / 0.7, -1)
+    assert torch.allclose(sharpened(at_07, 0.7, 0.2), torch.log_softmax(logits / 0.2, -1), atol=1e-4)
+    one_hot = sharpened(at_07, 0.7, 0)
+    assert torch.equal(one_hot.exp(), torch.nn.functional.one_hot(logits.argmax(-1), 9).float())

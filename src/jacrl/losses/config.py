@@ -396,18 +396,51 @@ class OrchestratorConfig(StrictModel):
         return self
 
 
+class OpdLossConfig(StrictModel):
+    """How training_mode opd's core compares the policy with the teacher at each prefix of the policy's
+    samples (jacrl.losses.cores.opd_core; docs/design.md#loss-framework)."""
+
+    estimator: Literal["full", "sampled"] = Field(
+        "full",
+        description="`full`: the divergence over the whole vocabulary, exactly (GKD's; torch backend). `sampled`: "
+        "the reverse KL from the sampled token alone (REINFORCE with the per-token advantage "
+        "−(log π − log π_teacher); any backend).",
+    )
+    divergence: Literal["reverse", "forward"] = Field(
+        "reverse",
+        description="`reverse`: KL(policy ‖ teacher), mode-seeking. `forward`: KL(teacher ‖ policy), the "
+        "teacher's distribution as a soft label (GKD with β = 0; needs estimator `full`).",
+    )
+    teacher_temperature: float | None = Field(
+        None,
+        ge=0,
+        description="The temperature of the teacher's distribution the divergence is taken to (estimator `full`); "
+        "None = the sampling temperature. 0 = its greedy token as a one-hot label (divergence `forward` only): "
+        "the teacher's greedy path, which a greedy `mem` pass measures, taught at the policy's own prefixes. "
+        "The logged k3 and teacher_nll stay against the teacher at the sampling temperature.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> OpdLossConfig:
+        if self.divergence == "forward" and self.estimator != "full":
+            raise ValueError("trainer.opd.divergence 'forward' needs trainer.opd.estimator 'full'")
+        if self.teacher_temperature is not None and self.estimator != "full":
+            raise ValueError("trainer.opd.teacher_temperature needs trainer.opd.estimator 'full'")
+        if self.teacher_temperature == 0 and self.divergence != "forward":
+            raise ValueError(
+                "trainer.opd.teacher_temperature 0 (a one-hot teacher) needs trainer.opd.divergence 'forward': "
+                "the reverse KL to a one-hot distribution is infinite"
+            )
+        return self
+
+
 class TrainerConfig(StrictModel):
     """The trainer side: builds the cores of the terms and sums them into one backward."""
 
     losses: list[LossTermConfig] | None = Field(
         None, description="Propagated from the top-level `losses`; do not set it here."
     )
-    opd_estimator: Literal["full", "sampled"] = Field(
-        "full",
-        description="training_mode opd's reverse KL to the teacher at each sampled prefix: `full` over the whole "
-        "vocabulary (exact, GKD's; torch backend), `sampled` from the sampled token alone (REINFORCE with the "
-        "per-token advantage −(log π − log π_teacher); any backend). jacrl.losses.cores.opd_core says more.",
-    )
+    opd: OpdLossConfig = Field(default_factory=OpdLossConfig, description="training_mode opd's core.")
 
 
 def check_env_losses(orchestrator: OrchestratorConfig, losses: list[LossTermConfig]) -> None:

@@ -127,12 +127,13 @@ def sft_core(inputs: LossInputs) -> LossOutputs:
 
 
 OpdEstimator = Literal["full", "sampled"]
+OpdDivergence = Literal["reverse", "forward"]
 
 
 def full_reverse_kl(log_policy: Tensor, log_teacher: Tensor) -> Tensor:
     """KL(π_θ ‖ π_T) = Σ_v π_θ(v) (log π_θ(v) − log π_T(v)) per position of [..., V] log-distributions.
 
-    Its value is the KL; its gradient with respect to `log_policy` is w_v = π_θ(v) (r_v − KL), r = the
+    Its value is the KL; its gradient with respect to `log_policy` is w_v = π_θ(v) (r_v − KL), r the
     log-ratio: the exact gradient of the KL once it flows through the log-softmax (Σ_v w_v = 0), written
     with the KL subtracted so that a teacher equal to the policy gives w = 0 exactly, not Σ_v π_θ(v) − 1
     rounding error."""
@@ -144,51 +145,64 @@ def full_reverse_kl(log_policy: Tensor, log_teacher: Tensor) -> Tensor:
     return kl + (weights * (log_policy - log_policy.detach())).sum(dim=-1)
 
 
-def opd_core(inputs: LossInputs, *, estimator: OpdEstimator = "full") -> LossOutputs:
-    """On-policy distillation: the per-token reverse KL of the policy to the teacher at the prefixes
-    of the policy's own samples, averaged over the completion mask. The primary when training_mode = opd.
+def full_forward_kl(log_policy: Tensor, log_teacher: Tensor) -> Tensor:
+    """KL(π_T ‖ π_θ) = Σ_v π_T(v) (log π_T(v) − log π_θ(v)) per position: the cross-entropy to the teacher's
+    distribution less its entropy. A one-hot teacher (log 0 = −inf off its token) gives −log π_θ(its token)."""
+    q = torch.exp(log_teacher)
+    return (torch.xlogy(q, q) - q * log_policy).sum(dim=-1)
 
-    `full` (the default) takes the KL over the whole vocabulary at each position
-    (`LossInputs.teacher_kl`): exact at every sampled prefix, and its gradient is the exact gradient
-    of the per-position KL, with no sampling noise from the next token — the reverse-KL,
-    student-sampled case of GKD (Agarwal et al. 2024, "On-Policy Distillation of Language Models:
-    Learning from Self-Generated Mistakes"). The prefixes stay the policy's samples and no gradient
-    flows through the sampling of them (as in GKD).
 
-    `sampled` sees only the sampled token: with ℓ the policy's and ℓᵀ the teacher's log-probability
-    of it, k1 = ℓ − ℓᵀ is a one-sample estimate of the KL at that prefix, and
+def opd_core(
+    inputs: LossInputs, *, estimator: OpdEstimator = "full", divergence: OpdDivergence = "reverse"
+) -> LossOutputs:
+    """On-policy distillation: the per-token divergence of the policy from the teacher at the prefixes of
+    the policy's own samples, averaged over the completion mask. The primary when training_mode = opd.
+
+    `full` (the default) takes it over the whole vocabulary at each position
+    (`LossInputs.teacher_divergence`): exact at every sampled prefix, and its gradient is the exact
+    gradient of each position's divergence (the prefixes held fixed, no gradient through their
+    sampling) — GKD (Agarwal et al. 2024, "On-Policy Distillation of Language Models: Learning from
+    Self-Generated Mistakes"), student-sampled, with the reverse KL (`reverse`) or the forward one
+    (`forward`, their supervised-KD-on-student-outputs case).
+
+    `sampled` sees only the sampled token (reverse KL only): with ℓ the policy's and ℓᵀ the teacher's
+    log-probability of it, k1 = ℓ − ℓᵀ is a one-sample estimate of the KL at that prefix, and
         L = sg(ℓ − ℓᵀ) · exp(ℓ − sg(ℓ))
     has the mean k1 as its value and REINFORCE with the per-token advantage −(ℓ − ℓᵀ) (no discount
     over later tokens) as its gradient — the estimator of Lu & Thinking Machines (2025), "On-Policy
     Distillation". It needs one token of the teacher per position instead of V, at the cost of
-    variance (docs/results.md#on-policy-distillation compares the two). Either way teacher = policy
-    gives a zero loss and a zero gradient.
+    variance. Teacher = policy gives a zero loss and a zero gradient (`reverse`, either estimator).
     """
     if inputs.teacher_logprobs is None:
         raise ValueError(
             "the opd core needs LossInputs.teacher_logprobs: the teacher's log-probabilities "
             "of the sampled tokens (Trainer(teacher=...))"
         )
-    if estimator == "full" and inputs.teacher_kl is None:
+    if estimator not in ("full", "sampled") or divergence not in ("reverse", "forward"):
         raise ValueError(
-            "the opd core's `full` estimator needs LossInputs.teacher_kl: the exact per-position reverse KL "
-            "over the vocabulary (the trainer computes it when trainer.opd_estimator is `full`)"
+            f"opd estimator must be 'full' or 'sampled' and divergence 'reverse' or 'forward', "
+            f"got {estimator!r} and {divergence!r}"
         )
+    if estimator == "full" and inputs.teacher_divergence is None:
+        raise ValueError(
+            "the opd core's `full` estimator needs LossInputs.teacher_divergence: the exact per-position "
+            "divergence over the vocabulary (the trainer computes it when trainer.opd.estimator is `full`)"
+        )
+    if estimator == "sampled" and divergence == "forward":
+        raise ValueError("the opd core's forward KL needs the `full` estimator")
     logprobs, mask = inputs.trainer_logprobs, inputs.loss_mask
     m = mask.to(logprobs.dtype)
     n = _count(mask)
     k1 = (logprobs - inputs.teacher_logprobs).detach()
     if estimator == "full":
-        loss = (m * inputs.teacher_kl).sum() / n
-    elif estimator == "sampled":
-        loss = (m * k1 * torch.exp(logprobs - logprobs.detach())).sum() / n
+        loss = (m * inputs.teacher_divergence).sum() / n
     else:
-        raise ValueError(f"opd estimator must be 'full' or 'sampled', got {estimator!r}")
+        loss = (m * k1 * torch.exp(logprobs - logprobs.detach())).sum() / n
     with torch.no_grad():
         d = -k1  # log π_T − log π_θ
         metrics = {
             "tokens": mask.sum(),
-            "reverse_kl": loss.detach() if estimator == "full" else (m * k1).sum() / n,
+            f"{divergence}_kl": loss.detach() if estimator == "full" else (m * k1).sum() / n,
             "reverse_kl_k3": (m * (torch.exp(d) - d - 1)).sum() / n,
             "teacher_nll": -(m * inputs.teacher_logprobs).sum() / n,
         }

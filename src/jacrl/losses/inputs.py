@@ -21,7 +21,7 @@ PER_TOKEN = (
     "echo_mask",
     "echo_weights",
     "teacher_logprobs",
-    "teacher_kl",
+    "teacher_divergence",
 )
 """The fields of LossInputs shaped like `trainer_logprobs` (checked for shape and device)."""
 
@@ -46,9 +46,10 @@ class LossInputs:
     """Per-token echo alpha (meaningful where `echo_mask` is set)."""
     teacher_logprobs: Tensor | None = None
     """Log-probabilities of the same tokens under the teacher (training_mode opd), no gradient."""
-    teacher_kl: Tensor | None = None
-    """The exact reverse KL of the policy's next-token distribution to the teacher's at each position,
-    summed over the vocabulary (`full_reverse_kl`), differentiable through the policy (opd estimator `full`)."""
+    teacher_divergence: Tensor | None = None
+    """The divergence of the policy's next-token distribution from the teacher's at each position, exactly,
+    over the vocabulary (`full_reverse_kl` or `full_forward_kl`), differentiable through the policy (opd
+    estimator `full`)."""
     term_rows: Mapping[str, Tensor] | None = None
     """Per-term bool vector over the batch rows: which samples a term applies to. None, or a term
     missing from it, means every row."""

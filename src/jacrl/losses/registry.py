@@ -11,11 +11,12 @@ from jacrl.losses.config import (
     CustomLossConfig,
     EchoLossConfig,
     LossTermConfig,
+    OpdLossConfig,
     RefKLLossConfig,
     RLLossConfig,
     check_terms,
 )
-from jacrl.losses.cores import OpdEstimator, echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
+from jacrl.losses.cores import echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
 from jacrl.losses.inputs import LossInputs, LossOutputs
 
 Core = Callable[..., LossOutputs]
@@ -68,9 +69,9 @@ SFT_TERM = LossTerm("sft", "sft", sft_core)
 """The masked-NLL primary used when training_mode = sft (dispatched by mode, not a list term)."""
 
 
-def opd_term(estimator: OpdEstimator = "full") -> LossTerm:
-    """The reverse-KL-to-teacher primary used when training_mode = opd (dispatched by mode, not a list term)."""
-    return LossTerm("opd", "opd", opd_core, {"estimator": estimator})
+def opd_term(config: OpdLossConfig) -> LossTerm:
+    """The divergence-to-teacher primary used when training_mode = opd (dispatched by mode, not a list term)."""
+    return LossTerm("opd", "opd", opd_core, {"estimator": config.estimator, "divergence": config.divergence})
 
 
 def build_term(config: LossTermConfig) -> LossTerm:
@@ -82,13 +83,13 @@ def build_term(config: LossTermConfig) -> LossTerm:
 
 
 def build_terms(
-    losses: list[LossTermConfig], training_mode: str = "rl", opd_estimator: OpdEstimator = "full"
+    losses: list[LossTermConfig], training_mode: str = "rl", opd: OpdLossConfig | None = None
 ) -> list[LossTerm]:
     """The trainer's terms, in `losses` order. In sft and opd mode the mode's core replaces the primary."""
     check_terms(losses, training_mode)
     if training_mode == "rl":
         return [build_term(config) for config in losses]
-    modes = {"sft": SFT_TERM, "opd": opd_term(opd_estimator)}
+    modes = {"sft": SFT_TERM, "opd": opd_term(opd or OpdLossConfig())}
     if training_mode in modes:
         return [modes[training_mode]] + [build_term(c) for c in losses if c.type not in PRIMARY_TYPES]
     raise ValueError(f"training_mode must be 'rl', 'sft' or 'opd', got {training_mode!r}")

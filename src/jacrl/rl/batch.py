@@ -69,7 +69,7 @@ class TrainBatch:
         trainer_logprobs: Tensor,
         ref_logprobs: Tensor | None = None,
         teacher_logprobs: Tensor | None = None,
-        teacher_kl: Tensor | None = None,
+        teacher_divergence: Tensor | None = None,
     ) -> LossInputs:
         """The cores' inputs, given the trainer's (and optionally the reference's) logprobs of `input_ids`.
         The batch is built on the CPU; every tensor moves to the logprobs' device (and float dtype)."""
@@ -81,7 +81,7 @@ class TrainBatch:
             loss_mask=self.loss_mask.to(device),
             ref_logprobs=None if ref_logprobs is None else ref_logprobs.to(device, dtype),
             teacher_logprobs=None if teacher_logprobs is None else teacher_logprobs.to(device, dtype),
-            teacher_kl=None if teacher_kl is None else teacher_kl.to(device, dtype),
+            teacher_divergence=None if teacher_divergence is None else teacher_divergence.to(device, dtype),
             echo_mask=self.echo_mask.to(device),
             echo_weights=self.echo_weights.to(device, dtype),
             term_rows={name: rows.to(device) for name, rows in self.term_rows.items()},

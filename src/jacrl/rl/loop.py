@@ -184,7 +184,7 @@ def _orchestrator_and_trainer(
         cfg.temperature,
         log_reference_kl=cfg.log_reference_kl,
         teacher=None if teacher is None else load_teacher(teacher, b, threads),
-        opd_estimator=loss_cfg.trainer.opd_estimator,
+        opd=loss_cfg.trainer.opd,
     )
     return orch, trainer
 

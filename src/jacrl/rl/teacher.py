@@ -6,9 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl.backends.base import Backend
+import torch
+
+from jacrl.backends.base import Backend, TokenRows, pad_right
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
+from jacrl.losses.config import OpdLossConfig
 
 
 @dataclass(frozen=True)
@@ -36,3 +39,41 @@ def load_teacher(teacher: Teacher, student: Backend, threads: int | None = None)
         b.load_adapter(teacher.adapter)
         b.merge_adapter()
     return b
+
+
+@dataclass(frozen=True)
+class TeacherScores:
+    """The teacher's view of a batch's tails, right-padded, no gradient."""
+
+    logprobs: torch.Tensor
+    """[B, T] its log-probability of each sampled token at the sampling temperature."""
+    target: torch.Tensor | None = None
+    """[B, T, V] the next-token log-distribution the divergence is taken to (estimator `full`): at
+    `teacher_temperature`, one-hot (0 on its greedy token, −inf elsewhere) at temperature 0."""
+
+
+def sharpened(log_dists: torch.Tensor, temperature: float, to: float | None) -> torch.Tensor:
+    """Log-distributions taken at `temperature`, re-taken at `to` (None: unchanged; 0: one-hot on the argmax)."""
+    if to is None or to == temperature:
+        return log_dists
+    if to == 0:
+        top = log_dists.argmax(dim=-1, keepdim=True)
+        return torch.full_like(log_dists, float("-inf")).scatter(-1, top, 0.0)
+    return torch.log_softmax(log_dists * (temperature / to), dim=-1)
+
+
+def score_tails(
+    teacher: Backend, heads: TokenRows, tails: TokenRows, temperature: float, opd: OpdLossConfig
+) -> TeacherScores:
+    """What the opd core needs from the teacher for these rows sampled at `temperature`."""
+    if opd.estimator == "full":
+        log_dists = teacher.log_distributions(heads, tails, temperature)
+        index = torch.tensor(pad_right(tails, 0), dtype=torch.long)[..., None]
+        return TeacherScores(
+            log_dists.gather(-1, index)[..., 0], sharpened(log_dists, temperature, opd.teacher_temperature)
+        )
+    rows = teacher.logprobs(heads, tails, temperature)
+    out = torch.zeros(len(rows), max(len(r) for r in rows))
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.from_numpy(row)
+    return TeacherScores(out)

@@ -10,28 +10,18 @@ supervises prompt tokens), and they are placed back at their positions.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from jacrl.backends.base import Backend, TokenLogprobs, pad_right
+from jacrl.backends.base import Backend, TokenLogprobs
 from jacrl.losses.compute import compute_loss
-from jacrl.losses.config import RefKLLossConfig
-from jacrl.losses.cores import OpdEstimator, full_reverse_kl
+from jacrl.losses.config import OpdLossConfig, RefKLLossConfig
+from jacrl.losses.cores import full_forward_kl, full_reverse_kl
 from jacrl.losses.inputs import LossInputs
 from jacrl.losses.registry import LossTerm, build_terms
 from jacrl.rl.batch import TrainBatch
-
-
-@dataclass(frozen=True)
-class TeacherScores:
-    """The teacher's view of a batch's tails (training_mode opd), right-padded, no gradient."""
-
-    logprobs: torch.Tensor
-    """[B, T] its log-probability of each sampled token."""
-    log_dists: torch.Tensor | None = None
-    """[B, T, V] its whole next-token log-distribution at each position (opd estimator `full`)."""
+from jacrl.rl.teacher import TeacherScores, score_tails
 
 
 def first_supervised(batch: TrainBatch) -> list[int]:
@@ -72,21 +62,22 @@ class Trainer:
         temperature: float = 1.0,
         log_reference_kl: bool = True,
         teacher: Backend | None = None,
-        opd_estimator: OpdEstimator = "full",
+        opd: OpdLossConfig | None = None,
     ):
-        """`teacher` scores the policy's tokens for training_mode opd (jacrl.rl.teacher.load_teacher);
-        `opd_estimator` `full` has it give its whole next-token distributions."""
+        """`teacher` scores the policy's tokens for training_mode opd (jacrl.rl.teacher.load_teacher), as
+        `opd` says (default: the reverse KL over the whole vocabulary)."""
         if (training_mode == "opd") != (teacher is not None):
             raise ValueError("training_mode 'opd' needs a teacher, and only it takes one")
         self.backend, self.teacher = backend, teacher
-        self.full_kl = teacher is not None and opd_estimator == "full"
+        self.opd = opd or OpdLossConfig()
+        self.full_kl = teacher is not None and self.opd.estimator == "full"
         for b in (backend, teacher) if self.full_kl else ():
             if not b.gives_distributions:
                 raise ValueError(
-                    f"trainer.opd_estimator 'full' needs whole next-token distributions, which the {b.name} "
-                    f"backend does not give; set trainer.opd_estimator: sampled"
+                    f"trainer.opd.estimator 'full' needs whole next-token distributions, which the {b.name} "
+                    f"backend does not give; set trainer.opd.estimator: sampled"
                 )
-        self.terms: list[LossTerm] = build_terms(list(losses), training_mode, opd_estimator)
+        self.terms: list[LossTerm] = build_terms(list(losses), training_mode, self.opd)
         self.temperature = temperature
         self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
 
@@ -98,28 +89,14 @@ class Trainer:
         seq = batch.input_ids.shape[1]
         trainer_lp = place(t.logprobs, starts, seq)
         ref_lp = None if t.ref_logprobs is None else place(t.ref_logprobs.to(trainer_lp), starts, seq)
-        teacher_lp = teacher_kl = None
+        teacher_lp = teacher_divergence = None
         if teacher is not None:
             teacher_lp = place(teacher.logprobs.to(trainer_lp), starts, seq)
-            if teacher.log_dists is not None:
-                kl = full_reverse_kl(t.log_dists, teacher.log_dists.to(t.log_dists)) * t.mask
-                teacher_kl = place(kl, starts, seq)
-        return batch.loss_inputs(trainer_lp, ref_lp, teacher_lp, teacher_kl)
-
-    def teacher_scores(self, heads: list[list[int]], tails: list[list[int]]) -> TeacherScores | None:
-        """The teacher's logprobs of every row's tail at the sampling temperature, right-padded (no
-        gradient), and its whole log-distributions there when the opd estimator is `full`."""
-        if self.teacher is None:
-            return None
-        if self.full_kl:
-            log_dists = self.teacher.log_distributions(heads, tails, self.temperature)
-            index = torch.tensor(pad_right(tails, 0), dtype=torch.long)[..., None]
-            return TeacherScores(log_dists.gather(-1, index)[..., 0], log_dists)
-        rows = self.teacher.logprobs(heads, tails, self.temperature)
-        out = torch.zeros(len(rows), max(len(r) for r in rows))
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = torch.from_numpy(row)
-        return TeacherScores(out)
+            if teacher.target is not None:
+                divergence = full_reverse_kl if self.opd.divergence == "reverse" else full_forward_kl
+                per_position = divergence(t.log_dists, teacher.target.to(t.log_dists)) * t.mask
+                teacher_divergence = place(per_position, starts, seq)
+        return batch.loss_inputs(trainer_lp, ref_lp, teacher_lp, teacher_divergence)
 
     def train_step(self, batch: TrainBatch, lr: float) -> dict[str, float]:
         lengths = batch.attention_mask.sum(dim=1).tolist()
@@ -127,7 +104,7 @@ class Trainer:
         starts = first_supervised(batch)
         heads, tails = [s[:k] for s, k in zip(seqs, starts)], [s[k:] for s, k in zip(seqs, starts)]
         extra: dict[str, float] = {}
-        teacher = self.teacher_scores(heads, tails)
+        teacher = None if self.teacher is None else score_tails(self.teacher, heads, tails, self.temperature, self.opd)
 
         def loss_fn(t: TokenLogprobs) -> tuple[torch.Tensor, dict[str, float]]:
             inputs = self.inputs(batch, t, starts, teacher)
