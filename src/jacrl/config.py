@@ -107,7 +107,8 @@ class Config(LossFrameworkConfig):
         "sft_grpo@tuned and raw_grpo@tuned, with their own adapters, cells and pivot columns.",
     )
     opd: OPDConfig = Field(
-        default_factory=OPDConfig, description="The `opd` condition's teacher (on-policy distillation)."
+        default_factory=OPDConfig,
+        description="The `opd` condition's teacher and sampling temperature (on-policy distillation).",
     )
     eval: EvalConfig = Field(
         default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T)."
@@ -234,6 +235,8 @@ class Config(LossFrameworkConfig):
             dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
         if opd:
             dumped["training_mode"] = "opd"
+            if self.opd.temperature is not None:
+                dumped["grpo"]["temperature"] = self.opd.temperature
         return dumped
 
 

@@ -1,6 +1,6 @@
 """On-policy distillation (training_mode opd) on the real tiny model: a teacher equal to the student
-gives a zero loss and gradient; toward a gold-SFT teacher the reverse KL falls and the student's
-greedy pass rate on its train tasks moves toward the teacher's."""
+gives a zero loss and gradient; toward a gold-SFT teacher the divergence falls, the student's greedy
+completion takes more of the teacher's greedy path and its pass rate does not move away from the teacher's."""
 
 import math
 
@@ -67,57 +67,63 @@ def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(
     Trainer(student, losses, "opd", teacher=teacher, opd=OpdLossConfig(estimator="sampled"))
 
 
-def greedy_pass(backend, tasks, scorer):
+def greedy(backend, tasks, scorer):
+    """Each task's greedy completion ids, and the share of tasks whose completion passes."""
     groups = backend.generate_ids(
         [backend.prompt_ids(t.prompt) for t in tasks],
         n=1,
         params=SamplingParams(temperature=0.0, max_tokens=64),
         progress=False,
     )
-    return sum(s.exact for s in scorer.score_batch(tasks, [g[0].text for g in groups])) / len(tasks)
+    passed = sum(s.exact for s in scorer.score_batch(tasks, [g[0].text for g in groups])) / len(tasks)
+    return [g[0].token_ids for g in groups], passed
+
+
+def kept(ids, teacher_ids):
+    """How many of the teacher's greedy tokens the greedy completions repeat before they first differ."""
+    return sum(
+        next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        for mine, theirs in zip(ids, teacher_ids)
+    )
 
 
 @pytest.mark.slow
-def test_toward_a_gold_sft_teacher_the_reverse_kl_falls_and_mem_pass_moves_toward_the_teachers(
+def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_the_teachers_greedy_path(
     tiny_model, tiny_fixtures, tmp_path
 ):
+    # The teacher's greedy token as a one-hot label at the student's own prefixes, sampled near its greedy
+    # path (DAgger): what moved the greedy `mem` pass on the ladder's tiny model (docs/results.md).
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     spec = model_spec(tiny_model, "torch")
     teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=240, save_every=10**6))
     cfg = GRPOConfig(
-        iters=30,
+        iters=60,
         lr=2e-3,
         group_size=4,
         prompts_per_step=1,
         max_completion=64,
         max_seq=4096,
-        temperature=1.0,
+        temperature=0.3,
         lora_layers=-1,
         lora_rank=8,
         lora_scale=10.0,
         seed=0,
         log_reference_kl=False,
     )
+    opd = {"training_mode": "opd", "trainer": {"opd": {"divergence": "forward", "teacher_temperature": 0}}}
     with RewardScorer({"cache_path": str(tmp_path / "reward.sqlite")}, threads=2) as scorer:
         student0 = load_backend(tiny_model, "torch", threads=2)
-        start = greedy_pass(student0, tasks, scorer)
-        teacher_pass = greedy_pass(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
-        out = train_grpo(
-            spec,
-            tasks,
-            tmp_path / "opd",
-            cfg,
-            load_config({"training_mode": "opd"}),
-            scorer,
-            teacher=Teacher(spec, teacher_dir),
-            progress=False,
-        )
-        end = greedy_pass(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
-    kl = [r["loss/opd/reverse_kl_k3"] for r in read_metrics(out / "metrics.jsonl")]
+        start, start_pass = greedy(student0, tasks, scorer)
+        teacher_ids, teacher_pass = greedy(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
+        teacher = Teacher(spec, teacher_dir)
+        out = train_grpo(spec, tasks, tmp_path / "opd", cfg, load_config(opd), scorer, teacher=teacher, progress=False)
+        end, end_pass = greedy(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
+    kl = [r["loss/opd/forward_kl"] for r in read_metrics(out / "metrics.jsonl")]
     third = len(kl) // 3
     assert all(math.isfinite(k) for k in kl)
     assert sum(kl[-third:]) / third < sum(kl[:third]) / third
-    assert abs(end - teacher_pass) <= abs(start - teacher_pass)
+    assert kept(end, teacher_ids) > kept(start, teacher_ids)
+    assert abs(end_pass - teacher_pass) <= abs(start_pass - teacher_pass)
 
 
 def test_the_teacher_distribution_re_taken_at_another_temperature_and_at_zero():

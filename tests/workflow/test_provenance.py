@@ -55,6 +55,11 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
         ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
         ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
+        ({"opd": {"temperature": 0.3}}, {c for c in CELLS if c[0] == "opd"}),
+        (
+            {"trainer": {"opd": {"divergence": "forward", "teacher_temperature": 0}}},
+            {c for c in CELLS if c[0] == "opd"},
+        ),
     ],
 )
 def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):

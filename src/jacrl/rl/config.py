@@ -101,7 +101,8 @@ class GRPOArm(LossFrameworkConfig):
 
 class OPDConfig(StrictModel):
     """The `opd` ladder condition: the GRPO loop under training_mode opd, a fresh LoRA on the base (the
-    top-level `grpo` knobs and loss terms; the primary is replaced by the reverse KL to the teacher)."""
+    top-level `grpo` knobs and loss terms; the primary is replaced by the divergence to the teacher that
+    `trainer.opd` names)."""
 
     teacher_model: str | None = Field(
         None,
@@ -114,6 +115,12 @@ class OPDConfig(StrictModel):
         "teacher's base; anything else: an adapter folder.",
     )
     teacher_rung: Rung = Field("all", description="The rung of the teacher's SFT adapter (`teacher_adapter: sft`).")
+    temperature: float | None = Field(
+        None,
+        gt=0,
+        description="The condition's sampling temperature (the student's prefixes); None = `grpo.temperature`. "
+        "A low one keeps the student near its greedy path, where a greedy pass is decided (docs/results.md).",
+    )
 
     def adapter_path(self, model: str) -> str | None:
         """The teacher's adapter folder for a student of `model`."""

@@ -43,7 +43,8 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
         run = cfg.grpo_run(arm)
         everything = run.result_settings()
         grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
-        parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo}
+        trainer = {k: v for k, v in everything["trainer"].items() if k != "opd"}  # read under training_mode opd only
+        parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "trainer": trainer}
     if base == OPD_CONDITION:
         parts.update(_opd_parts(cfg, model))
     if base == "raw_grpo":
