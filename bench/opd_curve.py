@@ -25,6 +25,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (shared cores)
 
+import torch  # noqa: E402
+
 from jacrl.backends.base import Backend, SamplingParams  # noqa: E402
 from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import load_config  # noqa: E402
@@ -76,6 +78,18 @@ def greedy(backend: Backend, tasks: list[Task], scorer: RewardScorer, max_tokens
     )
 
 
+def path_confidence(teacher: Backend, tasks: list[Task], path: Greedy) -> dict:
+    """How sure the teacher is of its own greedy tokens at temperature 1: its probability of each, and its
+    gap to the runner-up (the margin a student must reproduce to decode the same path)."""
+    chosen, gaps = [], []
+    for task, ids in zip(tasks, path.ids):
+        dist = teacher.log_distributions([teacher.prompt_ids(task.prompt)], [ids], 1.0)[0].exp()
+        top2 = dist.topk(2, dim=-1).values
+        chosen += dist[torch.arange(len(ids)), torch.tensor(ids)].tolist()
+        gaps += (top2[:, 0] - top2[:, 1]).tolist()
+    return {"p_min": min(chosen), "p_mean": sum(chosen) / len(chosen), "gap_min": min(gaps), "tokens": len(chosen)}
+
+
 def run(args: argparse.Namespace) -> dict:
     model = ModelSpec(name="model", path=args.model, backend="torch")
     tasks = read_tasks(args.tasks)[: args.n]
@@ -109,6 +123,8 @@ def run(args: argparse.Namespace) -> dict:
             student, tasks, scorer, cfg, loss_cfg, "dataset/rl", Teacher(model, teacher_dir), args.threads
         )
         teacher = greedy(trainer.teacher, tasks, scorer, args.max_tokens)
+        confidence = path_confidence(trainer.teacher, tasks, teacher)
+        print(f"teacher: pass {teacher.pass_rate:.2f}, its greedy path at T 1: {confidence}", flush=True)
         curve = [(0, greedy(student, tasks, scorer, args.max_tokens))]
         kl, k3, start = [], [], time.perf_counter()
         for step in range(cfg.iters):
@@ -126,6 +142,7 @@ def run(args: argparse.Namespace) -> dict:
         "seconds": round(time.perf_counter() - start, 1),
         "teacher_pass": teacher.pass_rate,
         "teacher_reward": teacher.reward,
+        "teacher_path_confidence": confidence,
         "kl": kl,
         "reverse_kl_k3": k3,
         "student_pass": [(step, g.pass_rate) for step, g in curve],
@@ -156,8 +173,8 @@ def plot(result: dict, path: Path) -> None:
     if settings["estimator"] == "full":
         a.plot(steps, result["kl"], label=f"{settings['divergence']} KL, exact (to the teacher at its temperature)")
     a.plot(steps, result["reverse_kl_k3"], label="reverse KL, k3 of the sampled token", alpha=0.7)
-    a.set(xlabel="step", ylabel="nats per token", title="KL to the teacher")
-    a.legend()
+    a.set(xlabel="step", ylabel="nats per token", title="KL to the teacher", yscale="log")
+    a.legend(fontsize="small")
     versus(b, result["student_pass"], result["teacher_pass"], "greedy pass rate", "mem pass: student vs teacher")
     versus(
         c, result["student_reward"], result["teacher_reward"], "greedy dense reward", "mem reward: student vs teacher"
