@@ -110,11 +110,11 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
     assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
 
 
-def test_the_opd_job_samples_at_its_own_temperature_and_the_other_jobs_do_not():
-    cfg = load_config({"grpo": {"temperature": 0.9}, "opd": {"temperature": 0.3}})
+def test_the_opd_job_takes_its_own_steps_and_temperature_and_the_other_jobs_do_not():
+    cfg = load_config({"grpo": {"temperature": 0.9, "iters": 8}, "opd": {"temperature": 0.3, "iters": 200}})
     opd = load_config(cfg.grpo_job_config(None, opd=True))
-    assert (opd.training_mode, opd.grpo.temperature) == ("opd", 0.3)
-    assert load_config(cfg.grpo_job_config(None)).grpo.temperature == 0.9
+    assert (opd.training_mode, opd.grpo.temperature, opd.grpo.iters) == ("opd", 0.3, 200)
+    assert load_config(cfg.grpo_job_config(None)).grpo.model_dump() == cfg.grpo.model_dump()
     assert (
         load_config(load_config({}).grpo_job_config(None, opd=True)).grpo.temperature
         == load_config({}).grpo.temperature

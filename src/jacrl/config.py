@@ -108,7 +108,7 @@ class Config(LossFrameworkConfig):
     )
     opd: OPDConfig = Field(
         default_factory=OPDConfig,
-        description="The `opd` condition's teacher and sampling temperature (on-policy distillation).",
+        description="The `opd` condition's teacher, steps and sampling temperature (on-policy distillation).",
     )
     eval: EvalConfig = Field(
         default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T)."
@@ -235,8 +235,7 @@ class Config(LossFrameworkConfig):
             dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
         if opd:
             dumped["training_mode"] = "opd"
-            if self.opd.temperature is not None:
-                dumped["grpo"]["temperature"] = self.opd.temperature
+            dumped["grpo"].update(self.opd.grpo_overrides())
         return dumped
 
 

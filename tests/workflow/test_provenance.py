@@ -55,7 +55,7 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
         ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
         ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
-        ({"opd": {"temperature": 0.3}}, {c for c in CELLS if c[0] == "opd"}),
+        ({"opd": {"temperature": 0.3, "iters": 200}}, {c for c in CELLS if c[0] == "opd"}),
         (
             {"trainer": {"opd": {"divergence": "forward", "teacher_temperature": 0}}},
             {c for c in CELLS if c[0] == "opd"},

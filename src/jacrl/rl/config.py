@@ -115,12 +115,19 @@ class OPDConfig(StrictModel):
         "teacher's base; anything else: an adapter folder.",
     )
     teacher_rung: Rung = Field("all", description="The rung of the teacher's SFT adapter (`teacher_adapter: sft`).")
+    iters: int | None = Field(
+        None, ge=1, description="The condition's training steps; None = `grpo.iters` (rung 1 passed from step 200)."
+    )
     temperature: float | None = Field(
         None,
         gt=0,
         description="The condition's sampling temperature (the student's prefixes); None = `grpo.temperature`. "
         "A low one keeps the student near its greedy path, where a greedy pass is decided (docs/results.md).",
     )
+
+    def grpo_overrides(self) -> dict[str, int | float]:
+        """The `grpo` keys this condition sets over the top-level ones."""
+        return {k: v for k, v in (("iters", self.iters), ("temperature", self.temperature)) if v is not None}
 
     def adapter_path(self, model: str) -> str | None:
         """The teacher's adapter folder for a student of `model`."""
