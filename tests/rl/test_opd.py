@@ -18,7 +18,7 @@ from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import train_grpo
 from jacrl.rl.orchestrator import Orchestrator
-from jacrl.rl.teacher import Teacher, load_teacher, sharpened
+from jacrl.rl.teacher import Teacher, load_teacher, retempered
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import read_tasks
 from jacrl.training.config import SFTConfig
@@ -129,9 +129,9 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
 def test_the_teacher_distribution_re_taken_at_another_temperature_and_at_zero():
     logits = torch.randn(2, 5, 9, generator=torch.Generator().manual_seed(0))
     at_one = torch.log_softmax(logits, -1)
-    assert sharpened(at_one, 1.0, None) is at_one and sharpened(at_one, 1.0, 1.0) is at_one
-    assert torch.allclose(sharpened(at_one, 1.0, 0.5), torch.log_softmax(logits / 0.5, -1), atol=1e-5)
+    assert retempered(at_one, 1.0, None) is at_one and retempered(at_one, 1.0, 1.0) is at_one
+    assert torch.allclose(retempered(at_one, 1.0, 0.5), torch.log_softmax(logits / 0.5, -1), atol=1e-5)
     at_07 = torch.log_softmax(logits / 0.7, -1)
-    assert torch.allclose(sharpened(at_07, 0.7, 0.2), torch.log_softmax(logits / 0.2, -1), atol=1e-4)
-    one_hot = sharpened(at_07, 0.7, 0)
+    assert torch.allclose(retempered(at_07, 0.7, 0.2), torch.log_softmax(logits / 0.2, -1), atol=1e-4)
+    one_hot = retempered(at_07, 0.7, 0)
     assert torch.equal(one_hot.exp(), torch.nn.functional.one_hot(logits.argmax(-1), 9).float())

@@ -7,11 +7,12 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
   token ids, the per-token sampling logprobs and whether the length cap was hit;
 - scoring: `logprobs(prompt_ids, completion_ids, temperature, adapter=True|False)` — the
   per-token logprobs of given completions at a temperature, with the adapter on or off (off =
-  the frozen base);
+  the frozen base); `log_distributions(…)` the whole next-token log-distributions there (torch
+  only, `gives_distributions`: on-policy distillation's exact divergence);
 - the reference policy: `keep_reference(path)` keeps an adapter's weights as a frozen copy;
   `reference_policy()` makes the model that copy (or, without one, the base) inside a block;
 - training: `backward(…, loss_fn)` runs a torch `loss_fn` on differentiable per-token logprobs
-  and accumulates its gradient into the adapter; `step()` applies it and returns the gradient
+  (and, with `distributions=True`, the whole log-distributions) and accumulates its gradient into the adapter; `step()` applies it and returns the gradient
   norm before clipping (`configure_optimizer`,
   `save_optimizer` / `load_optimizer` for resuming). The loss is always torch code
   (docs/design.md#backends): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;

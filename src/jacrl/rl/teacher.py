@@ -52,7 +52,7 @@ class TeacherScores:
     `teacher_temperature`, one-hot (0 on its greedy token, −inf elsewhere) at temperature 0."""
 
 
-def sharpened(log_dists: torch.Tensor, temperature: float, to: float | None) -> torch.Tensor:
+def retempered(log_dists: torch.Tensor, temperature: float, to: float | None) -> torch.Tensor:
     """Log-distributions taken at `temperature`, re-taken at `to` (None: unchanged; 0: one-hot on the argmax)."""
     if to is None or to == temperature:
         return log_dists
@@ -70,7 +70,7 @@ def score_tails(
         log_dists = teacher.log_distributions(heads, tails, temperature)
         index = torch.tensor(pad_right(tails, 0), dtype=torch.long)[..., None]
         return TeacherScores(
-            log_dists.gather(-1, index)[..., 0], sharpened(log_dists, temperature, opd.teacher_temperature)
+            log_dists.gather(-1, index)[..., 0], retempered(log_dists, temperature, opd.teacher_temperature)
         )
     rows = teacher.logprobs(heads, tails, temperature)
     out = torch.zeros(len(rows), max(len(r) for r in rows))
