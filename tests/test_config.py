@@ -110,10 +110,10 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
     assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
 
 
-def test_the_opd_job_takes_its_own_steps_and_temperature_and_the_other_jobs_do_not():
-    cfg = load_config({"grpo": {"temperature": 0.9, "iters": 8}, "opd": {"temperature": 0.3, "iters": 200}})
+def test_the_opd_job_takes_its_own_steps_lr_and_temperature_and_the_other_jobs_do_not():
+    cfg = load_config({"grpo": {"temperature": 0.9, "iters": 8}, "opd": {"temperature": 0.3, "iters": 200, "lr": 2e-3}})
     opd = load_config(cfg.grpo_job_config(None, opd=True))
-    assert (opd.training_mode, opd.grpo.temperature, opd.grpo.iters) == ("opd", 0.3, 200)
+    assert (opd.training_mode, opd.grpo.temperature, opd.grpo.iters, opd.grpo.lr) == ("opd", 0.3, 200, 2e-3)
     assert load_config(cfg.grpo_job_config(None)).grpo.model_dump() == cfg.grpo.model_dump()
     assert (
         load_config(load_config({}).grpo_job_config(None, opd=True)).grpo.temperature

@@ -108,7 +108,7 @@ class Config(LossFrameworkConfig):
     )
     opd: OPDConfig = Field(
         default_factory=OPDConfig,
-        description="The `opd` condition's teacher, steps and sampling temperature (on-policy distillation).",
+        description="The `opd` condition's teacher, steps, learning rate and sampling temperature (on-policy distillation).",
     )
     eval: EvalConfig = Field(
         default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T)."

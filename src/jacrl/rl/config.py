@@ -118,6 +118,9 @@ class OPDConfig(StrictModel):
     iters: int | None = Field(
         None, ge=1, description="The condition's training steps; None = `grpo.iters` (rung 1 passed from step 200)."
     )
+    lr: float | None = Field(
+        None, gt=0, description="The condition's learning rate; None = `grpo.lr` (a fresh LoRA, not one after SFT)."
+    )
     temperature: float | None = Field(
         None,
         gt=0,
@@ -127,7 +130,8 @@ class OPDConfig(StrictModel):
 
     def grpo_overrides(self) -> dict[str, int | float]:
         """The `grpo` keys this condition sets over the top-level ones."""
-        return {k: v for k, v in (("iters", self.iters), ("temperature", self.temperature)) if v is not None}
+        keys = {"iters": self.iters, "lr": self.lr, "temperature": self.temperature}
+        return {k: v for k, v in keys.items() if v is not None}
 
     def adapter_path(self, model: str) -> str | None:
         """The teacher's adapter folder for a student of `model`."""
