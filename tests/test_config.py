@@ -121,6 +121,35 @@ def test_the_opd_job_takes_its_own_steps_lr_and_temperature_and_the_other_jobs_d
     )
 
 
+def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_levels():
+    top = [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]
+    cfg = load_config({"losses": top, "opd": {"losses": [{"type": "echo", "assistant": {"alpha": 0.5}}]}})
+    opd = load_config(cfg.grpo_job_config(None, opd=True))
+    assert [t.type for t in opd.losses] == [t.type for t in opd.trainer.losses] == ["echo"]
+    assert [t.type for t in load_config(cfg.grpo_job_config(None)).losses] == ["rl", "ref_kl"]
+    unset = load_config({"losses": top})
+    assert [t.type for t in load_config(unset.grpo_job_config(None, opd=True)).losses] == ["rl", "ref_kl"]
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        ({"opd": {"losses": [{"type": "ref_kl"}, {"type": "ref_kl"}]}}, r"opd.losses\[1\] and opd.losses\[0\]"),
+        (
+            {
+                "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}],
+                "orchestrator": {"train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["echo"]}]}},
+                "opd": {"losses": []},
+            },
+            r"opd.losses does not fit the other loss keys \(orchestrator\).*enabled_losses names 'echo'",
+        ),
+    ],
+)
+def test_opd_terms_that_do_not_fit_are_refused_at_load(data, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(data)
+
+
 @pytest.mark.parametrize(
     "data,needle",
     [

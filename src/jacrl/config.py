@@ -193,6 +193,22 @@ class Config(LossFrameworkConfig):
         return self
 
     @model_validator(mode="after")
+    def _opd_terms_fit(self) -> Config:
+        """The opd job's own terms load beside the run's other loss keys (the envs' `enabled_losses` name
+        terms): refused here, at `snakemake -n`, not when the job starts."""
+        if self.opd.losses is None:
+            return self
+        job = self.grpo_job_config(None, opd=True)
+        try:
+            LossFrameworkConfig.model_validate({k: job[k] for k in LossFrameworkConfig.model_fields})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            message = first["msg"].removeprefix("Value error, ")
+            raise ValueError(f"opd.losses does not fit the other loss keys ({where or 'losses'}): {message}") from None
+        return self
+
+    @model_validator(mode="after")
     def _policy_temperature_is_grpos(self) -> Config:
         """An unset `eval.policy_temperature` becomes the top-level `grpo.temperature`: one temperature for
         every arm's cells, so they compare."""
@@ -234,6 +250,7 @@ class Config(LossFrameworkConfig):
         if arm is not None:
             dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
         if opd:
+            dumped = self.opd.loss_sections(dumped)
             dumped["training_mode"] = "opd"
             dumped["grpo"].update(self.opd.grpo_overrides())
         return dumped

@@ -66,6 +66,14 @@ def test_a_cell_hash_covers_exactly_what_determines_the_cell(data, cells):
     assert changed(data) == cells
 
 
+def test_an_opd_cell_with_its_own_terms_records_them_and_not_the_top_levels():
+    own = {"opd": {"losses": []}}
+    assert changed(own) == {c for c in CELLS if c[0] == "opd"}
+    top = {"losses": [{"type": "rl", "kl_tau": 0.5}]}
+    assert changed(top, own) == {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo")}
+    assert changed({"opd": {"losses": [{"type": "ref_kl", "beta": 0.1}]}}, own) == {c for c in CELLS if c[0] == "opd"}
+
+
 def test_rft_warm_start_enters_raw_grpo_cells_only():
     raw = {c for c in CELLS if c[0] == "raw_grpo"}
     assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw

@@ -584,9 +584,9 @@ class LossFrameworkConfig(StrictModel):
         "rl",
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
         "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
-        "(orchestrator.renderer None, with a warning when one was set). `opd`: the per-token reverse KL of the "
-        "policy's own samples to a teacher model replaces the primary (docs/design.md#loss-framework); the "
-        "other terms still apply.",
+        "(orchestrator.renderer None, with a warning when one was set). `opd`: a per-token divergence of the "
+        "policy's own samples to a teacher model (`trainer.opd`; the reverse KL by default) replaces the primary "
+        "(docs/design.md#loss-framework); the other terms still apply.",
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="Orchestrator settings.")

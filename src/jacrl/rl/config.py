@@ -3,12 +3,12 @@ model's size needs)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from jacrl.ladder.config import Rung
-from jacrl.losses.config import LossFrameworkConfig
+from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, check_terms, dump_losses
 from jacrl.strict import RESULT_FREE, StrictModel
 
 FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
@@ -127,6 +127,30 @@ class OPDConfig(StrictModel):
         description="The condition's sampling temperature (the student's prefixes); None = `grpo.temperature`. "
         "A low one keeps the student near its greedy path, where a greedy pass is decided (docs/results.md).",
     )
+
+    losses: list[LossTermConfig] | None = Field(
+        None,
+        description="The condition's loss terms (the divergence to the teacher takes the primary's place); None = "
+        "the top-level `losses`; [] = the divergence alone. A ref_kl term anchors the student to the base it has to "
+        "leave: on the default ladder's rung 1, β 0.04 kept the opd cell at 0/1 where the run without it passed 1/1 "
+        "(docs/results.md).",
+    )
+
+    @field_validator("losses")
+    @classmethod
+    def _terms_fit(cls, v: list[LossTermConfig] | None) -> list[LossTermConfig] | None:
+        if v is not None:
+            check_terms(v, "opd", field="opd.losses")
+        return v
+
+    def loss_sections(self, sections: dict[str, Any]) -> dict[str, Any]:
+        """The loss framework's sections (`losses`, `trainer`, `orchestrator`, … as JSON) with this
+        condition's terms in place of the top level's, where it names its own."""
+        if self.losses is None:
+            return sections
+        terms = dump_losses(self.losses)
+        copies = {s: {**sections[s], "losses": terms} for s in ("trainer", "orchestrator") if s in sections}
+        return {**sections, "losses": terms, **copies}
 
     def grpo_overrides(self) -> dict[str, int | float]:
         """The `grpo` keys this condition sets over the top-level ones."""

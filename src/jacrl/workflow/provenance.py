@@ -63,7 +63,7 @@ def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
     teacher = cfg.model(cfg.opd.teacher_model or model)
     parts: dict[str, Any] = {
         "grpo opd": {
-            **{k: everything[k] for k in GRPO_SECTIONS},
+            **cfg.opd.loss_sections({k: everything[k] for k in GRPO_SECTIONS}),
             "grpo": grpo,
             "training_mode": "opd",
             "opd": cfg.opd.result_settings(),
