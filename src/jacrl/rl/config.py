@@ -144,12 +144,12 @@ class OPDConfig(StrictModel):
         return v
 
     def loss_sections(self, sections: dict[str, Any]) -> dict[str, Any]:
-        """The loss framework's sections (`losses`, `trainer`, `orchestrator`, … as JSON) with this
-        condition's terms in place of the top level's, where it names its own."""
+        """The loss framework's sections (as JSON: `losses`, and `trainer` and `orchestrator` with their
+        copies of it) with this condition's terms in place of the top level's, where it names its own."""
         if self.losses is None:
             return sections
         terms = dump_losses(self.losses)
-        copies = {s: {**sections[s], "losses": terms} for s in ("trainer", "orchestrator") if s in sections}
+        copies = {s: {**sections[s], "losses": terms} for s in ("trainer", "orchestrator")}
         return {**sections, "losses": terms, **copies}
 
     def grpo_overrides(self) -> dict[str, int | float]:
