@@ -88,6 +88,15 @@ def test_verified_and_flags_from_scripted_answers(tasks, scorer, tmp_path):
     t0, t1 = (t.id for t in tasks)
     assert (per[t0]["pass1"], per[t0]["verified"], per[t0]["c"]) == (0, 1, 1)
     assert (per[t1]["pass1"], per[t1]["policy_c"]) == (1, 1)
+    records = read_jsonl(tmp_path / "s.jsonl")
+    greedy = {r["task_id"]: r["score"] for r in records if r["kind"] == "greedy"}
+    for t in (t0, t1):  # the stages and dense reward the real scorer gave each greedy completion
+        assert (per[t]["compiles"], per[t]["runs"]) == (int(greedy[t]["compiles"]), int(greedy[t]["runs"]))
+        assert per[t]["reward"] == round(greedy[t]["score"], 6)
+    assert (per[t1]["compiles"], per[t1]["runs"], per[t0]["runs"]) == (1, 1, 0)
+    policy0 = [r["score"]["score"] for r in records if r["kind"] == "policy" and r["task_id"] == t0]
+    assert per[t0]["policy_reward"] == pytest.approx(sum(policy0) / 2, abs=1e-6)
+    assert cell["reward_scheme"] == greedy[t1]["scheme"]
     assert cell["policy_pass_pct"] == 75.0
     cheat = next(r for r in read_jsonl(tmp_path / "s.jsonl") if r["completion"] == CHEAT)
     assert cheat["score"]["flags"] and not cheat["score"]["exact"]

@@ -30,10 +30,24 @@ def test_invalid_arguments():
 
 
 def o(
-    tid, greedy, exact, runs=True, ratio=1.0, idiom=0.5, trunc=False, norm=None, kind=None, flagged=False, iso="strict"
+    tid,
+    greedy,
+    exact,
+    runs=True,
+    ratio=1.0,
+    idiom=0.5,
+    trunc=False,
+    norm=None,
+    kind=None,
+    flagged=False,
+    iso="strict",
+    compiles=None,
+    reward=0.0,
 ):
     kind = kind or ("greedy" if greedy else "sample")
-    return Outcome(tid, kind, runs, exact, exact if norm is None else norm, ratio, idiom, trunc, flagged, iso)
+    compiles = runs if compiles is None else compiles
+    norm = exact if norm is None else norm
+    return Outcome(tid, kind, runs, exact, norm, ratio, idiom, trunc, flagged, iso, compiles, reward)
 
 
 def test_cell_metrics():
@@ -117,3 +131,31 @@ def test_policy_samples_flags_and_isolation():
     assert m["isolation"] == "strict"
     mixed = cell_metrics(tasks, outs[:-1] + [o("b", False, True, kind="policy", iso="weak")], k=1)
     assert mixed["isolation"] == "mixed:strict,weak"
+
+
+def test_stages_and_dense_reward_per_task():
+    """Each task carries its greedy stages (compiles ⊇ runs ⊇ pass) and dense reward, and its policy
+    samples' stage counts and mean reward: the per-task numbers the pivot's paired tests compare."""
+    tasks = [task(t, family="f") for t in "abc"]
+    outs = [
+        o("a", True, False, runs=False, compiles=True, ratio=0.0, reward=0.3),
+        o("a", False, False, kind="policy", runs=False, compiles=False, reward=0.1),
+        o("a", False, False, kind="policy", runs=True, ratio=0.95, reward=0.6),
+        o("b", True, False, runs=False, compiles=False, ratio=0.0, reward=0.05),
+        o("b", False, False, kind="policy", runs=False, compiles=True, reward=0.2),
+        o("b", False, False, kind="policy", runs=False, compiles=True, reward=0.4),
+        o("c", True, True, reward=1.0),
+        o("c", False, True, kind="policy", reward=1.0),
+        o("c", False, True, kind="policy", reward=1.0),
+    ]
+    m = cell_metrics(tasks, outs, k=1)
+    a, b, c = (m["per_task"][t] for t in "abc")
+    assert [(r["compiles"], r["runs"], r["pass1"]) for r in (a, b, c)] == [(1, 0, 0), (0, 0, 0), (1, 1, 1)]
+    assert (a["reward"], b["reward"], c["reward"]) == (0.3, 0.05, 1.0)
+    assert (a["policy_compiles"], a["policy_runs"], a["policy_reward"]) == (1, 1, pytest.approx(0.35))
+    assert (b["policy_compiles"], b["policy_runs"], b["policy_reward"]) == (2, 0, pytest.approx(0.3))
+    assert (m["compiles"], m["compile_pct"], m["runs"]) == (2, pytest.approx(66.67), 1)
+    assert m["reward_mean"] == pytest.approx((0.3 + 0.05 + 1.0) / 3, abs=1e-4)
+    assert m["policy_compile_pct"] == pytest.approx(100 * (0.5 + 1 + 1) / 3, abs=0.01)
+    assert m["policy_run_pct"] == pytest.approx(100 * (0.5 + 0 + 1) / 3, abs=0.01)
+    assert m["policy_reward_mean"] == pytest.approx((0.35 + 0.3 + 1.0) / 3, abs=1e-4)

@@ -63,6 +63,8 @@ def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) 
                     truncated=c.truncated,
                     flagged=bool(s.flags),
                     isolation=s.isolation,
+                    compiles=s.compiles,
+                    reward=s.score,
                 )
             )
             records.append(
@@ -77,7 +79,8 @@ def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) 
                     "score": s.to_dict(),
                 }
             )
-    return cell_metrics(tasks, outcomes, k), records
+    schemes = sorted({s.scheme for scores in scored for s in scores})
+    return {**cell_metrics(tasks, outcomes, k), "reward_scheme": "+".join(schemes)}, records
 
 
 def cell_tasks(tasks: list[Task], split: str, cfg: EvalConfig) -> list[Task]:

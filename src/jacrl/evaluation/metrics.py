@@ -1,10 +1,11 @@
 """Aggregate scored completions of one eval cell into its metrics.
 
-Each task gets one greedy completion (pass@1, run %, near-pass, normalised-whitespace pass,
-output similarity, idiom), n samples at the eval temperature (pass@k with the unbiased
+Each task gets one greedy completion (compile %, run %, near-pass, pass@1, normalised-whitespace
+pass, output similarity, idiom and the dense reward: a small model moves the early stages long
+before pass@1), n samples at the eval temperature (pass@k with the unbiased
 estimator, and verified@n: the first sample that compiles and runs, chosen without looking at
 the expected output) and, optionally, samples at the GRPO sampling temperature (the sampled
-pass rate GRPO optimises). Truncation is measured over every completion; every pass is checked
+pass rate GRPO optimises, with its compile and run rates and mean reward). Truncation is measured over every completion; every pass is checked
 for the reward's audit flags, and the sandbox isolation of every score is recorded.
 """
 
@@ -36,6 +37,8 @@ class Outcome:
     truncated: bool
     flagged: bool = False  # the body uses a risky capability (reward audit flags)
     isolation: str = ""  # the sandbox level the score was obtained under
+    compiles: bool = False  # the body parses (or runs): the first stage a small model moves
+    reward: float = 0.0  # the dense reward (`reward.scheme`) the score carries: what GRPO optimises
 
 
 def _group(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
@@ -61,19 +64,34 @@ def verified(greedy: Outcome, samples: list[Outcome]) -> bool:
     return bool(first and first.exact)
 
 
+def near_pass(o: Outcome) -> bool:
+    """Runs, and its output is close to the expected one without matching it."""
+    return o.runs and not o.exact and o.output_ratio >= NEAR_PASS
+
+
 def task_record(task: Task, kinds: dict[str, list[Outcome]], k: int) -> dict:
+    """One task's outcomes: the greedy completion's stages (compiles, runs, near, pass1) and dense
+    reward, the eval samples' counts, and the policy samples' counts per stage and mean reward (the
+    per-task numbers the pivot's paired tests compare between conditions)."""
     g, s, p = kinds["greedy"][0], kinds["sample"], kinds["policy"]
     n, c = len(s), sum(o.exact for o in s)
     passk = pass_at_k(n, c, min(k, n)) if n else float(g.exact)
     return {
         "family": task.family,
+        "compiles": int(g.compiles),
+        "runs": int(g.runs),
+        "near": int(near_pass(g)),
         "pass1": int(g.exact),
+        "reward": round(g.reward, 6),
         "n": n,
         "c": c,
         "passk": round(passk, 6),
         "verified": int(verified(g, s)),
         "policy_n": len(p),
         "policy_c": sum(o.exact for o in p),
+        "policy_compiles": sum(o.compiles for o in p),
+        "policy_runs": sum(o.runs for o in p),
+        "policy_reward": round(fmean(o.reward for o in p), 6) if p else None,
         "idiom": round(g.idiom, 6),
     }
 
@@ -95,19 +113,22 @@ def cell_metrics(tasks: list[Task], outcomes: list[Outcome], k: int) -> dict:
     gs = [by_task[t.id]["greedy"][0] for t in tasks]
     n_tasks = len(gs)
     pct = lambda x: round(100.0 * x / n_tasks, 2) if n_tasks else 0.0  # noqa: E731
-    runs, pass1 = sum(o.runs for o in gs), sum(o.exact for o in gs)
-    near = sum(o.runs and not o.exact and o.output_ratio >= NEAR_PASS for o in gs)
-    policy = [r["policy_c"] / r["policy_n"] for r in per_task.values() if r["policy_n"]]
+    compiles, runs, pass1 = sum(o.compiles for o in gs), sum(o.runs for o in gs), sum(o.exact for o in gs)
+    near = sum(near_pass(o) for o in gs)
+    sampled = [r for r in per_task.values() if r["policy_n"]]
+    policy_rate = lambda key: round(100.0 * fmean(r[key] / r["policy_n"] for r in sampled), 2) if sampled else None  # noqa: E731
     passes = [o for o in outcomes if o.exact]
     return {
         "tasks": n_tasks,
         "samples": max((p["n"] for p in per_task.values()), default=0),
         "k": k,
+        "compiles": compiles,
         "runs": runs,
         "pass1": pass1,
         "near_pass": near,
         "norm_pass": sum(o.norm_exact for o in gs),
         "verified": sum(r["verified"] for r in per_task.values()),
+        "compile_pct": pct(compiles),
         "run_pct": pct(runs),
         "pass1_pct": pct(pass1),
         "passk_pct": round(100.0 * fmean(p["passk"] for p in per_task.values()), 2) if per_task else 0.0,
@@ -115,7 +136,11 @@ def cell_metrics(tasks: list[Task], outcomes: list[Outcome], k: int) -> dict:
         "near_pct": pct(near),
         "norm_pct": pct(sum(o.norm_exact for o in gs)),
         "policy_samples": max((p["policy_n"] for p in per_task.values()), default=0),
-        "policy_pass_pct": round(100.0 * fmean(policy), 2) if policy else None,
+        "policy_pass_pct": policy_rate("policy_c"),
+        "policy_compile_pct": policy_rate("policy_compiles"),
+        "policy_run_pct": policy_rate("policy_runs"),
+        "reward_mean": round(fmean(o.reward for o in gs), 4) if gs else 0.0,
+        "policy_reward_mean": round(fmean(r["policy_reward"] for r in sampled), 4) if sampled else None,
         "avg_osim": round(fmean(o.output_ratio for o in gs), 4) if gs else 0.0,
         "avg_idiom": round(fmean(o.idiom for o in gs), 4) if gs else 0.0,
         "trunc_rate": round(fmean(o.truncated for o in outcomes), 4) if outcomes else 0.0,
