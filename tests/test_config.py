@@ -140,6 +140,7 @@ def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_le
                 "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}],
                 "orchestrator": {"train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["echo"]}]}},
                 "opd": {"losses": []},
+                "ladder": {"conditions": ["base", "opd"]},
             },
             r"opd.losses does not fit the other loss keys \(orchestrator\).*enabled_losses names 'echo'",
         ),
@@ -148,6 +149,13 @@ def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_le
 def test_opd_terms_that_do_not_fit_are_refused_at_load(data, needle):
     with pytest.raises(ConfigError, match=needle):
         load_config(data)
+
+
+def test_opd_terms_are_not_checked_where_no_opd_cell_is_selected():
+    """An env naming `rl` beside `opd.losses: []` (config.yaml's) is a run that never starts an opd job."""
+    envs = {"train": {"env": [{"id": "jac", "name": "a", "enabled_losses": ["rl"]}]}}
+    cfg = load_config({"orchestrator": envs, "opd": {"losses": []}})
+    assert "opd" not in cfg.ladder.conditions
 
 
 @pytest.mark.parametrize(

@@ -195,8 +195,10 @@ class Config(LossFrameworkConfig):
     @model_validator(mode="after")
     def _opd_terms_fit(self) -> Config:
         """The opd job's own terms load beside the run's other loss keys (the envs' `enabled_losses` name
-        terms): refused here, at `snakemake -n`, not when the job starts."""
-        if self.opd.losses is None:
+        terms): refused here, at `snakemake -n`, not when the job starts. Checked only where the opd
+        condition is selected: its terms are the divergence's alone, which an env naming `rl` does not
+        fit, and a run without opd cells must not be refused for a job it never starts."""
+        if self.opd.losses is None or OPD_CONDITION not in self.ladder.conditions:
             return self
         job = self.grpo_job_config(None, opd=True)
         try:

@@ -1,0 +1,50 @@
+"""Every shipped configuration plans the way a user runs it: layered over config.yaml by
+`snakemake -n <targets> --configfile <file>` (targets first: --configfile takes every word after it)."""
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+SHIPPED = sorted([*REPO.glob("configs/*.yaml"), *REPO.glob("examples/losses/*.yaml")])
+TARGETS = ["results/rl_ladder.jsonl", "results/ladder.md"]
+SELECTIONS = {
+    "smart-plan": 'ladder={"plan": "smart"}',
+    "opd-selection": 'ladder={"conditions": ["base", "opd"], "rungs": [1]}',
+}
+
+
+def plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [SNAKEMAKE, *TARGETS, "-n", "--forceall", "--quiet", "rules", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+@pytest.fixture(scope="module")
+def plans() -> dict[str, subprocess.CompletedProcess]:
+    """Every dry run, side by side on the machine's cores: each is a separate snakemake process."""
+    runs = {p.relative_to(REPO).as_posix(): ("--configfile", p.relative_to(REPO).as_posix()) for p in SHIPPED}
+    runs |= {name: ("--config", value) for name, value in SELECTIONS.items()}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        done = dict(zip(runs, pool.map(lambda args: plan(*args), runs.values())))
+    return done
+
+
+def test_every_shipped_file_is_covered():
+    assert len([p for p in SHIPPED if p.parent.name == "losses"]) == 8 and len(SHIPPED) >= 11
+
+
+@pytest.mark.parametrize("name", [*(p.relative_to(REPO).as_posix() for p in SHIPPED), *SELECTIONS])
+def test_a_shipped_config_plans_over_config_yaml(plans, name):
+    proc = plans[name]
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "rl_ladder" in proc.stdout or "smoke" in proc.stdout
