@@ -2,6 +2,7 @@
 
 import logging
 import typing
+from pathlib import Path
 
 import pytest
 import yaml
@@ -221,3 +222,27 @@ def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog
         == 0.2
     )
     assert said() == []
+
+
+def test_the_source_grid_over_config_yaml_is_the_sources():
+    """configs/source_grid.yaml merged over config.yaml as `--configfile` merges it (Snakemake's
+    recursive update): the keys that make it the source's grid, none inherited from the tiny ladder."""
+    from snakemake.utils import update_config
+
+    root = Path(__file__).resolve().parents[1]
+    merged = yaml.safe_load((root / "config.yaml").read_text())
+    update_config(merged, yaml.safe_load((root / "configs/source_grid.yaml").read_text()))
+    cfg = load_config(merged)
+    assert cfg.rungs == [1, 3, 5, 10, 20, "all"] and [m.name for m in cfg.models] == ["qwen3coder", "jac-qwen3coder"]
+    assert cfg.ladder.conditions == ["base", "sft", "sft_grpo", "raw_grpo"] and cfg.ladder.splits == ["gen", "mem"]
+    assert (cfg.eval.n, cfg.eval.k, cfg.eval.temperature, cfg.eval.max_tokens) == (8, 8, 1.0, 256)
+    assert cfg.eval.sample_splits == ["gen"] and cfg.eval.mem_max_tasks is None and cfg.eval.policy_n == 0
+    assert cfg.reward.scheme == "dense_v2" and cfg.grpo.reference == "base"
+    g = cfg.grpo
+    assert (g.iters, g.lr, g.group_size, g.max_completion, g.max_seq, g.temperature) == (200, 1e-6, 4, 256, 1280, 1.0)
+    assert (g.lora_layers, g.lora_rank, g.lora_scale, g.save_every) == (8, 8, 10.0, 50)
+    assert [(t.type, getattr(t, "beta", None)) for t in cfg.losses] == [("rl", None), ("ref_kl", 0.04)]
+    tuned = cfg.grpo_arms["tuned"].grpo
+    assert (tuned.iters, tuned.lr) == (500, 1e-5)
+    s = cfg.sft
+    assert (s.lr, s.rank, s.scale, s.dropout, s.layers, s.lr_schedule) == (2e-5, 16, 2.0, 0.05, 16, "cosine")
