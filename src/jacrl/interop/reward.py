@@ -1,16 +1,26 @@
-"""The scorer as other trainers' reward functions.
+"""The scorer as other trainers' reward functions, all over one `JacReward` (one RewardScorer:
+its sandbox, threads and cache) and one split of a score into parts (`components`).
 
+* TRL: `JacReward(...)` is a `(prompts, completions, **columns) -> list[float]` callable (the
+  total); `reward.component_funcs()` / `reward.component_weights()` are the same score as one
+  function per component, for `reward_funcs=` and `GRPOConfig(reward_weights=)`. The task id
+  comes from the `task_id`, `id` or `answer` column. Thread-safe: a batch is scored once however
+  many of its functions ask (TRL calls each in turn, or concurrently when async).
 * mlx-lm-lora: `jac_behavioral(prompts=, completions=, answer=, types=) -> list[float]`,
-  registered under that name when `mlx_lm_lora` is importable. `answer` carries the task
-  id (or the source project's JSON answer with an "id" key). Point its trainer here with
-  `--reward-functions-file src/jacrl/interop/reward.py --reward-functions jac_behavioral`
-  (it loads this file by path, so imports below are absolute and `src/` is put on sys.path).
-* TRL: `JacReward(...)` is a `(prompts, completions, **kwargs) -> list[float]` callable; the
-  task id comes from the `task_id`, `id` or `answer` dataset column.
+  registered under that name when `mlx_lm_lora` is importable. `answer` carries the task id (or
+  the source project's JSON answer with an "id" key). Point its trainer here with
+  `--reward-functions-file src/jacrl/interop/reward.py --reward-functions jac_behavioral`.
+* verl: `compute_score(data_source, solution_str, ground_truth, extra_info)` (its naive reward
+  manager) and `compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos)` (its
+  batch manager) give `{"score": total, <component>: value, ...}`; the task id is
+  `extra_info["task_id"]`, as the verl parquet export writes it. Point `custom_reward_function.path`
+  here.
 
-Both read the tasks from $JACRL_TASKS (default dataset/rl/tasks.jsonl) and the reward
-config from $JACRL_CONFIG (a YAML with a `reward:` section; default config.yaml if present).
-The breakdowns of the last call are kept in `.last_scores` for audit files.
+mlx-lm-lora and verl load this file by path, so imports below are absolute and `src/` is put on
+sys.path. The module-level functions read the tasks from $JACRL_TASKS (default
+dataset/rl/tasks.jsonl) and the reward config from $JACRL_CONFIG (a YAML with a `reward:`
+section; default config.yaml if present). The breakdowns of the last call are kept in
+`.last_scores` for audit files.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 try:
@@ -25,9 +37,11 @@ try:
 except ImportError:  # loaded by file path from a trainer that does not have src/ on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from jacrl.interop.components import Component, components, total, values  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.reward.config import RewardConfig, load_reward_config  # noqa: E402
 from jacrl.reward.score import Score  # noqa: E402
+from jacrl.tasks.record import Task  # noqa: E402
 
 DEFAULT_TASKS = "dataset/rl/tasks.jsonl"
 
@@ -42,68 +56,128 @@ def task_id_of(answer: object) -> str:
     return text
 
 
+def _field(message: object, key: str, default: str = "") -> object:
+    """A message's field: dict messages (TRL) and message objects (verifiers' pydantic ones)."""
+    if isinstance(message, dict):
+        return message.get(key, default)
+    return getattr(message, key, default)
+
+
 def completion_text(completion: object) -> str:
-    """A completion as text: plain strings, or TRL's conversational list of messages."""
+    """A completion as text: plain strings, or a conversational list of (assistant) messages."""
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
+    if completion is None:
+        return ""
     if isinstance(completion, (list, tuple)):
-        parts = [m for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
-        return "\n".join(str(m.get("content", "")) for m in parts)
-    return str(completion)
+        turns = [m for m in completion if _field(m, "role", "assistant") == "assistant"]
+        return "\n".join(str(_field(m, "content") or "") for m in turns)
+    return str(_field(completion, "content") or "")
+
+
+def default_config() -> str | None:
+    """$JACRL_CONFIG, else ./config.yaml when there is one, else None (the reward's defaults)."""
+    env = os.environ.get("JACRL_CONFIG")
+    return env if env else ("config.yaml" if Path("config.yaml").exists() else None)
 
 
 class JacReward:
-    """A reward callable over a lazily built RewardScorer."""
+    """Our reward for other trainers: a lazily built RewardScorer, each batch scored once (the
+    last batch is kept, so every component function of one batch reuses its scores)."""
 
     __name__ = "jac_behavioral"
 
     def __init__(
         self,
-        tasks: str | Path | None = None,
+        tasks: dict[str, Task] | str | Path | None = None,
         config: RewardConfig | dict | str | Path | None = None,
         threads: int | None = None,
     ):
+        cfg = config if config is not None else default_config()
+        self.config = cfg if isinstance(cfg, RewardConfig) else load_reward_config(cfg)
+        self.parts: tuple[Component, ...] = components(self.config)
         self._tasks = tasks
-        self._config = config
         self._threads = threads
         self._scorer: RewardScorer | None = None
+        self._lock = threading.Lock()
+        self._last: tuple[tuple, list[Score]] | None = None
         self.last_scores: list[Score] = []
 
     @property
     def scorer(self) -> RewardScorer:
         if self._scorer is None:
-            cfg = self._config
-            if cfg is None:
-                env = os.environ.get("JACRL_CONFIG")
-                cfg = env if env else ("config.yaml" if Path("config.yaml").exists() else None)
-            cfg = cfg if isinstance(cfg, RewardConfig) else load_reward_config(cfg)
             tasks = self._tasks or os.environ.get("JACRL_TASKS", DEFAULT_TASKS)
-            self._scorer = RewardScorer(cfg, tasks=tasks, threads=self._threads)
+            self._scorer = RewardScorer(self.config, tasks=tasks, threads=self._threads)
         return self._scorer
 
-    def score(self, task_ids: list[str], completions: list[object]) -> list[float]:
-        scores = self.scorer.score_batch(task_ids, [completion_text(c) for c in completions])
-        self.last_scores = scores
-        return [s.score for s in scores]
+    def scores(self, task_ids: Sequence[str], completions: Sequence[object]) -> list[Score]:
+        """One Score per completion of `task_ids[i]`; a batch asked for again is not rescored."""
+        texts = [completion_text(c) for c in completions]
+        key = (tuple(task_ids), tuple(texts))
+        with self._lock:
+            if self._last is None or self._last[0] != key:
+                self._last = (key, self.scorer.score_batch(list(task_ids), texts))
+            self.last_scores = self._last[1]
+            return self._last[1]
+
+    def score(self, task_ids: Sequence[str], completions: Sequence[object]) -> list[float]:
+        return [s.score for s in self.scores(task_ids, completions)]
+
+    def total(self, score: Score) -> float:
+        """The components' weighted sum: `score.score` itself (components.py says why)."""
+        return total(score, self.parts)
+
+    def breakdown(self, score: Score) -> dict[str, float]:
+        """`{"score": total, <component>: unweighted value, ...}` of one score."""
+        return {"score": score.score, **values(score, self.parts)}
 
     def __call__(self, prompts=None, completions=None, **kwargs) -> list[float]:
         completions = list(completions or [])
-        ids = kwargs.get("task_id") or kwargs.get("id") or kwargs.get("answer")
+        return self.score(self.ids_of(kwargs, len(completions)), completions)
+
+    @staticmethod
+    def ids_of(columns: dict, n: int) -> list[str]:
+        """Each completion's task id from a trainer's `task_id`, `id` or `answer` column."""
+        ids = columns.get("task_id") or columns.get("id") or columns.get("answer")
         if ids is None:
             raise ValueError("JacReward needs a task_id, id or answer column naming each completion's task")
         if isinstance(ids, (str, dict)):
-            ids = [ids] * len(completions)
-        return self.score([task_id_of(a) for a in ids], completions)
+            ids = [ids] * n
+        return [task_id_of(a) for a in ids]
+
+    def component_funcs(self) -> list[Callable[..., list[float]]]:
+        """One TRL reward function per component (named `jac_<component>`), over this reward's
+        scores; weight them with `component_weights()`."""
+        return [self._component_func(c) for c in self.parts]
+
+    def component_weights(self) -> list[float]:
+        return [c.weight for c in self.parts]
+
+    def _component_func(self, part: Component) -> Callable[..., list[float]]:
+        def func(prompts=None, completions=None, **kwargs) -> list[float]:
+            completions = list(completions or [])
+            return [part.value(s) for s in self.scores(self.ids_of(kwargs, len(completions)), completions)]
+
+        func.__name__ = func.__qualname__ = f"jac_{part.name}"
+        return func
 
     def close(self) -> None:
-        if self._scorer is not None:
-            self._scorer.close()
-            self._scorer = None
+        with self._lock:
+            if self._scorer is not None:
+                self._scorer.close()
+                self._scorer = None
+            self._last = None
 
 
-_shared = JacReward()
+_shared: JacReward | None = None
+
+
+def shared() -> JacReward:
+    """The module's own JacReward (tasks and config from the environment), built on first use."""
+    global _shared
+    if _shared is None:
+        _shared = JacReward()
+    return _shared
 
 
 def jac_behavioral(prompts=None, completions=None, answer=None, types=None) -> list[float]:
@@ -114,12 +188,34 @@ def jac_behavioral(prompts=None, completions=None, answer=None, types=None) -> l
         answers = answers * len(completions)
     if len(answers) != len(completions):
         raise ValueError(f"jac_behavioral: {len(completions)} completions but {len(answers)} answers")
-    scores = _shared.score([task_id_of(a) for a in answers], completions)
-    jac_behavioral.last_scores = _shared.last_scores
+    reward = shared()
+    scores = reward.score([task_id_of(a) for a in answers], completions)
+    jac_behavioral.last_scores = reward.last_scores
     return scores
 
 
 jac_behavioral.last_scores = []
+
+
+def _verl_task_id(extra_info: object) -> str:
+    if not isinstance(extra_info, dict) or "task_id" not in extra_info:
+        raise ValueError(
+            "compute_score: extra_info has no task_id (rows exported by `python -m jacrl.interop.export` carry it)"
+        )
+    return str(extra_info["task_id"])
+
+
+def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs) -> list[dict]:
+    """verl's batch reward manager: one `{"score": ..., <component>: ...}` per solution, scored in
+    one batch; `ground_truths` (the expected stdout) is not needed, the task record has it."""
+    reward = shared()
+    scores = reward.scores([_verl_task_id(e) for e in extra_infos], list(solution_strs))
+    return [reward.breakdown(s) for s in scores]
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
+    """verl's naive reward manager: one solution's `{"score": ..., <component>: ...}`."""
+    return compute_score_batch([data_source], [solution_str], [ground_truth], [extra_info])[0]
 
 
 def register_mlx() -> bool:
