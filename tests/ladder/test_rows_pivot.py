@@ -5,17 +5,33 @@ from pathlib import Path
 import pytest
 
 from jacrl.io import read_jsonl
-from jacrl.ladder.pivot import show_ladder
+from jacrl.ladder.pivot import ABSENT, paired_tests, pivot_tables, rows_frame, sampled_text, show_ladder
 from jacrl.ladder.rows import build_rows, write_ladder
 
 FIX = Path(__file__).parent / "fixtures"
 TASKS = [f"h{i}" for i in range(6)]
 
 
-def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict"):
+def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict", compiles=None, stages=True):
+    """A cell as `evaluate_cell` writes it; its greedy completions compile on `compiles` (a superset
+    of `passes`), run on those plus one, and score 0.1 · compiles + 0.2 · runs + 0.7 · pass. With
+    `stages` off, a cell from before cells recorded per-task stages."""
     policy = policy or {}
+    compiles = set(passes) | set(compiles or ())
+    runs = set(passes) | ({min(set(compiles) - set(passes))} if set(compiles) - set(passes) else set())
+    reward = lambda i: round(0.1 * (i in compiles) + 0.2 * (i in runs) + 0.7 * (i in passes), 6)  # noqa: E731
+    staged = lambda i: {  # noqa: E731
+        "compiles": int(i in compiles),
+        "runs": int(i in runs),
+        "near": 0,
+        "reward": reward(i),
+        "policy_compiles": min(4, policy.get(i, 0) + 2) if policy else 0,
+        "policy_runs": policy.get(i, 0) if policy else 0,
+        "policy_reward": round(0.25 * policy.get(i, 0), 6) if policy else None,
+    }
     per_task = {
         t: {
+            **(staged(i) if stages else {}),
             "family": "fa" if i < 3 else "fb",
             "pass1": int(i in passes),
             "n": 2,
@@ -29,7 +45,19 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict")
         for i, t in enumerate(TASKS)
     }
     p = len(passes)
+    stage_totals = {
+        "compiles": len(compiles),
+        "compile_pct": round(100 * len(compiles) / 6, 2),
+        "reward_mean": round(sum(map(reward, range(6))) / 6, 4),
+        "reward_scheme": "tiered",
+        "policy_compile_pct": round(100 * sum(staged(i)["policy_compiles"] for i in range(6)) / 24, 2)
+        if policy
+        else None,
+        "policy_run_pct": round(100 * sum(policy.values()) / 24, 2) if policy else None,
+        "policy_reward_mean": round(sum(0.25 * v for v in policy.values()) / 6, 4) if policy else None,
+    }
     return {
+        **(stage_totals if stages else {}),
         "rung": rung,
         "model": "tiny",
         "cond": cond,
@@ -39,12 +67,12 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict")
         "k": 2,
         "temperature": 0.8,
         "policy_temperature": 0.3 if policy else None,
-        "runs": p + 1,
+        "runs": len(runs) if stages else p + 1,
         "pass1": p,
         "near_pass": 0,
         "norm_pass": p,
         "verified": p,
-        "run_pct": round(100 * (p + 1) / 6, 2),
+        "run_pct": round(100 * (len(runs) if stages else p + 1) / 6, 2),
         "pass1_pct": round(100 * p / 6, 2),
         "passk_pct": round(100 * p / 6, 2),
         "verified_pct": round(100 * p / 6, 2),
@@ -68,9 +96,9 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict")
 
 CELLS = [
     cell("1", "base", "gen", {0}),
-    cell("1", "sft", "gen", {0, 1}, idiom=0.5),
-    cell("1", "sft_grpo", "gen", {0, 1, 2, 3}),
-    cell("3", "sft", "gen", {0, 1, 2}),
+    cell("1", "sft", "gen", {0, 1}, idiom=0.5, compiles={2, 3, 4, 5}),
+    cell("1", "sft_grpo", "gen", {0, 1, 2, 3}, compiles={4, 5}),
+    cell("3", "sft", "gen", {0, 1, 2}, stages=False),  # a row from before cells recorded stages
     cell("1", "base", "mem", {0}),
     cell("1", "sft", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 1, 1: 2, 2: 1, 3: 0, 4: 1, 5: 2}),
     cell("1", "sft_grpo", "mem", {0, 1, 2, 3, 4, 5}, policy={0: 3, 1: 4, 2: 2, 3: 1, 4: 1, 5: 4}, isolation="weak"),
@@ -129,4 +157,53 @@ def test_a_greedy_only_cell_shows_no_pass_at_k_or_verified():
         == "greedy 10.0 [4–19] · pass@2 (T 0.8) 10.0 · verified@2 (T 0.8) 10.0 · near 2.0"
     )
     sampled = {**row, "samples": 2, "policy_samples": 4, "policy_temperature": 0.3, "policy_pass_pct": 25.0}
-    assert format_cell(pd.Series(sampled)).endswith("· near 2.0 · sampled (T 0.3) 25.0")
+    assert format_cell(pd.Series(sampled)).endswith("· near 2.0")  # the sampled stages have their own table
+    assert sampled_text(pd.Series(sampled)) == "compiles n/r · runs n/r · reward n/r · pass 25.0"
+    assert sampled_text(pd.Series(row)) == "no samples"
+
+
+def test_rows_carry_each_tasks_stages_and_old_rows_none():
+    rows = build_rows(CELLS)
+    sft = next(r for r in rows if r["tag"] == "r1/tiny/sft/gen")
+    assert sft["compiles_by_task"] == dict.fromkeys(TASKS, 1)
+    assert sft["runs_by_task"] == {t: int(i < 3) for i, t in enumerate(TASKS)}
+    assert sft["reward_by_task"]["h2"] == 0.3 and sft["reward_scheme"] == "tiered"
+    grpo_mem = next(r for r in rows if r["tag"] == "r1/tiny/sft_grpo/mem")
+    assert grpo_mem["policy_runs_by_task"]["h1"] == [4, 4] and grpo_mem["policy_reward_by_task"]["h1"] == 1.0
+    old = next(r for r in rows if r["tag"] == "r3/tiny/sft/gen")
+    assert "compiles_by_task" not in old and old["compile_pct"] is None and old["pass1_by_task"]
+
+
+def test_a_row_without_stages_shows_them_absent_not_zero():
+    df = rows_frame(build_rows(CELLS))
+    tables = pivot_tables(df)[("tiny", "gen")]
+    compiles, runs, reward = (t.loc["r3", "sft"] for t in list(tables.values())[:3])
+    assert (compiles, reward) == (ABSENT, ABSENT)
+    assert runs == "66.7 [30–90]"  # the old row's aggregate run count still gives its rate and CI
+    tests = paired_tests(df)
+    old = tests[(tests["rung"] == "r3") & (tests["cond"] == "sft")].set_index("metric")
+    assert (old.loc["greedy compiles", "p_value"], old.loc["greedy runs", "delta"]) == (ABSENT, 50.0)
+    assert old.loc["greedy pass@1", "wins"] == 2  # pass@1 per task was always recorded
+
+
+def test_every_stage_is_paired_tested_with_scipy():
+    """McNemar on the binary stages, the paired permutation test on the mean reward and the sampled
+    rates (against scipy's own exact permutation test), each with its mdd."""
+    from scipy.stats import permutation_test
+
+    df = rows_frame(build_rows(CELLS))
+    tests = paired_tests(df)
+    gen = tests[(tests["split"] == "gen") & (tests["rung"] == "r1") & (tests["cond"] == "sft_grpo")]
+    vs_sft = gen[gen["vs"] == "sft"].set_index("metric")
+    assert list(vs_sft.index) == ["greedy compiles", "greedy runs", "greedy reward", "greedy pass@1"]
+    assert vs_sft.loc["greedy runs", ["wins", "losses", "p_value"]].tolist() == [2, 0, 0.5]
+    a = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0])]
+    b = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0])]
+    exact = permutation_test((a, b), lambda x, y: sum(x - y) / 6, permutation_type="samples").pvalue
+    reward = vs_sft.loc["greedy reward"]
+    assert reward["p_value"] == pytest.approx(exact, abs=1e-4) and (reward["wins"], reward["losses"]) == (3, 0)
+    assert reward["unit"] == "reward" and reward["delta"] == 0.3 and reward["mdd"] > 0
+    mem = tests[(tests["split"] == "mem") & (tests["cond"] == "sft_grpo") & (tests["vs"] == "sft")]
+    sampled = mem[mem["metric"].str.startswith("sampled (T 0.3)")]
+    assert list(sampled["metric"].str.removeprefix("sampled (T 0.3) ")) == ["compiles", "runs", "reward", "pass"]
+    assert sampled["unit"].tolist() == ["%", "%", "reward", "%"] and (sampled["mdd"] != "none").all()

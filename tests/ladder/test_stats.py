@@ -9,8 +9,11 @@ from scipy.stats import binom, binomtest
 from jacrl.ladder.stats import (
     mcnemar_exact,
     mcnemar_power,
+    mean_interval,
     min_detectable_difference,
-    sign_test,
+    min_detectable_shift,
+    paired_permutation,
+    paired_t_power,
     wilson_half_width,
     wilson_interval,
 )
@@ -74,8 +77,50 @@ def test_min_detectable_difference():
     assert min_detectable_difference(2, 0.0) is None  # two pairs can never reject at 0.05
 
 
-def test_sign_test_on_rates():
+def test_paired_permutation_is_exact_on_few_tasks():
+    # differences +0.5, +0.25, 0 (a tie), +0.5, 0: 3 nonzero, all positive; of the 2^5 sign patterns
+    # (the zeros' flips change nothing) those with a mean at least as far from 0 are 2 x 4 of 32
     a = {"t0": 0.75, "t1": 0.5, "t2": 0.25, "t3": 1.0, "t4": 0.0}
-    b = {"t0": 0.25, "t1": 0.5, "t2": 0.0, "t3": 0.5, "t4": 0.0}
-    s = sign_test(a, b)
-    assert (s.n, s.only_a, s.only_b) == (5, 3, 0) and s.p_value == pytest.approx(0.25)
+    b = {"t0": 0.25, "t1": 0.25, "t2": 0.25, "t3": 0.5, "t4": 0.0}
+    s = paired_permutation(a, b)
+    assert (s.n, s.higher_a, s.higher_b) == (5, 3, 0) and s.mean_diff == pytest.approx(0.25)
+    assert s.p_value == pytest.approx(8 / 32)
+    assert paired_permutation(a, a).p_value == 1.0
+    flipped = paired_permutation(b, a)
+    assert (flipped.higher_a, flipped.higher_b, flipped.p_value) == (0, 3, s.p_value)
+
+
+def test_paired_permutation_finds_a_shift_under_many_ties():
+    """A bounded score at its floor on most tasks (ties at zero difference) still shows a real shift."""
+    rng = np.random.default_rng(1)
+    b = {f"t{i}": 0.0 for i in range(100)}
+    a = {t: float(rng.random() < 0.25) * 0.5 for t in b}  # a quarter of the tasks move to 0.5
+    assert paired_permutation(a, b).p_value < 1e-3
+    assert paired_permutation({**b, "t0": 0.5}, b).p_value == pytest.approx(1.0)  # one task moved: no evidence
+
+
+def test_mean_interval_is_a_bootstrap_inside_the_observed_range():
+    values = [0.0] * 70 + [0.25] * 25 + [1.0] * 5
+    lo, hi = mean_interval(values)
+    assert 0.0 <= lo < np.mean(values) < hi <= 1.0
+    assert mean_interval(values) == (lo, hi)  # seeded
+    assert mean_interval([0.3, 0.3, 0.3]) == (0.3, 0.3) and mean_interval([0.3]) is None
+
+
+def test_min_detectable_shift_has_the_power_it_claims():
+    """The mdd of a per-task score: the permutation test run on simulated paired differences with
+    that mean and SD rejects about 80 % of the time (seeded; 3 standard errors)."""
+    n, sd, reps = 40, 0.3, 300
+    mdd = min_detectable_shift(n, sd)
+    assert paired_t_power(n, mdd, sd) == pytest.approx(0.8)
+    assert min_detectable_shift(160, sd) == pytest.approx(mdd / 2, rel=0.05)  # shrinks as 1/sqrt(n)
+    rng = np.random.default_rng(2)
+    hits = 0
+    for _ in range(reps):
+        d = rng.normal(mdd, sd, n)
+        hits += (
+            paired_permutation({str(i): v for i, v in enumerate(d)}, dict.fromkeys(map(str, range(n)), 0.0)).p_value
+            <= 0.05
+        )
+    assert abs(hits / reps - 0.8) < 3 * math.sqrt(0.8 * 0.2 / reps)
+    assert min_detectable_shift(40, 0.0) is None and min_detectable_shift(1, 0.3) is None

@@ -18,21 +18,30 @@ def test_ladder_page_shows_the_pivot_and_the_paired_tests(cells, tmp_path):
     rows = build_rows(cells)
     write_jsonl(tmp_path / "rl_ladder.jsonl", rows)
     assert write_ladder_html(tmp_path / "rl_ladder.jsonl", tmp_path / "ladder.html") == len(cells)
-    page = Page((tmp_path / "ladder.html").read_text())
+    html = (tmp_path / "ladder.html").read_text()
+    page = Page(html)
     df = rows_frame(rows)
-    pivots = list(pivot_tables(df).values())
+    by_split = pivot_tables(df)
+    pivots = [t for tables in by_split.values() for t in tables.values()]
     shown = [t for name, t in page.tables.items() if name.startswith("table")]
-    assert len(shown) == len(pivots) == 2
+    # gen: compiles, runs, reward, pass@1 and the sampled stages; mem (no policy samples): the first four
+    assert len(shown) == len(pivots) == 9
     for html_rows, frame in zip(shown, pivots):
         body = [r for r in html_rows if r and r[0] in frame.index]  # past pandas' header rows
         assert body == [[idx, *frame.loc[idx]] for idx in frame.index]
-    gen = pivots[0].loc["r1"]
+    titles = list(by_split[("tiny", "gen")])
+    assert titles[0].startswith("greedy compiles %") and titles[-1].startswith("sampled (T 0.3)")
+    assert all(f">{t}</h3>" in html for t in titles)
+    compiles, *_, gen, sampled = (t.loc["r1"] for t in by_split[("tiny", "gen")].values())
+    assert compiles["sft_grpo"] == "n/r"  # these cells predate per-task stages: absent, not zero
     assert gen["sft_grpo"].startswith("greedy 75.0 [") and "pass@2 (T 0.8) 75.0" in gen["sft_grpo"]
-    assert "verified@2 (T 0.8) 75.0" in gen["sft_grpo"] and "sampled (T 0.3)" in gen["sft_grpo"]
+    assert "verified@2 (T 0.8) 75.0" in gen["sft_grpo"] and sampled["sft_grpo"].endswith(
+        "pass 56.2"
+    )  # (4 + 3 + 2) / 16
     assert "flagged 33%" in gen["sft_grpo"] and "⚠ isolation weak" in gen["sft_grpo"]
     tests = page.tables["paired-tests"]
     assert tests[0] == list(paired_tests(df).columns) and len(tests) == 1 + len(paired_tests(df))
-    assert ["tiny", "gen", "r1", "sft_grpo", "sft", "sampled (T 0.3)"] in [r[:6] for r in tests]
+    assert ["tiny", "gen", "r1", "sft_grpo", "sft", "sampled (T 0.3) pass"] in [r[:6] for r in tests]
     numbers = page.tables["cells"]
     assert numbers[0][:5] == ["tag", "model", "split", "rung", "cond"] and len(numbers) == 1 + len(cells)
     assert {"greedy pass@1 %", "pass@k % (samples at T)", "T (eval samples)"} <= set(numbers[0])

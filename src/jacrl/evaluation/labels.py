@@ -18,13 +18,18 @@ GREEDY = "greedy pass@1"
 NEAR = "greedy near-pass"
 RUNS = "greedy runs"
 COLUMNS = {
+    "compile_pct": "greedy compiles %",
+    "run_pct": "greedy runs %",
+    "reward_mean": "greedy mean reward",
     "pass1_pct": "greedy pass@1 %",
     "passk_pct": "pass@k % (samples at T)",
     "verified_pct": "verified@n % (samples at T)",
     "near_pct": "greedy near-pass %",
     "norm_pct": "greedy norm-ws pass %",
-    "run_pct": "greedy runs %",
     "temperature": "T (eval samples)",
+    "policy_compile_pct": "sampled compiles % (at policy T)",
+    "policy_run_pct": "sampled runs % (at policy T)",
+    "policy_reward_mean": "sampled mean reward (at policy T)",
     "policy_pass_pct": "sampled pass % (at policy T)",
     "policy_temperature": "policy T (GRPO's)",
 }

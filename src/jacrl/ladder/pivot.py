@@ -1,50 +1,154 @@
-"""The pivot: rung × condition per model and split, with Wilson CIs and paired tests."""
+"""The pivot: rung × condition per model and split, on every stage a small model moves before it
+passes (compiles, runs, the dense reward, then pass@1; and the policy samples' rates), with CIs
+and paired tests on each."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pandas as pd
 
-from jacrl.evaluation.labels import GREEDY, metric_labels, policy_label
+from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label
 from jacrl.io import atomic_path, read_jsonl, write_text
 from jacrl.ladder.config import SPLITS, condition_order, condition_parts
 from jacrl.ladder.plan import plan_markdown
 from jacrl.ladder.rows import check_one_config, rung_sort_key
-from jacrl.ladder.stats import mcnemar_exact, min_detectable_difference, sign_test, wilson_half_width
+from jacrl.ladder.stats import (
+    mcnemar_exact,
+    mean_interval,
+    min_detectable_difference,
+    min_detectable_shift,
+    paired_permutation,
+    wilson_half_width,
+    wilson_interval,
+)
+
+ABSENT = "n/r"
+"""What a row built before cells recorded per-task stages shows for them: not recorded, not zero."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One metric the pivot shows and tests, and how a ladder row carries it."""
+
+    name: str  # its per-task map in the rows is `{name}_by_task`
+    label: str  # what it is; a sampled stage's label follows its `sampled (T t)`
+    column: str  # the row's aggregate: a % of tasks, or a mean score
+    kind: Literal["binary", "rate", "score"]  # per task: 0/1, [k, n] of the samples, or a float
+    ci: str | None = None  # prefix of the frame's CI columns (`{ci}_lo`, `{ci}_hi`); None: no CI
+    count: str | None = None  # the row's count of tasks (a binary stage's Wilson CI)
+
+    @property
+    def scale(self) -> int:
+        """Per-task value → the unit shown: rates in %, scores as they are."""
+        return 1 if self.kind == "score" else 100
+
+
+GREEDY_STAGES = (
+    Stage("compiles", "greedy compiles", "compile_pct", "binary", "compile_ci", "compiles"),
+    Stage("runs", RUNS, "run_pct", "binary", "run_ci", "runs"),
+    Stage("reward", "greedy reward", "reward_mean", "score", "reward_ci"),
+    Stage("pass1", GREEDY, "pass1_pct", "binary", "ci", "pass1"),
+)
+"""The greedy completion's stages in the order a small model moves them: pass@1 last."""
+SAMPLED_STAGES = (
+    Stage("policy_compiles", "compiles", "policy_compile_pct", "rate"),
+    Stage("policy_runs", "runs", "policy_run_pct", "rate"),
+    Stage("policy_reward", "reward", "policy_reward_mean", "score"),
+    Stage("policy", "pass", "policy_pass_pct", "rate"),
+)
+"""The policy samples' (at the GRPO temperature) per-task rates and mean reward."""
 
 CELL_LEGEND = (
-    "greedy = pass@1 % of the greedy completion [Wilson 95 % CI] · pass@k (T t) = pass@k % of the n samples at "
-    "the eval temperature t · verified@n (T t) = % whose first of those samples that compiles and runs passes "
-    "(both absent from greedy-only cells) · near = greedy near-pass % · sampled (T t) = sampled pass % at the "
-    "GRPO temperature t."
+    "one table per stage, in the order a small model moves them: greedy compiles % and runs % [Wilson 95 % CI], "
+    "greedy mean dense reward [percentile bootstrap 95 % CI over tasks], then greedy pass@1 % [Wilson 95 % CI] "
+    "with pass@k (T t) = pass@k % of the n samples at the eval temperature t, verified@n (T t) = % whose first "
+    "of those samples that compiles and runs passes (both absent from greedy-only cells) and near = greedy "
+    "near-pass %; sampled (T t) = the policy samples at the GRPO temperature t: each task's compiling, running "
+    f"and passing share averaged over tasks, and their mean reward. {ABSENT} = not recorded (a row from before "
+    "cells recorded per-task stages), not zero."
 )
 POWER_METHOD = (
-    "mdd = the smallest pass@1 difference the exact McNemar test detects with 80 % power at α = 0.05 on these "
-    "tasks: exact power of the conditional binomial test summed over the binomial number of discordant tasks, "
-    "with the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid."
+    "mdd = the smallest difference the test detects with 80 % power at α = 0.05 on these tasks. Binary stages "
+    "(exact McNemar): exact power of the conditional binomial test summed over the binomial number of discordant "
+    "tasks, the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid. "
+    "Scores and per-task rates (paired permutation test): the paired t-test's power (noncentral t) at the "
+    "observed SD of the per-task differences, which the permutation test on the mean matches at these sizes; "
+    "none = no spread in the differences to size it from."
 )
+TESTS_LEGEND = (
+    "Binary greedy stages (compiles, runs, pass@1): exact McNemar; wins = tasks the condition gets and the "
+    "reference does not, losses = the reverse. The mean reward and the sampled rates: two-sided paired "
+    "permutation test (sign flips of the per-task differences, 9999 seeded resamples, exact up to 13 tasks) on "
+    "the mean difference; wins / losses = tasks where the condition scores higher / lower, ties kept. value "
+    "(the condition's), ref (the reference's), Δ and mdd: in % and pp for a metric marked %, else in reward units. "
+    + POWER_METHOD
+    + f" {ABSENT}: a row from before per-task stages were recorded. A p-value above 0.05 with an mdd above the "
+    "effect you care about means too few tasks, not no effect."
+)
+STAGE_COLUMNS = [s.column for s in (*GREEDY_STAGES, *SAMPLED_STAGES)] + [s.count for s in GREEDY_STAGES if s.count]
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
+    """The rows as a frame, with each greedy stage's CI; stages a row does not record are NaN."""
     check_one_config(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
-    df["ci_lo"] = df["pass1_ci"].map(lambda c: 100 * c[0])
-    df["ci_hi"] = df["pass1_ci"].map(lambda c: 100 * c[1])
+    for col in [*STAGE_COLUMNS, "reward_scheme", *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES))]:
+        if col not in df:
+            df[col] = None
+    for stage in GREEDY_STAGES:
+        ci = df.apply(lambda r, s=stage: _interval(r, s), axis=1, result_type="expand")
+        df[f"{stage.ci}_lo"], df[f"{stage.ci}_hi"] = ci[0], ci[1]
     return df
 
 
+def _interval(r: pd.Series, stage: Stage) -> tuple[float, float]:
+    """A stage's 95 % CI in its shown unit (NaN when the row does not record the stage)."""
+    if stage.count is not None:
+        if pd.isna(r[stage.count]):
+            return (math.nan, math.nan)
+        lo, hi = wilson_interval(int(r[stage.count]), int(r["tasks"]))
+        return (100 * lo, 100 * hi)
+    values = by_task(r, stage)
+    ci = mean_interval(list(values.values())) if values else None
+    return ci if ci is not None else (math.nan, math.nan)
+
+
+def by_task(r: pd.Series, stage: Stage) -> dict[str, float] | None:
+    """A stage's per-task values in a row (a rate as k / n); None where the row does not record it."""
+    m = r.get(f"{stage.name}_by_task")
+    if not isinstance(m, dict) or not m:
+        return None
+    if stage.kind == "rate":
+        return {t: k / n for t, (k, n) in m.items()}
+    return {t: float(v) for t, v in m.items()}
+
+
+def stage_text(r: pd.Series, stage: Stage) -> str:
+    """A greedy stage's cell: its value and CI, or ABSENT."""
+    value = r.get(stage.column)
+    if value is None or pd.isna(value):
+        return ABSENT
+    digits = 1 if stage.kind != "score" else 3
+    lo, hi = r.get(f"{stage.ci}_lo"), r.get(f"{stage.ci}_hi")
+    if pd.isna(lo):
+        return f"{value:.{digits}f}"
+    ci_digits = 0 if stage.kind != "score" else 3
+    return f"{value:.{digits}f} [{lo:.{ci_digits}f}–{hi:.{ci_digits}f}]"
+
+
 def format_cell(r: pd.Series) -> str:
-    """One pivot cell: each number after its label (`jacrl.evaluation.labels`), greedy or sampled at which T."""
+    """The pass@1 table's cell: each number after its label (`jacrl.evaluation.labels`), greedy or sampled at which T."""
     labels = metric_labels(r)
     text = f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
     if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
         text += f" · {labels['passk_pct']} {r.passk_pct:.1f} · {labels['verified_pct']} {r.verified_pct:.1f}"
     text += f" · near {r.near_pct:.1f}"
-    if pd.notna(r.get("policy_pass_pct")):
-        text += f" · {policy_label(r.policy_temperature)} {r.policy_pass_pct:.1f}"
     if r.get("flagged_passes"):
         text += f" · flagged {100 * r.flagged_pass_share:.0f}%"
     if r.get("isolation") != "strict":
@@ -52,17 +156,51 @@ def format_cell(r: pd.Series) -> str:
     return text
 
 
-def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
-    """{(model, split): rung × condition table of formatted cells}."""
-    out = {}
-    for (model, split), part in df.groupby(["model", "split"], sort=True):
-        part = part.assign(text=part.apply(format_cell, axis=1))
-        t = part.pivot(index="rung", columns="cond", values="text")
-        t = t.reindex(sorted(t.index, key=rung_sort_key))
-        t = t[sorted(t.columns, key=condition_order)].fillna("—")
-        t.index = [f"r{r}" for r in t.index]
-        t.index.name = "rung"
-        out[(model, split)] = t
+def sampled_text(r: pd.Series) -> str:
+    """The sampled table's cell: the policy samples' compiling, running and passing shares and mean reward."""
+    if not r.get("policy_samples"):
+        return "no samples"
+    parts = []
+    for stage in SAMPLED_STAGES:
+        value = r.get(stage.column)
+        shown = ABSENT if value is None or pd.isna(value) else f"{value:.{3 if stage.kind == 'score' else 1}f}"
+        parts.append(f"{stage.label} {shown}")
+    return " · ".join(parts)
+
+
+def _pivot(part: pd.DataFrame, text: pd.Series) -> pd.DataFrame:
+    """Rung × condition of `text` (one string per row of `part`); — where the grid has no cell."""
+    t = part.assign(text=text).pivot(index="rung", columns="cond", values="text")
+    t = t.reindex(sorted(t.index, key=rung_sort_key))
+    t = t[sorted(t.columns, key=condition_order)].fillna("—")
+    t.index = [f"r{r}" for r in t.index]
+    t.index.name = "rung"
+    return t
+
+
+def stage_tables(part: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """One model and split's tables, titled: one per greedy stage, pass@1's with its sampled
+    companions, and the policy samples' stages where any cell drew them."""
+    scheme = next((s for s in part["reward_scheme"] if isinstance(s, str)), "dense reward")
+    titles = {
+        "compiles": "greedy compiles % [Wilson 95 % CI]",
+        "runs": "greedy runs % [Wilson 95 % CI]",
+        "reward": f"greedy mean reward ({scheme}) [percentile bootstrap 95 % CI over tasks]",
+    }
+    out = {titles[s.name]: _pivot(part, part.apply(stage_text, axis=1, stage=s)) for s in GREEDY_STAGES[:3]}
+    out["greedy pass@1 % [Wilson 95 % CI] · pass@k · verified@n · near-pass"] = _pivot(
+        part, part.apply(format_cell, axis=1)
+    )
+    temps = part["policy_temperature"].dropna()
+    if part["policy_samples"].fillna(0).astype(bool).any() and len(temps):
+        title = f"{policy_label(float(temps.iloc[0]))}: per-task compiles / runs / pass shares (%) and mean reward"
+        out[title] = _pivot(part, part.apply(sampled_text, axis=1))
+    return out
+
+
+def pivot_tables(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, pd.DataFrame]]:
+    """{(model, split): {title: rung × condition table}} (`stage_tables`), models then splits in order."""
+    out = {key: stage_tables(part) for key, part in df.groupby(["model", "split"], sort=True)}
     return dict(sorted(out.items(), key=lambda kv: (kv[0][0], SPLITS.index(kv[0][1]))))
 
 
@@ -84,56 +222,96 @@ def _references(part: pd.DataFrame, r: pd.Series) -> list[tuple[str, pd.Series]]
     return refs
 
 
-def _policy_rates(row: pd.Series) -> dict[str, float]:
-    by_task = row.get("policy_by_task")
-    return {t: c / n for t, (c, n) in by_task.items()} if isinstance(by_task, dict) else {}
+def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
+    """One stage's paired comparison of a row with its reference (`TESTS_LEGEND`); ABSENT where
+    either row does not record the stage per task (the aggregates still shown where they exist)."""
+    value, ref_value = (x.get(stage.column) for x in (r, ref))
+    known = [None if v is None or pd.isna(v) else float(v) for v in (value, ref_value)]
+    digits = 3 if stage.kind == "score" else 1
+    out = {
+        "metric": label,
+        "unit": "reward" if stage.kind == "score" else "%",
+        "value": ABSENT if known[0] is None else round(known[0], digits),
+        "ref": ABSENT if known[1] is None else round(known[1], digits),
+        "delta": ABSENT if None in known else round(known[0] - known[1], digits),
+    }
+    a, b = by_task(r, stage), by_task(ref, stage)
+    if a is None or b is None:
+        return {**out, **dict.fromkeys(("tasks", "wins", "losses", "p_value", "mdd"), ABSENT)}
+    if stage.kind == "binary":
+        m = mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()})
+        n, wins, losses, p = m.n, m.only_a, m.only_b, m.p_value
+        mdd = min_detectable_difference(n, (wins + losses) / n) if n else None
+    else:
+        s = paired_permutation(a, b)
+        n, wins, losses, p = s.n, s.higher_a, s.higher_b, s.p_value
+        mdd = min_detectable_shift(n, s.sd_diff)
+    shown = "none" if mdd is None else round(stage.scale * mdd, digits)
+    return {**out, "tasks": n, "wins": wins, "losses": losses, "p_value": round(p, 4), "mdd": shown}
 
 
 def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
+    """Every greedy stage, then (where both rows drew policy samples) every sampled one."""
     key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
-    m = mcnemar_exact(
-        {k: bool(v) for k, v in r["pass1_by_task"].items()}, {k: bool(v) for k, v in ref["pass1_by_task"].items()}
-    )
-    mdd = min_detectable_difference(m.n, (m.only_a + m.only_b) / m.n) if m.n else None
-    out = [
-        {
-            **key,
-            "metric": GREEDY,
-            "tasks": m.n,
-            "wins": m.only_a,
-            "losses": m.only_b,
-            "p_value": round(m.p_value, 4),
-            "mdd_pp": "none" if mdd is None else round(100 * mdd, 1),
-        }
-    ]
-    a, b = _policy_rates(r), _policy_rates(ref)
-    if a and b:
-        s = sign_test(a, b)
-        out.append(
-            {
-                **key,
-                "metric": policy_label(r["policy_temperature"]),
-                "tasks": s.n,
-                "wins": s.only_a,
-                "losses": s.only_b,
-                "p_value": round(s.p_value, 4),
-                "mdd_pp": None,
-            }
-        )
+    out = [{**key, **stage_test(r, ref, s, s.label)} for s in GREEDY_STAGES]
+    if by_task(r, SAMPLED_STAGES[-1]) and by_task(ref, SAMPLED_STAGES[-1]):
+        sampled = policy_label(r["policy_temperature"])
+        out += [{**key, **stage_test(r, ref, s, f"{sampled} {s.label}")} for s in SAMPLED_STAGES]
     return out
+
+
+TEST_COLUMNS = ["model", "split", "rung", "cond", "vs", "metric", "unit", "tasks"]
+TEST_COLUMNS += ["value", "ref", "delta", "wins", "losses", "p_value", "mdd"]
 
 
 def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
     """Every condition against `base` and `sft` (a named arm's also against the default arm's) on the
-    same tasks: exact McNemar on greedy pass@1 (with its minimum detectable difference) and a sign
-    test on the per-task sampled pass rate."""
+    same tasks, on every stage (`_comparisons`)."""
     rows = []
     for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
             for ref_name, ref in _references(part, r):
                 rows.extend(_comparisons(r, ref_name, ref))
-    cols = ["model", "split", "rung", "cond", "vs", "metric", "tasks", "wins", "losses", "p_value", "mdd_pp"]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=TEST_COLUMNS)
+
+
+def _test_line(r: pd.Series) -> dict[str, str]:
+    """One paired test as the markdown shows it: rates to 0.1 (%, pp), rewards to 0.001, Δ signed."""
+    digits = 3 if r["unit"] == "reward" else 1
+    num = lambda v, sign="": v if isinstance(v, str) else f"{v:{sign}.{digits}f}"  # noqa: E731
+    return {
+        "rung": r["rung"],
+        "cond": r["cond"],
+        "vs": r["vs"],
+        "metric": r["metric"] + (" %" if r["unit"] == "%" else ""),
+        "tasks": str(r["tasks"]),
+        "value": num(r["value"]),
+        "ref": num(r["ref"]),
+        "Δ": num(r["delta"], "+"),
+        "wins": str(r["wins"]),
+        "losses": str(r["losses"]),
+        "p": r["p_value"] if isinstance(r["p_value"], str) else f"{r['p_value']:.3g}",
+        "mdd (80 %)": num(r["mdd"]),
+    }
+
+
+RIGHT_OF_METRIC = ("left",) * 4 + ("right",) * 8
+"""The paired tests' markdown columns: the comparison and metric left, the numbers right."""
+
+
+def tests_markdown(tests: pd.DataFrame) -> list[str]:
+    """The paired tests as one table per model and split (those two in its heading), each
+    comparison's stages one after another."""
+    lines = ["## Paired comparisons (same tasks)", "", TESTS_LEGEND, ""]
+    for (model, split), part in tests.groupby(["model", "split"], sort=False):
+        table = pd.DataFrame([_test_line(r) for _, r in part.iterrows()])
+        lines += [
+            f"### {model} · {split}",
+            "",
+            table.to_markdown(index=False, disable_numparse=True, colalign=RIGHT_OF_METRIC),
+            "",
+        ]
+    return lines
 
 
 def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
@@ -153,100 +331,92 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
             f"±{100 * wilson_half_width(n):.1f} pp.",
             "",
         ]
-    for (model, split), t in pivot_tables(df).items():
+    for (model, split), tables in pivot_tables(df).items():
         n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
-        lines += [f"## {model} · {split} (n ≤ {n} tasks)", "", t.to_markdown(), ""]
+        lines += [f"## {model} · {split} (n ≤ {n} tasks)", ""]
+        for title, t in tables.items():
+            lines += [f"{title}:", "", t.to_markdown(), ""]
     tests = paired_tests(df)
     if len(tests):
-        lines += [
-            "## Paired comparisons (same tasks)",
-            "",
-            f"{GREEDY}: exact McNemar; wins = tasks the condition passes and the reference fails, losses = the "
-            "reverse. sampled (T t): exact sign test on each task's sampled pass rate; wins = tasks where it is "
-            f"higher. {POWER_METHOD} A p-value above 0.05 with an mdd above the effect you care about means "
-            "too few tasks, not no effect.",
-            "",
-            tests.astype({"mdd_pp": object}).fillna("—").to_markdown(index=False),
-            "",
-        ]
+        lines += tests_markdown(tests)
     return "\n".join(lines)
 
 
+CSV_COLUMNS = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "temperature"]
+CSV_COLUMNS += ["compile_pct", "compile_ci_lo", "compile_ci_hi", "run_pct", "run_ci_lo", "run_ci_hi"]
+CSV_COLUMNS += ["reward_scheme", "reward_mean", "reward_ci_lo", "reward_ci_hi", "pass1", "pass1_pct", "ci_lo", "ci_hi"]
+CSV_COLUMNS += ["passk_pct", "verified_pct", "near_pct", "norm_pct", "policy_temperature", "policy_compile_pct"]
+CSV_COLUMNS += ["policy_run_pct", "policy_reward_mean", "policy_pass_pct", "avg_osim", "avg_idiom"]
+CSV_COLUMNS += ["idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
+"""ladder.csv: the stages in the order a small model moves them, each after its CI; empty = not recorded."""
+
+
 def to_csv(df: pd.DataFrame) -> str:
-    cols = [
-        "tag",
-        "model",
-        "split",
-        "rung",
-        "cond",
-        "tasks",
-        "samples",
-        "k",
-        "temperature",
-        "pass1",
-        "pass1_pct",
-        "ci_lo",
-        "ci_hi",
-        "passk_pct",
-        "verified_pct",
-        "near_pct",
-        "norm_pct",
-        "run_pct",
-        "policy_temperature",
-        "policy_pass_pct",
-        "avg_osim",
-        "avg_idiom",
-        "idiom_delta_vs_base",
-        "trunc_rate",
-        "flagged_pass_share",
-        "isolation",
-    ]
-    return df[[c for c in cols if c in df.columns]].round(4).to_csv(index=False)
+    return df[[c for c in CSV_COLUMNS if c in df.columns]].round(4).to_csv(index=False)
+
+
+PANELS = {
+    "pass@1": (("pass1_pct", "ci", "-", "o", "greedy"), ("verified_pct", None, "--", "x", "verified")),
+    "stages": (("compile_pct", "compile_ci", "-", "o", "compiles"), ("run_pct", "run_ci", "--", "s", "runs")),
+    "reward": (("reward_mean", "reward_ci", "-", "o", "reward"),),
+}
+"""ladder.png's panel rows per model, and each one's lines: (column, CI prefix, line, marker, label)."""
+
+
+def _series(ax, p: pd.DataFrame, xs: list[float], cond: str, panel: str, color: str) -> None:
+    """One condition's lines on one panel; a stage the rows do not record is left out (not drawn
+    at 0), and verified@n only where the cell drew samples."""
+    for col, ci, line, marker, what in PANELS[panel]:
+        keep = p[col].notna() & (p["samples"].fillna(0) > 0 if col == "verified_pct" else True)
+        if not keep.any():
+            continue
+        q, x = p[keep], [v for v, k in zip(xs, keep) if k]
+        y = q[col].astype(float)
+        yerr = [y - q[f"{ci}_lo"], q[f"{ci}_hi"] - y] if ci else None
+        label = f"{cond} {metric_labels(q.iloc[0])['verified_pct'] if col == 'verified_pct' else what}"
+        ax.errorbar(x, y, yerr=yerr, linestyle=line, marker=marker, capsize=3, color=color, label=label)
 
 
 def plot(df: pd.DataFrame, out: str | Path) -> None:
+    """ladder.png: per model, a row of panels per `PANELS` entry, one column per split."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = sorted(df["model"].unique())
-    fig, axes = plt.subplots(len(models), len(SPLITS), figsize=(5.5 * len(SPLITS), 3.8 * len(models)), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]  # one colour per condition on every panel
+    every = sorted(set(df["cond"]), key=condition_order)
+    shape = (len(models) * len(PANELS), len(SPLITS))
+    fig, axes = plt.subplots(*shape, figsize=(5.5 * shape[1], 3.6 * shape[0]), squeeze=False)
+    ylabels = {
+        "pass@1": "greedy pass@1 % (Wilson 95 % CI); dashed: verified@n",
+        "stages": "greedy compiles % (solid), runs % (dashed)",
+        "reward": "greedy mean reward (bootstrap 95 % CI)",
+    }
     for i, model in enumerate(models):
         for j, split in enumerate(SPLITS):
-            ax = axes[i][j]
             part = df[(df["model"] == model) & (df["split"] == split)]
             rungs = sorted(part["rung"].unique(), key=rung_sort_key)
-            x = {r: k for k, r in enumerate(rungs)}
             conds = sorted(set(part["cond"]), key=condition_order)
-            for off, cond in enumerate(conds):
-                p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
-                xs = [x[r] + (off - (len(conds) - 1) / 2) * 0.06 for r in p["rung"]]
-                bars = ax.errorbar(
-                    xs,
-                    p["pass1_pct"],
-                    yerr=[p["pass1_pct"] - p["ci_lo"], p["ci_hi"] - p["pass1_pct"]],
-                    marker="o",
-                    capsize=3,
-                    label=f"{cond} greedy",
-                )
-                if "verified_pct" in p:
-                    ax.plot(
-                        xs,
-                        p["verified_pct"],
-                        linestyle="--",
-                        marker="x",
-                        color=bars[0].get_color(),
-                        label=f"{cond} {metric_labels(p.iloc[0])['verified_pct']}",
-                    )
-            ax.set_xticks(range(len(rungs)), [f"r{r}" for r in rungs])
-            ax.set_xlim(-0.5, max(len(rungs), 1) - 0.5)
-            ax.set_ylim(-3, 103)
-            ax.set_title(f"{model} · {split}")
-            ax.set_xlabel("rung (train tasks)")
-            ax.set_ylabel("greedy pass@1 % (Wilson 95 % CI); dashed: sampled verified@n")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+            for k, panel in enumerate(PANELS):
+                ax = axes[i * len(PANELS) + k][j]
+                for off, cond in enumerate(conds):
+                    p = part[part["cond"] == cond].sort_values("rung", key=lambda s: s.map(rung_sort_key))
+                    xs = [rungs.index(r) + (off - (len(conds) - 1) / 2) * 0.06 for r in p["rung"]]
+                    _series(ax, p, xs, cond, panel, colors[every.index(cond) % len(colors)])
+                if not ax.lines:
+                    ax.text(0.5, 0.5, f"{ABSENT}: not recorded in these rows", ha="center", transform=ax.transAxes)
+                ax.set_xticks(range(len(rungs)), [f"r{r}" for r in rungs])
+                ax.set_xlim(-0.5, max(len(rungs), 1) - 0.5)
+                if panel != "reward":
+                    ax.set_ylim(-3, 103)
+                ax.set_title(f"{model} · {split} · {panel}")
+                ax.set_xlabel("rung (train tasks)")
+                ax.set_ylabel(ylabels[panel], fontsize=8)
+                ax.grid(alpha=0.3)
+                if ax.lines:
+                    ax.legend(fontsize=7)
     fig.tight_layout()
     with atomic_path(out, suffix=".png") as tmp:
         fig.savefig(tmp, dpi=110, format="png")

@@ -83,11 +83,13 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
         "samples",
         "k",
         "temperature",
+        "compiles",
         "runs",
         "pass1",
         "near_pass",
         "norm_pass",
         "verified",
+        "compile_pct",
         "run_pct",
         "pass1_pct",
         "passk_pct",
@@ -97,6 +99,11 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
         "policy_samples",
         "policy_temperature",
         "policy_pass_pct",
+        "policy_compile_pct",
+        "policy_run_pct",
+        "reward_scheme",
+        "reward_mean",
+        "policy_reward_mean",
         "avg_osim",
         "avg_idiom",
         "trunc_rate",
@@ -117,7 +124,22 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
     row["policy_by_task"] = {
         t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items()) if v.get("policy_n")
     }
-    return row
+    return {**row, **stages_by_task(cell["per_task"])}
+
+
+def stages_by_task(per_task: dict[str, dict]) -> dict[str, dict]:
+    """The per-task stage outcomes the pivot's paired tests compare: greedy compiles / runs / near
+    (0/1) and dense reward, and the policy samples' [compiling, n], [running, n] and mean reward.
+    Empty for a cell from before cells recorded stages: its row then has none (absent, not zero)."""
+    tasks = sorted(per_task.items())
+    if not tasks or "compiles" not in tasks[0][1]:
+        return {}
+    out = {f"{key}_by_task": {t: v[key] for t, v in tasks} for key in ("compiles", "runs", "near", "reward")}
+    sampled = [(t, v) for t, v in tasks if v.get("policy_n")]
+    out["policy_compiles_by_task"] = {t: [v["policy_compiles"], v["policy_n"]] for t, v in sampled}
+    out["policy_runs_by_task"] = {t: [v["policy_runs"], v["policy_n"]] for t, v in sampled}
+    out["policy_reward_by_task"] = {t: v["policy_reward"] for t, v in sampled}
+    return out
 
 
 def build_rows(cells: list[dict]) -> list[dict]:

@@ -1,4 +1,10 @@
-"""Confidence intervals and paired tests, from scipy (not hand-rolled)."""
+"""Confidence intervals, paired tests and their power, from scipy (not hand-rolled).
+
+Binary per-task outcomes (compiles, runs, pass) get the Wilson interval and the exact McNemar
+test; bounded, tied, non-normal per-task scores (the dense reward, a task's sampled pass rate)
+get a percentile bootstrap interval over tasks and a paired sign-flip permutation test on the
+mean difference (docs/design.md#the-pivot says why these).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.stats import binom, binomtest, norm
+from scipy.optimize import brentq
+from scipy.stats import binom, binomtest, bootstrap, nct, norm, permutation_test
+from scipy.stats import t as student_t
+
+RESAMPLES = 9999
+"""Bootstrap and permutation resamples: the permutation test is exact (every sign pattern) up to
+13 tasks and a seeded Monte-Carlo one above; p resolution 1e-4."""
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -34,17 +46,6 @@ def mcnemar_exact(a: dict[str, bool], b: dict[str, bool]) -> McNemar:
     common = sorted(set(a) & set(b))
     only_a = sum(1 for t in common if a[t] and not b[t])
     only_b = sum(1 for t in common if b[t] and not a[t])
-    discordant = only_a + only_b
-    p = 1.0 if discordant == 0 else float(binomtest(only_a, discordant, 0.5).pvalue)
-    return McNemar(len(common), only_a, only_b, p)
-
-
-def sign_test(a: dict[str, float], b: dict[str, float]) -> McNemar:
-    """Paired sign test on per-task rates (e.g. the share of a task's samples that pass): tasks
-    where a is higher against tasks where b is higher, ties dropped, exact binomial."""
-    common = sorted(set(a) & set(b))
-    only_a = sum(1 for t in common if a[t] > b[t])
-    only_b = sum(1 for t in common if b[t] > a[t])
     discordant = only_a + only_b
     p = 1.0 if discordant == 0 else float(binomtest(only_a, discordant, 0.5).pvalue)
     return McNemar(len(common), only_a, only_b, p)
@@ -95,3 +96,77 @@ def min_detectable_difference(
         if mcnemar_power(n, (psi + delta) / 2, (psi - delta) / 2, alpha, bounds) >= power:
             return round(float(delta), 4)
     return None
+
+
+def _rng() -> np.random.Generator:
+    # seeded: a re-rendered table gives the same p and CI (`random_state`: scipy >= 1.13 takes it)
+    return np.random.default_rng(0)
+
+
+def mean_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of the mean over tasks (seeded): it stays inside the observed
+    range of a bounded score and is defined for any pattern of ties. None below two tasks."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    if np.ptp(x) == 0:
+        return (float(x[0]), float(x[0]))
+    ci = bootstrap(
+        (x,), np.mean, confidence_level=confidence, n_resamples=RESAMPLES, method="percentile", random_state=_rng()
+    ).confidence_interval
+    return (float(ci.low), float(ci.high))
+
+
+@dataclass(frozen=True)
+class PairedScores:
+    """Paired sign-flip permutation test on per-task scores (a = condition, b = reference)."""
+
+    n: int  # paired tasks
+    higher_a: int  # tasks where a scores higher
+    higher_b: int  # tasks where b scores higher
+    mean_diff: float  # mean of a - b over the paired tasks
+    sd_diff: float  # sample standard deviation of a - b (what the power calculation needs)
+    p_value: float
+
+
+def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores:
+    """Two-sided paired permutation test of the mean difference on the tasks both cover: under H0
+    each task's difference is as likely to carry either sign. Ties (zero differences) stay in and
+    weigh nothing, whatever their number; no normality or symmetric-shape assumption."""
+    common = sorted(set(a) & set(b))
+    x = np.array([a[t] for t in common], dtype=float)
+    y = np.array([b[t] for t in common], dtype=float)
+    d = x - y
+    sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
+    if not d.any():
+        return PairedScores(len(common), 0, 0, 0.0, sd, 1.0)
+    res = permutation_test(
+        (x, y),
+        lambda u, v, axis: np.mean(u - v, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=RESAMPLES,
+        alternative="two-sided",
+        random_state=_rng(),
+    )
+    return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()), sd, float(res.pvalue))
+
+
+def paired_t_power(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test on n pairs at a mean difference delta and difference
+    SD sd (noncentral t): the large-sample power of the permutation test on the mean, too."""
+    crit = float(student_t.ppf(1 - alpha / 2, n - 1))
+    nc = delta * math.sqrt(n) / sd
+    # the far tail underflows to nan in scipy's nct for a large noncentrality: it is 0 there
+    return float(nct.sf(crit, n - 1, nc) + np.nan_to_num(nct.cdf(-crit, n - 1, nc)))
+
+
+def min_detectable_shift(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float | None:
+    """The smallest mean difference in a per-task score that the paired test on n tasks detects
+    with the given power, at the observed SD of the differences. None below two tasks or with no
+    spread (every difference equal: nothing to size it from)."""
+    if n < 2 or sd <= 0:
+        return None
+    # the bracket's top puts the noncentrality 10 past the critical t, where the power is ~1
+    top = sd * (float(student_t.ppf(1 - alpha / 2, n - 1)) + 10) / math.sqrt(n)
+    return float(brentq(lambda delta: paired_t_power(n, delta, sd, alpha) - power, 1e-9 * sd, top))

@@ -15,20 +15,14 @@ import pandas as pd
 from jacrl.evaluation.labels import COLUMNS
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import read_jsonl, write_text
-from jacrl.ladder.pivot import CELL_LEGEND, POWER_METHOD, paired_tests, pivot_tables, rows_frame, to_csv
+from jacrl.ladder.pivot import CELL_LEGEND, TESTS_LEGEND, paired_tests, pivot_tables, rows_frame, to_csv
 from jacrl.ladder.stats import wilson_half_width
 from jacrl.report.html import frame_browse, frame_html, page
 
 LEGEND = (
-    f"Each cell: {CELL_LEGEND} flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
+    f"The tables: {CELL_LEGEND} flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
     f"weak or mixed sandbox isolation. near-pass: runs, output similarity ≥ {NEAR_PASS:g}, not exact. "
     "gen = the fixed holdout, mem = the rung's own train tasks."
-)
-TESTS_NOTE = (
-    "greedy pass@1: exact McNemar test; wins = tasks the condition passes and the reference fails, losses = the reverse. "
-    "sampled (T t): exact sign test on each task's sampled pass rate. "
-    + POWER_METHOD
-    + " A p-value above 0.05 with an mdd above the effect you care about means too few tasks, not no effect."
 )
 
 
@@ -43,14 +37,16 @@ def ladder_html(rows: list[dict]) -> str:
             f"<p>Holdout: {n} tasks; a pass rate of 50 % carries a Wilson 95 % half-width of "
             f"±{100 * wilson_half_width(n):.1f} pp.</p>"
         )
-    for (model, split), table in pivot_tables(df).items():
+    for (model, split), tables in pivot_tables(df).items():
         n = int(df[(df["model"] == model) & (df["split"] == split)]["tasks"].max())
-        parts += [f"<h2>{escape(model)} · {escape(split)} (n ≤ {n} tasks)</h2>", frame_html(table)]
+        parts.append(f"<h2>{escape(model)} · {escape(split)} (n ≤ {n} tasks)</h2>")
+        for title, table in tables.items():
+            parts += [f"<h3>{escape(title)}</h3>", frame_html(table)]
     tests = paired_tests(df)
     if len(tests):
         parts += [
             "<h2>Paired comparisons (same tasks)</h2>",
-            f'<p class="note">{escape(TESTS_NOTE)}</p>',
+            f'<p class="note">{escape(TESTS_LEGEND)}</p>',
             frame_browse("paired-tests", tests),
         ]
     numbers = pd.read_csv(io.StringIO(to_csv(df)), keep_default_na=False, na_values=[""]).rename(columns=COLUMNS)
