@@ -12,9 +12,10 @@ from fixtures.tasks import task as make_task
 
 from jacrl.backends import LoraSpec, ModelPathError, load_backend
 from jacrl.io import read_jsonl
+from jacrl.reward.score import Score
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import read_metrics
-from jacrl.training.rft import select_kept, train_rft
+from jacrl.training.rft import reaches, select_kept, train_rft
 from jacrl.training.schedule import lr_at
 from jacrl.training.sft import SFTExample, batch_order, gold_completion, run_sft, sft_lr, train_sft
 
@@ -76,19 +77,42 @@ def test_missing_model_fails_with_name_and_path(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def scored(*stages: str) -> list[Score]:
+    """Score records at the named stages: pass, near (runs, output 0.95 alike), runs, compiles, none."""
+    made = {
+        "pass": dict(compiles=True, runs=True, exact=True, output_ratio=1.0),
+        "near": dict(compiles=True, runs=True, output_ratio=0.95),
+        "runs": dict(compiles=True, runs=True, output_ratio=0.2),
+        "compiles": dict(compiles=True),
+        "none": {},
+    }
+    return [Score(score=0.0, scheme="tiered", **made[s]) for s in stages]
+
+
 def test_select_kept_falls_back_and_counts():
     cfg = RFTConfig()
-    assert select_kept([1.0, 0.95, 0.7, 0.1], cfg) == (0.9, {"pass": 2, "fallback_pass": 3, "total": 4})
-    assert select_kept([0.7, 0.65, 0.1], cfg) == (0.6, {"pass": 0, "fallback_pass": 2, "total": 3})
-    assert select_kept([0.1, 0.2], cfg) == (None, {"pass": 0, "fallback_pass": 0, "total": 2})
+    assert select_kept(scored("pass", "pass", "near", "none"), cfg) == ("pass", {"pass": 2, "near": 3, "total": 4})
+    assert select_kept(scored("near", "runs", "none"), cfg) == ("near", {"pass": 0, "near": 1, "total": 3})
+    assert select_kept(scored("runs", "compiles"), cfg) == (None, {"pass": 0, "near": 0, "total": 2})
+    loose = RFTConfig(keep="runs", fallback_keep=None)
+    assert select_kept(scored("near", "runs", "compiles"), loose) == ("runs", {"runs": 2, "total": 3})
 
 
-def test_rft_config_defaults_and_yaml_key_pass():
+def test_keep_levels_read_stages_not_reward_values():
+    """A dense_v2 0.9 and a tiered 0.9 are different stages; the level is the same stage under both."""
+    wrong_but_similar = Score(score=0.95, scheme="dense_v2", compiles=True, runs=True, output_ratio=0.3)
+    assert not reaches(wrong_but_similar, "pass") and not reaches(wrong_but_similar, "near")
+    assert reaches(wrong_but_similar, "runs") and reaches(wrong_but_similar, "compiles")
+    assert [reaches(s, "near") for s in scored("pass", "near", "runs")] == [True, True, False]
+
+
+def test_rft_config_defaults_and_levels():
     cfg = RFTConfig()
-    assert (cfg.samples, cfg.temperature, cfg.pass_threshold, cfg.fallback_pass, cfg.iters) == (8, 1.0, 0.9, 0.6, 150)
-    assert RFTConfig.model_validate({"pass": 0.8}).pass_threshold == 0.8
-    with pytest.raises(ValueError, match="fallback_pass"):
-        RFTConfig.model_validate({"pass": 0.5, "fallback_pass": 0.6})
+    assert (cfg.samples, cfg.temperature, cfg.keep, cfg.fallback_keep, cfg.iters) == (8, 1.0, "pass", "near", 150)
+    with pytest.raises(ValueError, match="fallback_keep 'near' is stricter than keep 'runs'"):
+        RFTConfig.model_validate({"keep": "runs", "fallback_keep": "near"})
+    with pytest.raises(ValueError, match="keep"):
+        RFTConfig.model_validate({"keep": 0.9})
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
@@ -97,7 +121,7 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
 
     def fake_reward(tasks, completions):  # the first sample of every task "passes"
         calls["n"] = len(completions)
-        return [1.0 if i % 2 == 0 else 0.0 for i in range(len(completions))]
+        return scored(*("pass" if i % 2 == 0 else "none" for i in range(len(completions))))
 
     cfg = RFTConfig(samples=2, max_tokens=8, iters=2)
     out = train_rft(
@@ -111,7 +135,7 @@ def test_train_rft_keeps_passing_samples_and_fuses(tiny_model, tmp_path, backend
     )
     assert calls["n"] == 4
     report = json.loads((out / "rft_report.json").read_text())
-    assert report["kept_at"] == {"pass": 2, "fallback_pass": 2, "total": 4} and report["threshold_used"] == 0.9
+    assert report["kept_at"] == {"pass": 2, "near": 2, "total": 4} and report["level_used"] == "pass"
     assert report["tasks_with_kept"] == 2
     samples = read_jsonl(out / "rft_samples.jsonl")
     assert [s["kept"] for s in samples] == [True, False, True, False]
@@ -130,10 +154,10 @@ def test_train_rft_without_any_pass_keeps_the_base(tiny_model, tmp_path):
         tmp_path / "rft",
         RFTConfig(samples=2, max_tokens=4, iters=2),
         sft_cfg=TINY_SFT,
-        score_fn=lambda t, c: [0.0] * len(c),
+        score_fn=lambda t, c: scored(*["runs"] * len(c)),
     )
     report = json.loads((out / "rft_report.json").read_text())
-    assert report["threshold_used"] is None and "unchanged" in report["note"]
+    assert report["level_used"] is None and "unchanged" in report["note"]
     assert (out / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()
 
 

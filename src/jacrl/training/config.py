@@ -1,14 +1,14 @@
 """Configuration of the supervised stages: gold-SFT (`sft:`) and the RFT warm start (`rft:`).
 
 sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
-rft: {tasks: rung, samples: 8, temperature: 1.0, pass: 0.9, fallback_pass: 0.6, iters: 150}
+rft: {tasks: rung, samples: 8, temperature: 1.0, keep: pass, fallback_keep: near, iters: 150}
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from jacrl.strict import RESULT_FREE, StrictModel
 
@@ -65,10 +65,13 @@ class SFTConfig(StrictModel):
     )
 
 
+KeepLevel = Literal["pass", "near", "runs", "compiles"]
+KEEP_LEVELS: tuple[KeepLevel, ...] = ("pass", "near", "runs", "compiles")
+"""Strictest first: each level admits every completion the ones before it admit."""
+
+
 class RFTConfig(StrictModel):
     """Rejection-sampling fine-tuning warm start: keep the base model's own passing completions."""
-
-    model_config = ConfigDict(populate_by_name=True)
 
     tasks: Literal["rung", "pool"] = Field(
         "rung",
@@ -81,21 +84,22 @@ class RFTConfig(StrictModel):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
     max_tokens: int = Field(256, ge=1, description="Completion length cap in tokens.")
-    pass_threshold: float = Field(
-        0.9,
-        alias="pass",
-        ge=0,
-        le=1,
-        description="Keep completions whose reward is at least this (YAML key `pass`).",
+    keep: KeepLevel = Field(
+        "pass",
+        description="The stage a sampled completion must reach to be kept (scheme-free, read off its score record): "
+        "`pass` = exact output; `near` = exact, or runs with output ratio >= the eval's near-pass bar; `runs`; "
+        "`compiles`. A level, not a reward value: the same number means different stages under dense_v2 and tiered.",
     )
-    fallback_pass: float = Field(
-        0.6, ge=0, le=1, description="Threshold used instead when no completion reaches `pass`."
+    fallback_keep: KeepLevel | None = Field(
+        "near",
+        description="The level used instead when no completion reaches `keep` (None = none: the base is kept "
+        "unchanged). Must admit at least what `keep` admits.",
     )
     iters: int = Field(150, ge=1, description="LoRA-SFT steps on the kept completions (other knobs from `sft`).")
     seed: int = Field(0, description="Sampling seed.")
 
     @model_validator(mode="after")
-    def _thresholds(self) -> RFTConfig:
-        if self.fallback_pass > self.pass_threshold:
-            raise ValueError(f"rft: fallback_pass ({self.fallback_pass}) must not exceed pass ({self.pass_threshold})")
+    def _levels(self) -> RFTConfig:
+        if self.fallback_keep is not None and KEEP_LEVELS.index(self.fallback_keep) < KEEP_LEVELS.index(self.keep):
+            raise ValueError(f"rft: fallback_keep {self.fallback_keep!r} is stricter than keep {self.keep!r}")
         return self

@@ -3,16 +3,16 @@
 For models marked `warm_start: rft` — cold bases that emit little compiling Jac, on which GRPO
 would see an all-zero reward. Sample `samples` completions per task at `temperature` (the rung's
 train tasks, or the whole train pool: `rft.tasks`, chosen by the rule), score them with the
-reward, keep those scoring ≥ `pass` (≥ `fallback_pass` when none reaches `pass`), LoRA-SFT on
-the kept ones for `iters` steps and fuse:
+reward, keep those reaching the stage `keep` (`fallback_keep` when none does), LoRA-SFT on the
+kept ones for `iters` steps and fuse:
 
     models/{model}-rft-r{rung}/  a full model folder (base + adapter merged; models/{model}-rft/
                                  with `rft.tasks: pool`), plus
-      rft_report.json     how many completions were kept at each threshold, which was used
+      rft_report.json     how many completions reached each level, which was used
       rft_samples.jsonl   every sampled completion with its score and whether it was kept
       metrics.jsonl       the SFT loss curve
 
-When nothing reaches even `fallback_pass`, the warm start is the base model unchanged (its
+When nothing reaches even `fallback_keep`, the warm start is the base model unchanged (its
 weights are copied) and the report says so.
 """
 
@@ -28,52 +28,49 @@ from typing import Any
 from jacrl.backends.base import Backend, Completion, SamplingParams
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
+from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.reward.batch import score_groups
 from jacrl.reward.normalize import tokenizer_special_tokens
+from jacrl.reward.score import Score
 from jacrl.tasks.record import Task, tasks_arg
-from jacrl.training.config import RFTConfig, SFTConfig
+from jacrl.training.config import KeepLevel, RFTConfig, SFTConfig
 from jacrl.training.metrics import MetricsWriter
 from jacrl.training.sft import fit_lora, sft_examples
 from jacrl.training.tracking import Tracker
 
-ScoreFn = Callable[[list[Task], list[str]], list[float]]
+ScoreFn = Callable[[list[Task], list[str]], list[Score]]
 
 
 def reward_score_fn(reward_cfg: Any = None, threads: int | None = None, special_tokens: Sequence[str] = ()) -> ScoreFn:
     """Score completions with jacrl.reward (`score_batch(tasks, completions) -> list[Score]`),
     cutting the model's own `special_tokens` out of them as eval and GRPO do."""
 
-    def score(tasks: list[Task], completions: list[str]) -> list[float]:
+    def score(tasks: list[Task], completions: list[str]) -> list[Score]:
         from jacrl.reward.batch import RewardScorer
 
         with RewardScorer(reward_cfg, threads=threads, special_tokens=special_tokens) as scorer:
-            return [score_value(s) for s in scorer.score_batch(tasks, completions)]
+            return scorer.score_batch(tasks, completions)
 
     return score
 
 
-def score_value(s: Any) -> float:
-    """A Score's scalar (`.value` or `.score`), or a plain number."""
-    if isinstance(s, (int, float)):
-        return float(s)
-    for attr in ("value", "score"):
-        v = getattr(s, attr, None)
-        if isinstance(v, (int, float)):
-            return float(v)
-    raise TypeError(f"cannot read a reward value from {type(s).__name__}")
+def reaches(s: Score, level: KeepLevel) -> bool:
+    """Whether a scored completion reaches `level`, read off its stages (the same under every scheme)."""
+    if level == "compiles":
+        return s.compiles
+    if level == "runs":
+        return s.runs
+    if level == "near":
+        return s.exact or (s.runs and s.output_ratio >= NEAR_PASS)
+    return s.exact
 
 
-def select_kept(scores: Sequence[float], cfg: RFTConfig) -> tuple[float | None, dict[str, int]]:
-    """The threshold used (None: nothing reached even `fallback_pass`) and counts at each."""
-    at_pass = sum(s >= cfg.pass_threshold for s in scores)
-    at_fallback = sum(s >= cfg.fallback_pass for s in scores)
-    counts = {"pass": at_pass, "fallback_pass": at_fallback, "total": len(scores)}
-    if at_pass:
-        return cfg.pass_threshold, counts
-    if at_fallback:
-        return cfg.fallback_pass, counts
-    return None, counts
+def select_kept(scores: Sequence[Score], cfg: RFTConfig) -> tuple[KeepLevel | None, dict[str, int]]:
+    """The level used (None: nothing reached even `fallback_keep`) and how many reached each."""
+    levels = [cfg.keep, *([cfg.fallback_keep] if cfg.fallback_keep else [])]
+    counts = {level: sum(reaches(s, level) for s in scores) for level in levels} | {"total": len(scores)}
+    return next((level for level in levels if counts[level]), None), counts
 
 
 def train_rft(
@@ -105,18 +102,18 @@ def train_rft(
 
     score = score_fn or reward_score_fn(reward_cfg, threads, tokenizer_special_tokens(b.hf_tokenizer))
     group_scores = score_groups(score, records, groups)
-    threshold, counts = select_kept([s for g in group_scores for s in g], cfg)
-    kept, rows = keep_samples(records, groups, group_scores, threshold)
+    level, counts = select_kept([s for g in group_scores for s in g], cfg)
+    kept, rows = keep_samples(records, groups, group_scores, level)
     report = {
         "model": str(model.model_dir()),
         "backend": b.name,
         "tasks": len(records),
         "samples_per_task": cfg.samples,
         "kept_at": counts,
-        "threshold_used": threshold,
+        "level_used": level,
         "kept_unique": len(kept),
         "tasks_with_kept": len({t.id for t, _ in kept}),
-        "note": "" if kept else "no completion reached fallback_pass: the warm start is the base model unchanged",
+        "note": "" if kept else "no completion reached fallback_keep: the warm start is the base model unchanged",
         "config": cfg.model_dump(by_alias=True),
         "sft": sft_cfg.model_dump(),
     }
@@ -137,19 +134,19 @@ def train_rft(
 def keep_samples(
     records: Sequence[Task],
     groups: Sequence[Sequence[Completion]],
-    group_scores: Sequence[Sequence[float]],
-    threshold: float | None,
+    group_scores: Sequence[Sequence[Score]],
+    level: KeepLevel | None,
 ) -> tuple[list[tuple[Task, str]], list[dict[str, Any]]]:
-    """The distinct (task, completion text) pairs scoring at least `threshold`, in sampling order,
-    and one `rft_samples.jsonl` row per sample (score, kept, truncated, text)."""
+    """The distinct (task, completion text) pairs reaching `level`, in sampling order, and one
+    `rft_samples.jsonl` row per sample (score, kept, truncated, text)."""
     kept_pairs: dict[tuple[str, str], None] = {}
     rows = []
     for t, group, scored in zip(records, groups, group_scores):
         for c, s in zip(group, scored):
-            keep = threshold is not None and s >= threshold
+            keep = level is not None and reaches(s, level)
             if keep:
                 kept_pairs.setdefault((t.id, c.text), None)
-            rows.append({"id": t.id, "score": s, "kept": keep, "truncated": c.truncated, "completion": c.text})
+            rows.append({"id": t.id, "score": s.score, "kept": keep, "truncated": c.truncated, "completion": c.text})
     by_id = {t.id: t for t in records}
     return [(by_id[i], text) for i, text in kept_pairs], rows
 
