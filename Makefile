@@ -39,10 +39,11 @@ report: $(STAMP)
 	@echo "report.html written: open it in a browser (one self-contained file)"
 
 # The optional extras, kept out of the default install: interop (mlx-lm-lora, for
-# `python -m jacrl.interop`), bench (trl and mlx-lm-lora, for bench/) and the live-curve trackers
+# `python -m jacrl.interop`), bench (trl and mlx-lm-lora, for bench/), env and datasets (verifiers,
+# datasets and pyarrow: the verifiers environment and the dataset export) and the live-curve trackers
 # (tensorboard, mlflow: `tracking:`; their tests skip without them); the lock's pins hold.
 extras: $(STAMP)
-	$(BIN)/python -m pip install --quiet -c requirements.lock --no-build-isolation -e '.[interop,bench,tensorboard,mlflow]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock --no-build-isolation -e '.[interop,bench,tensorboard,mlflow,env,datasets]'
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
