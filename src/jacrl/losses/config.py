@@ -36,8 +36,9 @@ PRIMARY_TYPES = ("rl", "custom")
 """Term types that are a run's primary objective; at most one per run."""
 
 TrainingMode = Literal["rl", "sft", "opd"]
-"""What drives training: the primary loss term (`rl`), a masked NLL on the completion (`sft`), or the
-per-token reverse KL of the policy's samples to a teacher (`opd`, on-policy distillation)."""
+"""What drives training: the primary loss term (`rl`), a masked NLL on the completion (`sft`), or a
+per-token divergence of the policy's samples to a teacher (`opd`, on-policy distillation; which one,
+reverse or forward, `trainer.opd` says)."""
 
 
 class LossConfigWarning(UserWarning):
@@ -585,7 +586,7 @@ class LossFrameworkConfig(StrictModel):
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
         "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
         "(orchestrator.renderer None, with a warning when one was set). `opd`: a per-token divergence of the "
-        "policy's own samples to a teacher model (`trainer.opd`; the reverse KL by default) replaces the primary "
+        "policy's own samples to a teacher model (`trainer.opd` says which: reverse or forward) replaces the primary "
         "(docs/design.md#loss-framework); the other terms still apply.",
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
