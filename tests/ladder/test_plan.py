@@ -20,9 +20,18 @@ from jacrl.ladder.plan import (
 from jacrl.ladder.rows import write_ladder
 
 
-def cell(rung, split, passed, tasks, cond="sft", model="tiny"):
-    """A cell whose first `passed` of `tasks` tasks pass (nested rungs pass a superset on gen)."""
-    per_task = {f"t{i}": {"pass1": int(i < passed), "idiom": 0.0} for i in range(tasks)}
+def cell(rung, split, passed, tasks, cond="sft", model="tiny", runs=None, compiles=None, reward=None, stages=True):
+    """A cell whose first `passed` of `tasks` tasks pass (nested rungs pass a superset on gen), whose
+    first `runs` run and first `compiles` compile (default: those that pass), each scoring
+    `reward(i)` (default 0.1 · compiles + 0.2 · runs + 0.7 · pass). `stages` off: an old cell that
+    records pass@1 alone."""
+    runs = passed if runs is None else runs
+    compiles = runs if compiles is None else compiles
+    reward = reward or (lambda i: 0.1 * (i < compiles) + 0.2 * (i < runs) + 0.7 * (i < passed))
+    staged = lambda i: {"runs": int(i < runs), "compiles": int(i < compiles), "reward": reward(i)}  # noqa: E731
+    per_task = {
+        f"t{i}": {"pass1": int(i < passed), "idiom": 0.0, **(staged(i) if stages else {})} for i in range(tasks)
+    }
     return {
         "rung": rung,
         "model": model,
@@ -69,7 +78,7 @@ def test_gen_elbow_is_the_smallest_rung_not_significantly_below_the_best():
     # r1 passes 2 of 30 holdout tasks, r3 14, r10 16, rall 15: r1 is below r10 (McNemar p < 0.05), r3 is not
     sft = curve(gen={"1": (2, 30), "3": (14, 30), "10": (16, 30), "all": (15, 30)}, mem=MEMORISED)
     e = choose_elbow("tiny", sft, alpha=0.05, smoke_min=1.0)
-    assert (e.rung, e.split) == ("3", "gen")
+    assert (e.rung, e.split, e.metric) == ("3", "gen", "greedy pass@1")
     assert "best, r10" in e.reason and "r1 is below it" in e.reason
 
 
@@ -94,8 +103,56 @@ def test_ties_at_the_top_go_to_the_smaller_rung():
 def test_a_flat_gen_curve_falls_back_to_the_first_rung_sft_does_not_memorise(gen):
     sft = curve(gen=gen, mem={"1": (1, 1), "3": (2, 3), "all": (1, 12)})
     e = choose_elbow("tiny", sft, 0.05, 1.0)
-    assert (e.rung, e.split) == ("3", "mem")
-    assert e.reason.startswith("gen is flat") and "smallest rung SFT does not memorise" in e.reason
+    assert (e.rung, e.split, e.metric) == ("3", "mem", "sft mem pass@1")
+    assert e.reason.startswith("gen: greedy pass@1 is flat") and "smallest rung SFT does not memorise" in e.reason
+    for stage in ("greedy runs is flat", "greedy compiles is flat", "greedy mean reward is flat"):
+        assert stage in e.reason  # every stage was tried before mem
+
+
+PASS_FLAT = {"1": (0, 30), "3": (0, 30), "all": (0, 30)}  # nothing passes the holdout at any rung
+
+
+def stage_curve(**stage):
+    """A gen curve on which pass@1 is flat (nothing passes) and `stage` = {rung: value} is given."""
+    gen = {r: cell(r, "gen", p, n, **{k: v[r] for k, v in stage.items()}) for r, (p, n) in PASS_FLAT.items()}
+    return {"gen": gen, "mem": {r: cell(r, "mem", p, n) for r, (p, n) in MEMORISED.items()}}
+
+
+def test_pass_flat_and_compile_not_the_elbow_is_placed_by_compile():
+    # nothing passes or runs; 2 / 20 / 22 of the 30 holdout tasks compile: r1 is below rall, r3 is not
+    e = choose_elbow("tiny", stage_curve(compiles={"1": 2, "3": 20, "all": 22}), 0.05, 1.0)
+    assert (e.rung, e.split, e.metric) == ("3", "gen", "greedy compiles")
+    assert e.reason.startswith("gen: greedy pass@1 is flat (no rung significantly below the best, r1 at 0.0 %")
+    assert "greedy runs is flat" in e.reason and "greedy compiles: r3 (66.7 % [" in e.reason
+    assert "best, rall (73.3 % [" in e.reason and "r1 is below it (p = " in e.reason
+
+
+def test_runs_decide_before_compiles():
+    e = choose_elbow(
+        "tiny", stage_curve(runs={"1": 0, "3": 12, "all": 13}, compiles={"1": 30, "3": 30, "all": 30}), 0.05, 1.0
+    )
+    assert (e.rung, e.metric) == ("3", "greedy runs") and "greedy compiles" not in e.reason
+
+
+def test_the_mean_reward_decides_when_every_binary_stage_is_flat():
+    # nothing compiles; the reward (body similarity alone) is 0.02 at r1, ~0.107 at r3 and rall
+    reward = {
+        "1": lambda i: 0.02,
+        "3": lambda i: 0.1 + 0.02 * (i % 3 == 1),
+        "all": lambda i: 0.1 + 0.02 * (i % 3 == 0),
+    }
+    e = choose_elbow("tiny", stage_curve(reward=reward), 0.05, 1.0)
+    assert (e.rung, e.metric) == ("3", "greedy mean reward")
+    assert "greedy compiles is flat" in e.reason and "greedy mean reward: r3 (mean 0.107)" in e.reason
+
+
+def test_cells_without_stages_fall_back_to_mem_and_say_why():
+    sft = {
+        "gen": {r: cell(r, "gen", 0, 30, stages=False) for r in ("1", "3")},
+        "mem": {r: cell(r, "mem", p, n) for r, (p, n) in {"1": (1, 1), "3": (2, 3)}.items()},
+    }
+    e = choose_elbow("tiny", sft, 0.05, 1.0)
+    assert (e.rung, e.split) == ("3", "mem") and "greedy compiles is not recorded in these cells" in e.reason
 
 
 def test_mem_elbow_at_the_largest_rung_when_sft_memorises_every_rung():
@@ -105,7 +162,7 @@ def test_mem_elbow_at_the_largest_rung_when_sft_memorises_every_rung():
 
 def test_without_gen_mem_decides_and_says_so():
     e = choose_elbow("tiny", curve(mem={"1": (1, 1), "3": (2, 3)}), 0.05, 1.0)
-    assert e.rung == "3" and e.reason.startswith("gen is not among ladder.splits")
+    assert e.rung == "3" and e.reason.startswith("gen is not among ladder.splits; on mem")
 
 
 def test_smoke_min_is_the_memorisation_bar_of_the_mem_rule():
@@ -153,7 +210,14 @@ def test_the_plan_puts_every_arm_at_the_elbow_and_one_raw_control_at_the_smalles
     assert {(k.rung, k.cond) for k in cells if k.cond in ("base", "sft")} == {
         (r, c) for r in ("1", "3", "all") for c in ("base", "sft")
     }
-    assert plan["elbows"] == [{"model": "tiny", "rung": "3", "split": "mem", "reason": plan["elbows"][0]["reason"]}]
+    [elbow] = plan["elbows"]
+    assert elbow == {
+        "model": "tiny",
+        "rung": "3",
+        "split": "mem",
+        "reason": elbow["reason"],
+        "metric": "sft mem pass@1",
+    }
     # the full grid: the same conditions on every rung
     assert plan["jobs"]["full"] == {
         "sft": 3,
@@ -179,7 +243,10 @@ def test_the_plan_puts_every_arm_at_the_elbow_and_one_raw_control_at_the_smalles
 def test_the_plan_heads_ladder_md(tmp_path):
     sft = {"tiny": curve(gen={"1": (0, 9), "3": (0, 9), "all": (0, 9)}, mem={"1": (1, 1), "3": (2, 3), "all": (3, 12)})}
     (tmp_path / "plan.json").write_text(json.dumps(smart_plan(SPEC, SMOKE, sft)))
-    cells = [{**cell("1", "gen", 0, 9, cond="base"), "rung": r} for r in ("1", "3")] + [cell("3", "gen", 1, 9)]
+    old = {"stages": False}  # ladder rows need every stage a real cell records; these record pass@1 alone
+    cells = [{**cell("1", "gen", 0, 9, cond="base", **old), "rung": r} for r in ("1", "3")] + [
+        cell("3", "gen", 1, 9, **old)
+    ]
     rows = tmp_path / "rl_ladder.jsonl"
     write_ladder(
         [{**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0} for c in cells], rows
@@ -188,7 +255,8 @@ def test_the_plan_heads_ladder_md(tmp_path):
     head = md.split("## tiny · gen")[0]
     assert head.startswith("# The Jac RL ladder\n\n## The plan (`ladder.plan: smart`)")
     assert "- Smoke gate: r1/tiny/sft/mem passed 1/1 greedy (needs ≥ 100 %)." in head
-    assert "- **tiny: elbow r3** (mem) — gen is flat" in head and ELBOW_RULE in head
+    assert "- **tiny: elbow r3** (mem, placed by sft mem pass@1) — gen: greedy pass@1 is flat" in head
+    assert ELBOW_RULE in head
     assert (
         "raw_grpo at r1 only" in head
         and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head

@@ -22,17 +22,23 @@ from typing import Any
 from jacrl.io import write_text
 from jacrl.ladder.config import GRPO_CONDITIONS, SFT_CONDITIONS, CellKey, condition_parts
 from jacrl.ladder.rows import read_cell, rung_sort_key
-from jacrl.ladder.stats import mcnemar_exact, wilson_interval
+from jacrl.ladder.stats import mcnemar_exact, paired_permutation, wilson_interval
 
 ELBOW_RULE = (
-    "The elbow of a model's SFT curve. On gen (the same holdout tasks at every rung): the smallest rung whose "
-    "greedy pass@1 is not significantly below the best rung's (two-sided exact McNemar on the holdout tasks, "
-    "p ≥ alpha; the best rung has the highest pass@1, the smallest such rung on ties). gen is flat when no rung "
-    "is significantly below the best (so the holdout does not show where more data stops helping; e.g. nothing "
-    "passes); mem then decides: the smallest rung whose sft mem pass@1 is below smart.smoke_min, the first rung "
-    "SFT does not memorise and so the first with room for GRPO on its own tasks (the largest rung when SFT "
-    "memorises every rung)."
+    "The elbow of a model's SFT curve. On gen (the same holdout tasks at every rung), stage by stage — greedy "
+    "pass@1, then runs, then compiles, then the mean dense reward (a small model moves the early stages long "
+    "before it passes) — the first stage that is not flat decides: the smallest rung not significantly below "
+    "the best rung on it (two-sided paired test on the holdout tasks, p ≥ alpha: exact McNemar on a binary "
+    "stage, the paired permutation test on the mean reward; the best rung has the highest value, the smallest "
+    "such rung on ties). A stage is flat when no rung is significantly below the best (so it does not show where "
+    "more data stops helping; e.g. nothing passes), or when the cells do not record it. When every stage is "
+    "flat, mem decides: the smallest rung whose sft mem pass@1 is below smart.smoke_min, the first rung SFT does "
+    "not memorise and so the first with room for GRPO on its own tasks (the largest rung when SFT memorises "
+    "every rung)."
 )
+ELBOW_STAGES = (("pass1", "greedy pass@1"), ("runs", "greedy runs"), ("compiles", "greedy compiles"))
+ELBOW_STAGES += (("reward", "greedy mean reward"),)
+"""The gen stages the elbow is read on, in order: (per-task key in the cells, label)."""
 
 
 class SmokeGateFailed(RuntimeError):
@@ -93,6 +99,7 @@ class Elbow:
     rung: str
     split: str
     reason: str
+    metric: str  # the stage that placed it: one of ELBOW_STAGES' labels on gen, or `sft mem pass@1`
 
 
 def _pct(cell: dict) -> str:
@@ -100,46 +107,70 @@ def _pct(cell: dict) -> str:
     return f"{100 * cell['pass1'] / max(cell['tasks'], 1):.1f} % [{100 * lo:.0f}–{100 * hi:.0f}]"
 
 
-def _passes(cell: dict) -> dict[str, bool]:
-    return {t: bool(v["pass1"]) for t, v in cell["per_task"].items()}
+def stage_values(cell: dict, key: str) -> dict[str, float] | None:
+    """A cell's per-task values of one stage; None when the cell does not record it (an old cell)."""
+    per = cell["per_task"]
+    if any(key not in v for v in per.values()):
+        return None
+    return {t: float(v[key]) for t, v in per.items()}
+
+
+def _shown(key: str, values: dict[str, float]) -> str:
+    """A stage's value on a rung, as the reasons state it: a rate with its Wilson CI, or a mean reward."""
+    if key == "reward":
+        return f"mean {sum(values.values()) / max(len(values), 1):.3f}"
+    k, n = int(sum(values.values())), len(values)
+    lo, hi = wilson_interval(k, n)
+    return f"{100 * k / max(n, 1):.1f} % [{100 * lo:.0f}–{100 * hi:.0f}]"
+
+
+def _paired_p(key: str, a: dict[str, float], b: dict[str, float]) -> float:
+    if key == "reward":
+        return paired_permutation(a, b).p_value
+    return mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()}).p_value
+
+
+def elbow_on_stage(gen: dict[str, dict], key: str, label: str, alpha: float) -> tuple[str | None, str]:
+    """(the elbow rung on one gen stage, or None when the stage is flat or unrecorded; why)."""
+    values = {r: stage_values(c, key) for r, c in gen.items()}
+    if any(v is None for v in values.values()):
+        return None, f"{label} is not recorded in these cells"
+    mean = {r: sum(v.values()) / max(len(v), 1) for r, v in values.items()}
+    best = max(gen, key=lambda r: (mean[r], -list(gen).index(r)))
+    p = {r: _paired_p(key, v, values[best]) for r, v in values.items()}
+    below = [r for r in gen if mean[r] < mean[best] and p[r] < alpha]
+    if not below:
+        return None, f"{label} is flat (no rung significantly below the best, r{best} at {_shown(key, values[best])})"
+    elbow = next(r for r in gen if r not in below)
+    return elbow, (
+        f"{label}: r{elbow} ({_shown(key, values[elbow])}) is the smallest rung not significantly below the best, "
+        f"r{best} ({_shown(key, values[best])}; p = {p[elbow]:.3g} ≥ {alpha:g}); "
+        + ", ".join(f"r{r} is below it (p = {p[r]:.3g})" for r in below)
+    )
 
 
 def choose_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smoke_min: float) -> Elbow:
     """The elbow rule (ELBOW_RULE) on one model's sft cells, `sft[split][rung]`."""
     gen = dict(sorted(sft.get("gen", {}).items(), key=lambda kv: rung_sort_key(kv[0])))
-    flat = "gen is not among ladder.splits"
-    if gen:
-        best = max(gen, key=lambda r: (gen[r]["pass1"] / max(gen[r]["tasks"], 1), -list(gen).index(r)))
-        p = {r: mcnemar_exact(_passes(c), _passes(gen[best])).p_value for r, c in gen.items()}
-        below = {
-            r
-            for r, c in gen.items()
-            if c["pass1"] * gen[best]["tasks"] < gen[best]["pass1"] * c["tasks"] and p[r] < alpha
-        }
-        if below:
-            elbow = next(r for r in gen if r not in below)
-            return Elbow(
-                model,
-                elbow,
-                "gen",
-                f"gen: r{elbow} ({_pct(gen[elbow])}) is the smallest rung not significantly "
-                f"below the best, r{best} ({_pct(gen[best])}; McNemar p = {p[elbow]:.3g} ≥ {alpha:g}); "
-                + ", ".join(f"r{r} is below it (p = {p[r]:.3g})" for r in gen if r in below),
-            )
-        flat = f"gen is flat (no rung significantly below the best, r{best} at {_pct(gen[best])})"
+    flat = ["gen is not among ladder.splits"] if not gen else []
+    for key, label in ELBOW_STAGES if gen else ():
+        rung, why = elbow_on_stage(gen, key, label, alpha)
+        if rung is not None:
+            return Elbow(model, rung, "gen", "gen: " + "; ".join([*flat, why]), label)
+        flat.append(why)
+    flat = ["gen: " + "; ".join(flat)] if gen else flat
+    flat_text = "; ".join(flat)
     mem = dict(sorted(sft["mem"].items(), key=lambda kv: rung_sort_key(kv[0])))
     short = [r for r, c in mem.items() if c["pass1"] < smoke_min * c["tasks"]]
     if short:
         r = short[0]
-        return Elbow(
-            model,
-            r,
-            "mem",
-            f"{flat}; on mem, r{r} ({_pct(mem[r])}) is the smallest rung SFT does not "
-            f"memorise (below {100 * smoke_min:.0f} %)",
+        why = (
+            f"on mem, r{r} ({_pct(mem[r])}) is the smallest rung SFT does not memorise (below {100 * smoke_min:.0f} %)"
         )
-    r = list(mem)[-1]
-    return Elbow(model, r, "mem", f"{flat}; SFT memorises every rung on mem, so the largest, r{r} ({_pct(mem[r])})")
+    else:
+        r = list(mem)[-1]
+        why = f"SFT memorises every rung on mem, so the largest, r{r} ({_pct(mem[r])})"
+    return Elbow(model, r, "mem", f"{flat_text}; {why}", "sft mem pass@1")
 
 
 def model_jobs(cells: list[CellKey], rft_models: set[str], rft_tasks: str) -> dict[str, int]:
@@ -236,7 +267,11 @@ def plan_markdown(plan: dict[str, Any]) -> list[str]:
         f"- Smoke gate: {gate} (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %).",
         f"- Elbow rule: {plan['rule']}",
     ]
-    lines += [f"- **{e['model']}: elbow r{e['rung']}** ({e['split']}) — {e['reason']}." for e in plan["elbows"]]
+    lines += [
+        f"- **{e['model']}: elbow r{e['rung']}** ({e['split']}, placed by {e.get('metric', 'greedy pass@1')}) — "
+        f"{e['reason']}."
+        for e in plan["elbows"]
+    ]
     lines += [
         f"- GRPO: {', '.join(plan['grpo']['at_elbow'])} at the elbow; raw_grpo at r{plan['grpo']['raw_grpo_at']} only.",
         f"- Jobs that run a model: {smart['total']} of the full grid's {full['total']} ({per_rule}).",
