@@ -71,6 +71,19 @@ def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):
     assert tasks[0]["id"] in report["tasks"]
 
 
+def test_epochs_size_a_run_by_its_examples_within_iters():
+    cfg = SFTConfig(epochs=3, batch=4, iters=100)
+    assert [cfg.for_examples(n).iters for n in (1, 2, 10, 350)] == [3, 3, 8, 100]
+    assert SFTConfig(iters=7).for_examples(350).iters == 7
+
+
+def test_sft_with_epochs_takes_their_steps(tiny_model, tmp_path):
+    cfg = TINY_SFT.model_copy(update={"epochs": 2, "iters": 50})
+    out = train_sft(model_spec(tiny_model, "torch"), SHORT_TASKS, tmp_path / "sft", cfg, threads=2)
+    _check_outputs(out, 3)  # ceil(2 epochs × 3 rows / batch 2)
+    assert json.loads((out / "sft_report.json").read_text())["config"]["iters"] == 3
+
+
 def test_missing_model_fails_with_name_and_path(tmp_path):
     with pytest.raises(ModelPathError, match="qwen3coder.*does not exist"):
         train_sft(model_spec(tmp_path / "absent", "torch", name="qwen3coder"), SHORT_TASKS, tmp_path / "out", TINY_SFT)

@@ -6,6 +6,7 @@ rft: {tasks: rung, samples: 8, temperature: 1.0, keep: pass, fallback_keep: near
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -22,7 +23,16 @@ class SFTConfig(StrictModel):
     document used lr 2e-5, scale 2.0; see configs/source_grid.yaml).
     """
 
-    iters: int = Field(240, ge=1, description="Optimiser steps.")
+    iters: int = Field(
+        240, ge=1, description="Optimiser steps; with `epochs` set, the most steps a run may take (its cap)."
+    )
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        description="Size each run by passes over its own examples: ceil(epochs × examples / batch) steps, at "
+        "most `iters`. Rungs then train alike per task (a fixed step count gives rung 1 its one task hundreds "
+        "of times and the largest rung each task a few times). None = `iters` steps whatever the rung.",
+    )
     lr: float = Field(2e-3, gt=0, description="Peak learning rate (Adam).")
     lr_schedule: Literal["constant", "cosine"] = Field(
         "cosine", description="`cosine`: linear warm-up then cosine decay to 0; `constant`: warm-up then flat."
@@ -63,6 +73,13 @@ class SFTConfig(StrictModel):
         description="Gold-SFT writes a checkpoint (adapter, optimiser, step) to `<adapter>.ckpt/` every this "
         "many steps; a killed job run again continues from it (torch backend).",
     )
+
+    def for_examples(self, examples: int) -> SFTConfig:
+        """These settings for a run on `examples` gold rows: `epochs` resolved into its step count."""
+        if self.epochs is None:
+            return self
+        steps = math.ceil(self.epochs * examples / min(self.batch, examples))
+        return self.model_copy(update={"iters": max(1, min(self.iters, steps))})
 
 
 KeepLevel = Literal["pass", "near", "runs", "compiles"]

@@ -90,7 +90,7 @@ def train_rft(
     defaults to the real reward with `reward_cfg`; the SFT loss curve also goes to `tracker`.
     """
     cfg = cfg or RFTConfig()
-    sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters})
+    sft_cfg = (sft_cfg or SFTConfig()).model_copy(update={"iters": cfg.iters, "epochs": None})
     records = tasks_arg(tasks)
     if not records:
         raise ValueError("RFT needs at least one task")

@@ -268,6 +268,7 @@ def train_sft(
     t0 = time.perf_counter()
     b = load_model(model, threads, training=True)
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
+    cfg = cfg.for_examples(len(examples))
     out = Path(out_adapter_dir)
     identity = {
         "model": str(model.model_dir()),
