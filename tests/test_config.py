@@ -224,15 +224,35 @@ def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog
     assert said() == []
 
 
-def test_the_source_grid_over_config_yaml_is_the_sources():
-    """configs/source_grid.yaml merged over config.yaml as `--configfile` merges it (Snakemake's
-    recursive update): the keys that make it the source's grid, none inherited from the tiny ladder."""
+def layered(*files: str) -> Config:
+    """config.yaml with `files` over it, merged as `--configfile` merges them (Snakemake's recursive update)."""
     from snakemake.utils import update_config
 
     root = Path(__file__).resolve().parents[1]
     merged = yaml.safe_load((root / "config.yaml").read_text())
-    update_config(merged, yaml.safe_load((root / "configs/source_grid.yaml").read_text()))
-    cfg = load_config(merged)
+    for name in files:
+        update_config(merged, yaml.safe_load((root / name).read_text()))
+    return load_config(merged)
+
+
+def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():
+    """Every elbow it can pick gets >= 10 draws of each task in >= 100 GRPO steps of group >= 8, in both
+    arms; mem cells draw >= 8 policy samples of every task, gen is greedy on the whole holdout."""
+    cfg = layered("configs/smollm2-cpu.yaml", "configs/smollm2-cpu-smart.yaml")
+    assert cfg.ladder.plan == "smart" and [m.name for m in cfg.models] == ["smollm2"]
+    largest = max(r for r in cfg.rungs if r != "all")
+    assert "all" not in cfg.rungs
+    for arm in (None, "tuned"):
+        g = cfg.grpo_job_config(arm)["grpo"]
+        assert g["iters"] >= 100 and g["iters"] * g["prompts_per_step"] >= 10 * largest and g["group_size"] >= 8
+    assert cfg.eval.policy_n >= 8 and cfg.eval.policy_splits == ["mem"] and cfg.eval.mem_max_tasks is None
+    assert cfg.eval.n == 0 and cfg.sft.epochs is not None
+
+
+def test_the_source_grid_over_config_yaml_is_the_sources():
+    """configs/source_grid.yaml merged over config.yaml as `--configfile` merges it (Snakemake's
+    recursive update): the keys that make it the source's grid, none inherited from the tiny ladder."""
+    cfg = layered("configs/source_grid.yaml")
     assert cfg.rungs == [1, 3, 5, 10, 20, "all"] and [m.name for m in cfg.models] == ["qwen3coder", "jac-qwen3coder"]
     assert cfg.ladder.conditions == ["base", "sft", "sft_grpo", "raw_grpo"] and cfg.ladder.splits == ["gen", "mem"]
     assert (cfg.eval.n, cfg.eval.k, cfg.eval.temperature, cfg.eval.max_tokens) == (8, 8, 1.0, 256)

@@ -19,6 +19,14 @@ SELECTIONS = {
 }
 
 
+def layers(path: Path) -> list[str]:
+    """The files a user names after --configfile for `path`: those its `# over: a.yaml b.yaml` first
+    line says it is written over, then itself."""
+    first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    over = first.removeprefix("# over:").split() if first.startswith("# over:") else []
+    return [*over, path.relative_to(REPO).as_posix()]
+
+
 def plan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [SNAKEMAKE, *TARGETS, "-n", "--forceall", "--quiet", "rules", *args],
@@ -32,7 +40,7 @@ def plan(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def plans() -> dict[str, subprocess.CompletedProcess]:
     """Every dry run, side by side on the machine's cores: each is a separate snakemake process."""
-    runs = {p.relative_to(REPO).as_posix(): ("--configfile", p.relative_to(REPO).as_posix()) for p in SHIPPED}
+    runs = {p.relative_to(REPO).as_posix(): ("--configfile", *layers(p)) for p in SHIPPED}
     runs |= {name: ("--config", value) for name, value in SELECTIONS.items()}
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         done = dict(zip(runs, pool.map(lambda args: plan(*args), runs.values())))
