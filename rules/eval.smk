@@ -50,7 +50,7 @@ use rule eval_base_gen as eval_base with:
 
 
 # Every split's cell of one adapter in one job: the model, the adapter and the reward's fork
-# servers are loaded once (a job's start-up, ~10 s of imports, was a third of a mem cell).
+# servers are loaded once (a job's start-up is a large share of a mem cell: docs/design.md#measured-facts).
 use rule eval_base_gen as eval with:
     input:
         model=policy_model_input,

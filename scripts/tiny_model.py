@@ -3,8 +3,8 @@ import os
 
 # Nothing runs beside this job (it heads the DAG and holds all its threads), so its OpenMP threads
 # may spin between a tiny model's many short parallel regions instead of sleeping as every other
-# job's do (rules/common.smk): a 2-thread pre-training step takes 0.28 s spinning, 0.42 s
-# sleeping, 0.46 s on one thread (bench/omp_wait.py). Read when torch loads OpenMP: set first.
+# job's do (rules/common.smk); what it buys: docs/design.md#measured-facts (bench/omp_wait.py).
+# Read when torch loads OpenMP: set first.
 os.environ["OMP_WAIT_POLICY"] = "ACTIVE"
 from pathlib import Path
 
