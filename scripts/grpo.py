@@ -16,16 +16,14 @@ from jacrl.workflow.job import logged
 with logged(snakemake):
     cfg = load_config(snakemake.params.config)
     # the rule names the folder: raw_grpo of a model with an RFT warm start begins from models/{name}-rft
-    model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
+    model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)
     # the tokenizer the backend loads from the model folder: its special tokens are cut out of completions
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     t = snakemake.params.teacher  # the opd condition's
     teacher = (
         None
         if t is None
-        else Teacher(
-            ModelSpec(**{**t["spec"], "path": t["model_dir"], "builtin": None}), t["adapter"] and Path(t["adapter"])
-        )
+        else Teacher(ModelSpec.in_folder(t["spec"], t["model_dir"]), t["adapter"] and Path(t["adapter"]))
     )
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(

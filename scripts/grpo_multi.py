@@ -18,7 +18,7 @@ with logged(snakemake):
         RunSpec(cond, tasks, Path(out), cfg.grpo, cfg, Path(snakemake.input.init))
         for (cond, cfg), out in zip(configs.items(), snakemake.output)
     ]
-    model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
+    model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     reward = next(iter(configs.values())).reward  # the reward section is shared by every arm
     with RewardScorer(reward, threads=snakemake.threads, special_tokens=special) as scorer:

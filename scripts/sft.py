@@ -6,7 +6,7 @@ from jacrl.training.tracking import job_tracker
 from jacrl.workflow.job import logged
 
 with logged(snakemake):
-    model = ModelSpec(**{**snakemake.params.spec, "path": snakemake.params.model_dir, "builtin": None})
+    model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)
     train_sft(
         model,
         snakemake.input.tasks,

@@ -108,6 +108,12 @@ class ModelSpec(StrictModel):
         "enforce it). A kind not given takes jacrl.workflow.resources.DEFAULT_RUNTIME_MIN.",
     )
 
+    @classmethod
+    def in_folder(cls, spec: dict, folder: str | Path) -> ModelSpec:
+        """`spec` (a dumped ModelSpec) loaded from `folder`: a job's model, whose folder the rule names (a
+        builtin's build, or an RFT warm start in place of its base)."""
+        return cls.model_validate({**spec, "path": str(folder), "builtin": None})
+
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
         if (self.path is None) == (self.builtin is None):
