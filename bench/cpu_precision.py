@@ -55,9 +55,9 @@ def eval_part(a: argparse.Namespace) -> dict:
 
 def sft_part(a: argparse.Namespace) -> dict:
     from jacrl.backends.select import load_model
-    from jacrl.tasks.record import read_tasks
+    from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
-    from jacrl.training.sft import fit_lora, gold_completion, sft_examples
+    from jacrl.training.sft import fit_lora, sft_examples
 
     b = load_model(_spec(a.model, a.dtype), threads=a.threads)
     tasks = read_tasks(RUNG)[: 2 * a.sft_steps]
@@ -76,8 +76,8 @@ def nll_part(a: argparse.Namespace) -> dict:
     import numpy as np
 
     from jacrl.backends.select import load_model
-    from jacrl.tasks.record import read_tasks
-    from jacrl.training.sft import gold_completion, sft_examples
+    from jacrl.tasks.record import gold_completion, read_tasks
+    from jacrl.training.sft import sft_examples
 
     b = load_model(_spec(a.model, "float32"), threads=a.threads, adapter=a.adapter)
     tasks = read_tasks(HOLDOUT)[:8]

@@ -36,9 +36,9 @@ def child(a: argparse.Namespace) -> None:
 
     from jacrl.backends.config import ModelSpec
     from jacrl.backends.select import load_model
-    from jacrl.tasks.record import read_tasks
+    from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
-    from jacrl.training.sft import gold_completion, lora_spec, sft_backward, sft_examples
+    from jacrl.training.sft import lora_spec, sft_backward, sft_examples
 
     way = WAYS[a.way]
     spec = ModelSpec(name="bench", path=a.model, dtype=a.dtype, gradient_checkpointing=way["ckpt"])

@@ -33,8 +33,8 @@ def spec(model: str):
 
 
 def holdout_nll(backend, n: int = 16) -> float:
-    from jacrl.tasks.record import read_tasks
-    from jacrl.training.sft import gold_completion, sft_examples
+    from jacrl.tasks.record import gold_completion, read_tasks
+    from jacrl.training.sft import sft_examples
 
     tasks = read_tasks(HOLDOUT)[:n]
     ex = sft_examples(backend, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
@@ -43,9 +43,9 @@ def holdout_nll(backend, n: int = 16) -> float:
 
 def sweep_sft(a: argparse.Namespace) -> None:
     from jacrl.backends.select import load_model
-    from jacrl.tasks.record import read_tasks
+    from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
-    from jacrl.training.sft import fit_lora, gold_completion, sft_examples
+    from jacrl.training.sft import fit_lora, sft_examples
 
     tasks = read_tasks(RUNG)
     print(

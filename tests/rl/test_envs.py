@@ -17,7 +17,7 @@ from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs, deal, env_task_files
 from jacrl.rl.orchestrator import Orchestrator
-from jacrl.training.sft import gold_completion
+from jacrl.tasks.record import gold_completion
 
 RUN_TASKS = [
     task(f"run-{i}", prompt=p, gold_body=f"    return {i};\n")

@@ -13,11 +13,12 @@ from fixtures.tasks import task as make_task
 from jacrl.backends import LoraSpec, ModelPathError, load_backend
 from jacrl.io import read_jsonl
 from jacrl.reward.score import Score
+from jacrl.tasks.record import gold_completion
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.metrics import read_metrics
 from jacrl.training.rft import reaches, select_kept, train_rft
 from jacrl.training.schedule import lr_at
-from jacrl.training.sft import SFTExample, batch_order, gold_completion, run_sft, sft_lr, train_sft
+from jacrl.training.sft import SFTExample, batch_order, run_sft, sft_lr, train_sft
 
 # Short prompts keep mlx[cpu] (reference BLAS) fast; the real prompt format is tested on torch.
 SHORT_TASKS = [

@@ -26,8 +26,7 @@ from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import TrainEnv, deal
 from jacrl.rl.filters import zero_advantage_filter
 from jacrl.rl.render import RenderedPrompt, render_prompt
-from jacrl.tasks.record import Task
-from jacrl.training.sft import gold_completion
+from jacrl.tasks.record import Task, gold_completion
 
 
 def group_advantages(rewards: list[float], mode: str = "std", eps: float = 1e-4) -> list[float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -72,6 +73,12 @@ class Task(BaseModel):
         """The JSON object of this task's line: the fields it was given (none filled in from
         defaults), then any extra ones."""
         return self.model_dump(mode="json", exclude_unset=True)
+
+
+def gold_completion(task: Task) -> str:
+    """The assistant answer a task's gold body makes: dedented, in a ```jac block (what gold-SFT
+    teaches, and an env's demonstration)."""
+    return "```jac\n" + textwrap.dedent(task.gold_body).strip("\n") + "\n```"
 
 
 def read_tasks(path: str | os.PathLike) -> list[Task]:

@@ -26,7 +26,6 @@ import itertools
 import json
 import logging
 import random
-import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
-from jacrl.tasks.record import Task, tasks_arg
+from jacrl.tasks.record import Task, gold_completion, tasks_arg
 from jacrl.training.checkpoint import Cadence, Checkpoint, Stopped, checkpoint_path
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import MetricsWriter
@@ -177,11 +176,6 @@ def run_sft(
         if on_step is not None:
             on_step(StepInfo(step + 1, loss, lr, tokens / dt, tokens))
     return losses
-
-
-def gold_completion(task: Task) -> str:
-    """The assistant answer SFT teaches for a task: its gold body, dedented, in a ```jac block."""
-    return "```jac\n" + textwrap.dedent(task.gold_body).strip("\n") + "\n```"
 
 
 def sft_examples(backend: Backend, prompts: Sequence[str], answers: Sequence[str]) -> list[SFTExample]:
