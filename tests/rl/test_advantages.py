@@ -1,8 +1,8 @@
-"""Group advantages and the prompt schedule of the GRPO orchestrator."""
+"""Group advantages of the GRPO orchestrator (its prompt schedule: tests/rl/test_envs.py)."""
 
 import pytest
 
-from jacrl.rl.orchestrator import group_advantages, prompt_order
+from jacrl.rl.orchestrator import group_advantages
 
 
 def test_singleton_group_has_zero_advantage():
@@ -27,11 +27,3 @@ def test_std_normalisation():
 
 def test_mean_only():
     assert group_advantages([0.0, 1.0], mode="mean") == pytest.approx([-0.5, 0.5])
-
-
-def test_prompt_order_is_a_pure_function_of_the_step():
-    n = 5
-    epoch = [i for s in range(5) for i in prompt_order(n, s, 1, seed=3)]
-    assert sorted(epoch) == list(range(n))  # every task once per epoch
-    assert prompt_order(n, 7, 2, seed=3) == prompt_order(n, 7, 2, seed=3)
-    assert [prompt_order(n, s, 1, 3) for s in range(10)] != [prompt_order(n, s, 1, 4) for s in range(10)]

@@ -157,3 +157,23 @@ def test_deal_keeps_every_env_within_one_prompt_of_its_share():
         for env, share in enumerate([0.5, 0.25, 0.25]):
             assert abs(order[:n].count(env) - share * n) < 1
     assert deal([1, 1], 6) == [0, 1, 0, 1, 0, 1]
+
+
+def test_one_env_walks_its_tasks_in_seeded_epochs_a_pure_function_of_the_step(backend):
+    """The run's one env (no orchestrator envs): every task once per epoch, the same prompts for the
+    same step and seed whatever was asked before (a resumed run draws what the killed one would have)."""
+    plans = EnvLossPlans.from_config(load_config({}))
+
+    def orch(seed, per=1):
+        cfg = GRPOConfig(iters=8, group_size=2, prompts_per_step=per, max_completion=8, max_seq=256, seed=seed)
+        return Orchestrator(RUN_TASKS, backend, WhitespaceScorer(), cfg, plans)
+
+    def ids(o, step):
+        return [t.id for _, t in o.prompts_of(step)]
+
+    walked = orch(3)
+    order = [ids(walked, s) for s in range(8)]
+    assert all(sorted(sum(order[e * 4 : e * 4 + 4], [])) == sorted(t.id for t in RUN_TASKS) for e in (0, 1))
+    assert ids(orch(3), 6) == order[6]
+    assert [ids(orch(3, per=2), s) for s in range(4)] == [sum(order[2 * s : 2 * s + 2], []) for s in range(4)]
+    assert order != [ids(orch(4), s) for s in range(8)]

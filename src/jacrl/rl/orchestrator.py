@@ -51,11 +51,6 @@ def task_at(n_tasks: int, j: int, seed: int) -> int:
     return int(np.random.default_rng([seed, epoch]).permutation(n_tasks)[pos])
 
 
-def prompt_order(n_tasks: int, step: int, per_step: int, seed: int) -> list[int]:
-    """Task indices of `step` for a run with one env."""
-    return [task_at(n_tasks, j, seed) for j in range(step * per_step, (step + 1) * per_step)]
-
-
 @dataclass
 class StepData:
     batch: TrainBatch | None
