@@ -55,3 +55,26 @@ rule rung:
         mem_mb=500,
     script:
         "../scripts/rung.py"
+
+
+rule export_dataset:
+    # The tasks for other trainers (docs/interop.md); needs the `datasets` extra. Not in `all`.
+    input:
+        trainpool=f"{RL}/trainpool.jsonl",
+        holdout=f"{RL}/holdout.jsonl",
+        valid=f"{RL}/valid.jsonl",
+        summary=f"{RL}/splits.md",
+        rungs=expand(f"{RL}/rungs/r{{rung}}/train.jsonl", rung=CFG.rungs),
+    output:
+        directory("exports/jac-tasks"),
+    log:
+        "logs/export_dataset.log",
+    benchmark:
+        "benchmarks/export_dataset.tsv"
+    resources:
+        mem_mb=1000,
+    params:
+        # what the dataset card describes: the scheme and its weights
+        reward={k: v for k, v in CFG.reward.model_dump(mode="json").items() if k in ("scheme", "tiered", "dense_v2")},
+    script:
+        "../scripts/export_dataset.py"

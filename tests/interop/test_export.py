@@ -3,16 +3,22 @@ rows the environment and the reward functions read (the `datasets` extra)."""
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from interop_helpers import REPO
 
-from jacrl.interop.export import export
+from jacrl.interop.export import export, split_files
 from jacrl.interop.rows import chat_row, verl_row
 from jacrl.reward.config import RewardConfig
 from jacrl.tasks.record import read_tasks
 
-datasets = pytest.importorskip("datasets", reason="datasets is in the datasets extra: pip install 'jacrl[datasets]'")
+
+@pytest.fixture
+def datasets():
+    return pytest.importorskip("datasets", reason="datasets is in the datasets extra: pip install 'jacrl[datasets]'")
+
+
 CORPUS = REPO / "tests" / "fixtures" / "corpus"
 
 
@@ -29,8 +35,8 @@ def tasks_dir(tmp_path):
     return out
 
 
-def test_round_trip(tasks_dir, tmp_path):
-    done = export(tasks_dir, tmp_path / "out", RewardConfig())
+def test_round_trip(datasets, tasks_dir, tmp_path):
+    done = export(split_files(tasks_dir), tmp_path / "out", RewardConfig())
     assert done.rows == {"trainpool": 6, "holdout": 4, "valid": 2, "r1": 1}
     loaded = datasets.load_from_disk(str(tmp_path / "out" / "hf"))
     assert list(loaded) == ["trainpool", "holdout", "valid", "r1"]
@@ -43,8 +49,25 @@ def test_round_trip(tasks_dir, tmp_path):
     assert "## Licence" in card and "decontamination" in card and "tiered" in card
 
 
-def test_missing_splits_are_one_line(tmp_path):
+def test_missing_splits_are_one_line(datasets, tmp_path):
     cmd = [sys.executable, "-m", "jacrl.interop.export", "--tasks-dir", str(tmp_path), "--out", str(tmp_path / "o")]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 1 and out.stderr.count("\n") == 1
     assert out.stderr.startswith("error: ") and "holdout.jsonl" in out.stderr and not (tmp_path / "o").exists()
+
+
+def test_the_workflow_exports_the_configured_rungs(repo, tmp_path):
+    """`snakemake exports/jac-tasks` plans one export job reading the splits and every rung of config.yaml."""
+    snakemake = str(Path(sys.executable).with_name("snakemake"))
+    cmd = [snakemake, "-n", "--forceall", "-d", str(tmp_path), "-s", str(repo / "Snakefile"), "exports/jac-tasks"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)
+    assert out.returncode == 0, out.stdout + out.stderr
+    job = out.stdout[out.stdout.index("rule export_dataset:") :]
+    inputs = job[job.index("input: ") + 7 : job.index("\n", job.index("input: "))].split(", ")
+    assert set(inputs) == {
+        "dataset/rl/trainpool.jsonl",
+        "dataset/rl/holdout.jsonl",
+        "dataset/rl/valid.jsonl",
+        "dataset/rl/splits.md",
+        *(f"dataset/rl/rungs/r{r}/train.jsonl" for r in ("1", "3", "all")),
+    }

@@ -46,10 +46,11 @@ def split_files(tasks_dir: Path) -> dict[str, Path]:
     return files
 
 
-def export(tasks_dir: str | Path, out: str | Path, reward: RewardConfig) -> Export:
+def export(files: dict[str, Path], out: str | Path, reward: RewardConfig, summary: Path | None = None) -> Export:
+    """Write the task files (by split name) to `out`; `summary` is the splits' report for the card."""
     from datasets import Dataset, DatasetDict
 
-    tasks = {name: read_tasks(path) for name, path in split_files(Path(tasks_dir)).items()}
+    tasks = {name: read_tasks(path) for name, path in files.items()}
     with atomic_dir(out) as tmp:
         DatasetDict(
             {name: Dataset.from_list([chat_row(t, name) for t in ts]) for name, ts in tasks.items()}
@@ -59,8 +60,8 @@ def export(tasks_dir: str | Path, out: str | Path, reward: RewardConfig) -> Expo
             Dataset.from_list([verl_row(t, name, i) for i, t in enumerate(ts)]).to_parquet(
                 str(tmp / "verl" / f"{name}.parquet")
             )
-        summary = Path(tasks_dir) / "splits.md"
-        (tmp / "README.md").write_text(card(tasks, reward, summary.read_text() if summary.is_file() else ""))
+        report = summary.read_text() if summary is not None and summary.is_file() else ""
+        (tmp / "README.md").write_text(card(tasks, reward, report))
     return Export(Path(out), {name: len(ts) for name, ts in tasks.items()})
 
 
@@ -145,7 +146,9 @@ def _run(args: argparse.Namespace) -> int:
     import datasets
 
     datasets.disable_progress_bars()
-    done = export(args.tasks_dir, args.out, load_reward_config(args.config or default_config()))
+    root = Path(args.tasks_dir)
+    reward = load_reward_config(args.config or default_config())
+    done = export(split_files(root), args.out, reward, root / "splits.md")
     print(f"{done.out}: " + ", ".join(f"{name} {n}" for name, n in done.rows.items()))
     return 0
 
