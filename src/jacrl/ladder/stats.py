@@ -140,9 +140,9 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
     if not d.any():
         return PairedScores(len(common), 0, 0, 0.0, sd, 1.0)
-    res = permutation_test(
-        (x, y),
-        lambda u, v, axis: np.mean(u - v, axis=axis),
+    res = permutation_test(  # one sample: scipy's `samples` permutations flip each difference's sign
+        (d,),
+        lambda u, axis: np.mean(u, axis=axis),
         permutation_type="samples",
         vectorized=True,
         n_resamples=RESAMPLES,
