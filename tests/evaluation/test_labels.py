@@ -26,6 +26,8 @@ def test_the_console_line_names_greedy_and_the_sampling_temperature():
 def test_a_greedy_only_cell_prints_greedy_alone():
     greedy_only = {**CELL, "samples": 0, "policy_samples": 0, "policy_pass_pct": None}
     assert cell_line(greedy_only) == "greedy 100.0 %  runs 100.0 %"
+    staged = {**greedy_only, "compile_pct": 100.0, "reward_mean": 0.95}
+    assert cell_line(staged) == "greedy 100.0 %  compiles 100.0 %  runs 100.0 %  reward 0.950"
     assert metric_labels(greedy_only)["passk_pct"] == "greedy pass@1 (no samples)"
     assert "policy_pass_pct" not in metric_labels(greedy_only)
 

@@ -6,7 +6,7 @@ console line, cell, pivot table and report column takes its label from here:
 
     metric_labels({"samples": 2, "k": 8, "temperature": 0.8, "policy_samples": 0, ...})
     # {'pass1_pct': 'greedy pass@1', 'passk_pct': 'pass@2 (T 0.8)', 'verified_pct': 'verified@2 (T 0.8)', ...}
-    cell_line(cell)  # 'greedy 100.0 %  pass@2 (T 0.8) 0.0 %  verified@2 (T 0.8) 0.0 %  runs 100.0 %'
+    cell_line(cell)  # 'greedy 100.0 %  pass@2 (T 0.8) 0.0 %  verified@2 (T 0.8) 0.0 %  compiles 100.0 %  runs 100.0 %  reward 0.950'
 """
 
 from __future__ import annotations
@@ -71,9 +71,12 @@ def metric_labels(cell: Mapping[str, Any]) -> dict[str, str]:
 
 
 def cell_line(cell: Mapping[str, Any]) -> str:
-    """A cell's headline numbers on one console line, each after its label."""
+    """A cell's headline numbers on one console line, each after its label; the greedy stages
+    (compiles, runs, mean reward) last, where the cell records them."""
     labels = metric_labels(cell)
     shown = ["pass1_pct"] + (["passk_pct", "verified_pct"] if cell.get("samples") else [])
     shown += ["policy_pass_pct"] if "policy_pass_pct" in labels and cell.get("policy_pass_pct") is not None else []
     parts = [f"{labels[key].removesuffix(' pass@1')} {cell[key]:.1f} %" for key in shown]
-    return "  ".join([*parts, f"runs {cell['run_pct']:.1f} %"])
+    parts += [f"compiles {cell['compile_pct']:.1f} %"] if cell.get("compile_pct") is not None else []
+    parts += [f"runs {cell['run_pct']:.1f} %"]
+    return "  ".join(parts + ([f"reward {cell['reward_mean']:.3f}"] if cell.get("reward_mean") is not None else []))
