@@ -208,7 +208,8 @@ def mixed_batch(gold: Task) -> list[tuple[Task, object, str]]:
     """(task, completion, what its score must show) for every way a completion fails, and passes
     beside them."""
     g = gold.gold_body
-    fault = lambda where: fence(f"{g}# {MARK}-{where}\n")  # noqa: E731
+    # the marker in a string: a comment would not change the program's meaning, and its run is shared
+    fault = lambda where: fence(f'_fault = "{MARK}-{where}";\n{g}')  # noqa: E731
     return [
         (gold, fence(g), "exact"),
         (gold, "\ufeff```jac\n" + g.replace("\n", "\x00\n", 1) + "```<|im_end|>\n<|im_start|>user\nthanks", "exact"),

@@ -260,6 +260,19 @@ NOT_WRITTEN: dict[str, str] = {
 }
 
 
+# A one-line label or heading, then the code unfenced: read like the bare code.
+LABELS: dict[str, Callable[[str], str]] = {
+    "colon": lambda c: f"Answer:\n{c}",
+    "colon_blank_line": lambda c: f"Solution:\n\n{c}",
+    "words_colon": lambda c: f"The function body:\n{c}",
+    "aside_colon": lambda c: f"The body (Jac):\n{c}",
+    "bold_colon": lambda c: f"**Answer:**\n{c}",
+    "bold": lambda c: f"**Solution**\n{c}",
+    "underscores": lambda c: f"__Code__\n\n{c}",
+    "then_closing_prose": lambda c: f"Body:\n{c}\n\nThis returns the right value.",
+}
+
+
 def _indent(code: str, pad: str) -> str:
     return "\n".join(pad + ln if ln.strip() else ln for ln in code.split("\n"))
 
@@ -364,6 +377,7 @@ def corpus_forms(a: Answers) -> dict[str, str]:
     t, body = a.task, a.task.gold_body.rstrip("\n")
     return {
         "bare": t.gold_body,
+        "label_unfenced": LABELS["colon"](t.gold_body),
         "backticks_jac": FENCES["backticks_jac"](body),
         "tildes": FENCES["tildes"](body),
         "four_backticks": FENCES["four_backticks"](body),
@@ -384,6 +398,8 @@ def never_answered(a: Answers) -> dict[str, str]:
         **{k: NOT_WRITTEN[k] for k in ("prose_only", "empty_tildes", "reasoning_then_nothing", "reasoning_only")},
         "truncated_unit_half": FENCES["unclosed"](unit[: len(unit) // 2]),
         "truncated_body_half": FENCES["backticks_jac"](body[: len(body) // 2]),
+        "label_then_truncated_body": LABELS["colon"](body[: len(body) // 2]),
+        "label_then_prose": LABELS["bold_colon"]("I would loop over the items and add them up."),
         "reasoning_draft_then_truncated": REASONING["think"](FENCES["unclosed"](body[: len(body) // 2])),
     }
 
@@ -445,6 +461,37 @@ def test_unterminated_reasoning_takes_the_last_fence(tasks, form):
         for echo in (a.task.gold_body.rstrip("\n"), a.unit, whole_file(a.task)):
             ex = extract_body(UNTERMINATED_THINK(FENCES[form](echo)), a.task)
             assert _gives(ex, a) and ex.method.startswith("think+"), (a.task.id, ex)
+
+
+@pytest.mark.parametrize("form", sorted(LABELS))
+def test_unfenced_code_after_a_label_reads_like_bare_code(tasks, form):
+    for a in answered(tasks):
+        for echo in (a.task.gold_body, a.unit, whole_file(a.task)):
+            labelled = LABELS[form](echo)
+            ex, bare = extract_body(labelled, a.task), extract_body(labelled.split("\n", 1)[1], a.task)
+            assert _gives(ex, a) and (ex.body, ex.method) == (bare.body, bare.method), (a.task.id, ex)
+
+
+@pytest.mark.parametrize("form", sorted(LABELS))
+def test_a_label_makes_nothing_pass_that_failed(tasks, form):
+    """A label before what fails today (prose, nothing, a truncated or escaping body, a string
+    never closed, a draft in reasoning never closed) extracts as that does: rejected, empty, or
+    the same broken body."""
+    for a in answered(tasks):
+        body = a.task.gold_body.rstrip()
+        for rest in (
+            "",
+            "I am not sure how to write this in Jac.",
+            body[: len(body) // 2],
+            a.unit[: len(a.unit) // 2],
+            "}\n" + body,
+            'x = "never closed;\n' + body,
+            "<think>\nA draft: " + body,
+        ):
+            labelled = LABELS[form](rest)
+            ex, bare = extract_body(labelled, a.task), extract_body(labelled.split("\n", 1)[1], a.task)
+            assert (ex.ok, ex.body, bool(ex.rejected)) == (bare.ok, bare.body, bool(bare.rejected)), (a.task.id, ex)
+            assert not _gives(ex, a), (a.task.id, ex)
 
 
 def test_unfenced_whole_file_keeps_its_docstring_whole(tasks):
@@ -527,6 +574,8 @@ def completions(draw, pool: list[Answers]):
     )
     if echo == "file" and not wrapped.startswith(code):
         wrapped = draw(st.sampled_from(["", "Here is the whole file.\n"])) + wrapped
+    elif wrapped == code and draw(st.booleans()):
+        wrapped = LABELS[draw(st.sampled_from(sorted(LABELS)))](wrapped)
     elif draw(st.booleans()):
         wrapped = f"Here you go:\n\n{wrapped}\n\nThis should work."
     think = draw(st.sampled_from([None, *sorted(REASONING)]))
@@ -545,7 +594,7 @@ def test_fixture_forms_score_exact_on_real_runs(tasks, tiered_scorer):
     """Every table form of every fixture task (and of the task moved out of line) is an exact
     pass; a body never written or truncated is not."""
     table, bad = score_forms(tiered_scorer, answered(tasks), answered_out_of_line(tasks))
-    assert bad == [] and len(table) == 29
+    assert bad == [] and len(table) == 33
     rows = [
         (t.id, f"reason/{k}", f(FENCES[k2](t.gold_body)))
         for t in tasks.values()

@@ -117,6 +117,29 @@ def test_the_whole_hostile_suite_as_an_ordinary_user():
     _suite_as_user(["-m", "slow or not slow"])
 
 
+@pytest.mark.slow
+def test_the_memory_budget_suite_as_an_ordinary_user():
+    """test_sandbox_budget.py as the user: no cgroup can be made, the supervisor holds the budget."""
+    r = run_as_user(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-s",
+            "-p",
+            "no:cacheprovider",
+            "tests/reward/test_sandbox_budget.py",
+            "-m",
+            "slow or not slow",
+        ]
+    )
+    tail = (r.stdout + r.stderr)[-6000:]
+    assert r.returncode == 0, tail
+    assert " passed" in r.stdout and " skipped" not in r.stdout, tail
+    assert "held by the supervisor summing" in r.stdout, tail
+    print(tail)
+
+
 # As the user, inside a user namespace whose nested user namespaces are forbidden (as on a
 # kernel or distribution that refuses unprivileged ones): strict refuses in one line with the
 # fix; weak scores, and says so in the score.

@@ -8,6 +8,8 @@ as a script by the subprocess runner, as a tiny exec wrapper:
 
 `confine` applies, in this order:
 
+0. the run's cgroup (`spec["cgroup"]`, budget.py): the process joins it before anything else,
+   so every process the run starts counts against one memory budget and one process cap.
 1. strict isolation (`spec["isolate"]`): new network and mount namespaces — inside a new
    user namespace when we are not root, mapping only our own uid/gid. The network namespace
    has nothing but a loopback that is down. In the mount namespace every mount is made
@@ -254,6 +256,8 @@ def _rlimits(lim: dict) -> None:
 
 def confine(spec: dict) -> None:
     """Apply the spec to this process (see the module docstring). Raises OSError on failure."""
+    for procs in spec.get("cgroup", []):  # first, while still privileged: all the run is charged there
+        _write(procs, str(os.getpid()))
     uid = spec["uid_base"] + os.getpid() if spec.get("mode") == "uid" else None
     iso = spec.get("isolate")
     if iso:

@@ -17,6 +17,7 @@ rest of the batch is scored as usual. Only a pool that cannot start raises.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -25,13 +26,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
+from jacrl.reward.audit import audit_flags
 from jacrl.reward.cache import reward_config_digest, score_key
 from jacrl.reward.config import RewardConfig
-from jacrl.reward.extract import Extraction, extract_body
+from jacrl.reward.extract import Extraction, extract_body, mask, program_meaning
 from jacrl.reward.normalize import ChatMarkup, chat_markup
 from jacrl.reward.pool import RunnerPool, default_workers
 from jacrl.reward.runner import RunResult
-from jacrl.reward.score import Score, score_run, zero_score
+from jacrl.reward.sandbox import plan_for
+from jacrl.reward.score import Score, score_run, with_body, zero_score
 from jacrl.reward.shared_cache import open_score_cache
 from jacrl.reward.splice import splice
 from jacrl.tasks.record import Task, as_task, load_tasks
@@ -43,6 +46,21 @@ class Scorer(Protocol):
     """Scores completions of tasks, one Score per (task, completion) pair, in order."""
 
     def score_batch(self, tasks: list[Task], completions: list[str]) -> list[Score]: ...
+
+
+# A body that may see its own source or line numbers (reads files, starts processes, reaches
+# interpreter state or a traceback) could print something else once its comments are gone.
+SELF_SEEING = frozenset({"file", "process", "environment", "dynamic"})
+SELF_SEEING_RE = re.compile(r"\b(?:__file__|traceback|linecache|f_lineno|tb_lineno|co_firstlineno)\b")
+
+
+def run_identity(program: str, body: str) -> str:
+    """What a program's run is keyed on: its meaning (`program_meaning`: no comments, blank lines
+    or trailing whitespace; strings as written), so completions that differ only in those run
+    once — or the program as written when its body may see its own text (`SELF_SEEING`)."""
+    if SELF_SEEING & set(audit_flags(body)) or SELF_SEEING_RE.search(mask(body).text):
+        return program
+    return program_meaning(program)
 
 
 class HasText(Protocol):
@@ -82,10 +100,10 @@ class _Job:
 @dataclass
 class _Batch:
     """A batch after screening and dedup: the programs to run by identity, the completions each
-    answers (index, extraction method), and the failing scores of completions with nothing to run."""
+    answers (index, extraction method, body), and the failing scores of completions with nothing to run."""
 
     jobs: dict[object, _Job] = field(default_factory=dict)
-    slots: dict[object, list[tuple[int, str]]] = field(default_factory=dict)
+    slots: dict[object, list[tuple[int, str, str]]] = field(default_factory=dict)
     failed: dict[int, Score] = field(default_factory=dict)
 
 
@@ -148,6 +166,7 @@ class RewardScorer:
                 return
             self._pool = RunnerPool(self.cfg, self.workers)
             self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="jacrl-reward")
+            log.info("%s", plan_for(self.cfg).describe(self.cfg.limits))
 
     def _run(self, job: _Job) -> RunResult | str:
         """The program's run, or why it failed (`run_error: …`): one program's failure is its own."""
@@ -177,9 +196,9 @@ class RewardScorer:
 
     def score_batch(self, tasks: list[Task | dict | str], completions: list[str]) -> list[Score]:
         """One Score per (task, completion), in order: every completion is screened and extracted,
-        identical (task, body) pairs share one program, the persistent cache answers what was
-        scored before, the rest run on the pool (what ran to the end is cached), and each
-        completion gets its program's score."""
+        completions of a task whose programs mean the same (`run_identity`) share one run, the
+        persistent cache answers what was run before, the rest run on the pool (what ran to the
+        end is cached), and each completion gets its run's terms with its own text terms."""
         if len(tasks) != len(completions):
             raise ValueError(f"{len(tasks)} tasks but {len(completions)} completions")
         batch = self._dedupe(self._extractions(tasks, completions))
@@ -202,32 +221,33 @@ class RewardScorer:
             yield task, self.extract(task, completion)
 
     def _dedupe(self, extractions: Iterable[tuple[Task, Extraction]]) -> _Batch:
-        """The programs the batch runs, one per identity (task and body under `reward.dedup`,
-        else the completion), and the completions each answers; a completion with nothing to run
-        gets its failing score here."""
+        """The programs the batch runs, one per identity (task and `run_identity` under
+        `reward.dedup`, else the completion), and the completions each answers; a completion with
+        nothing to run gets its failing score here."""
         batch = _Batch()
         for i, (task, ex) in enumerate(extractions):
             if not ex.ok:
                 batch.failed[i] = self._fail(task.id, ex.method, ex.rejected)
                 self.stats["empty_or_rejected"] += 1
                 continue
-            ident = (task.id, ex.body) if self.cfg.dedup else i
+            try:
+                program = splice(task.template, ex.body, task.indent)
+                keyed = run_identity(program, ex.body) if self.cfg.dedup else program
+            except Exception as e:  # noqa: BLE001 - a bug met by one body fails that body only
+                batch.failed[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
+                continue
+            ident = (task.id, keyed) if self.cfg.dedup else i
             if ident in batch.jobs:
                 self.stats["dedup_hits"] += 1
             else:
-                try:
-                    batch.jobs[ident] = self._job(task, ex)
-                except Exception as e:  # noqa: BLE001 - a bug met by one body fails that body only
-                    batch.failed[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
-                    continue
-            batch.slots.setdefault(ident, []).append((i, ex.method))
+                batch.jobs[ident] = self._job(task, ex, program, keyed)
+            batch.slots.setdefault(ident, []).append((i, ex.method, ex.body))
         return batch
 
-    def _job(self, task: Task, ex: Extraction) -> _Job:
-        program = splice(task.template, ex.body, task.indent)
+    def _job(self, task: Task, ex: Extraction, program: str, keyed: str) -> _Job:
         timeout = task.run_timeout
         key = score_key(
-            program,
+            keyed,
             scheme=self.cfg.scheme,
             cfg_digest=self._digest,
             expected=task.expected_stdout,
@@ -278,17 +298,23 @@ class RewardScorer:
         self.cache.put_many(fresh)
 
     def _map_back(self, batch: _Batch, scores: dict[object, Score], n: int) -> list[Score]:
-        """Each completion's score: its program's, under its own extraction method, or its failure."""
+        """Each completion's score: its run's terms with its own text terms (`with_body`), under its
+        own extraction method; or its failure."""
         out = dict(batch.failed)
         for ident, where in batch.slots.items():
-            for i, method in where:
-                out[i] = replace(scores[ident], extract=method, isolation=self.cfg.isolation)
+            shared, gold = scores[ident], batch.jobs[ident].task.gold_body
+            for i, method, body in where:
+                own = shared if shared.rejected else with_body(self.cfg, shared, body=body, gold=gold)
+                out[i] = replace(own, extract=method, isolation=self.cfg.isolation)
         return [out[i] for i in range(n)]
 
     def _score(self, job: _Job, run: RunResult | str) -> Score:
         if isinstance(run, str):
             return self._fail(job.task.id, job.extract, run)
         t = job.task
+        if run.killed == "memory":
+            mb = self.cfg.limits.memory_mb
+            return self._fail(t.id, job.extract, f"memory: the run's processes held over {mb} MiB together")
         try:
             return score_run(
                 self.cfg,

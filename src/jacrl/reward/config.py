@@ -74,12 +74,25 @@ class SandboxLimits(StrictModel):
         description="Sandbox uid = uid_base + pid of the sandboxed process (unique among live processes).",
     )
     cpu_seconds: float = Field(0.0, ge=0, description="RLIMIT_CPU per process; 0 = ceil(timeout) + 1.")
-    address_space_mb: int = Field(2048, ge=256, description="RLIMIT_AS per process, MiB.")
+    memory_mb: int = Field(
+        512,
+        ge=128,
+        description="One memory budget per run, MiB: every process the run starts counts against it together "
+        "(its tmpfs writes too). Over it the run is ended and scores `rejected: memory`. Held by a cgroup per run "
+        "where the scorer may make one, else by the supervisor summing the run's PSS (docs/sandbox.md).",
+    )
+    address_space_mb: int = Field(
+        512,
+        ge=256,
+        description="RLIMIT_AS per process, MiB: no one process maps more than the run's whole budget "
+        "(without a cgroup it bounds what a process adds between two polls of the budget).",
+    )
     max_processes: int = Field(
         48,
         ge=4,
-        description="RLIMIT_NPROC of a run: per sandbox uid (root) or per run's user namespace (strict, not root); "
-        "weak without root: the user's current count plus this.",
+        description="Processes (threads included) of a run at once: its cgroup's pids.max where there is one, and "
+        "RLIMIT_NPROC per sandbox uid (root) or per run's user namespace (strict, not root); weak without root: "
+        "the user's current count plus this.",
     )
     file_size_mb: int = Field(16, ge=1, description="RLIMIT_FSIZE: largest file the program may write, MiB.")
     open_files: int = Field(256, ge=32, description="RLIMIT_NOFILE per process.")
@@ -87,6 +100,15 @@ class SandboxLimits(StrictModel):
         64, ge=1, description="Size of the run dir's tmpfs (strict): the bytes a run may write in all, MiB."
     )
     tmp_files: int = Field(4096, ge=64, description="Files and directories the run dir's tmpfs may hold (strict).")
+
+    @model_validator(mode="after")
+    def _within_budget(self) -> SandboxLimits:
+        if self.tmp_size_mb >= self.memory_mb:
+            raise ValueError(
+                f"limits: tmp_size_mb ({self.tmp_size_mb}) must be below memory_mb ({self.memory_mb}): "
+                "the run dir's tmpfs is charged to the run's memory budget"
+            )
+        return self
 
 
 class RewardConfig(StrictModel):
@@ -115,7 +137,11 @@ class RewardConfig(StrictModel):
         "subprocess: one `jac run` process per program (the reference).",
     )
     dedup: bool = Field(
-        True, json_schema_extra=RESULT_FREE, description="Score identical (task, extracted body) pairs of a batch once."
+        True,
+        json_schema_extra=RESULT_FREE,
+        description="Run each program meaning once: completions of a task whose programs differ only in comments, "
+        "blank lines and trailing whitespace (strings untouched) share one run in a batch and one score-cache entry, "
+        "each still scored on its own text terms. Off: every completion runs its own program.",
     )
     cache: bool = Field(
         True, json_schema_extra=RESULT_FREE, description="Use the persistent content-addressed score cache."

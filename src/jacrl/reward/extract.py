@@ -55,6 +55,8 @@ ANSWER_RE = re.compile(r"<answer>(?P<answer>.*?)(?:</answer>|\Z)", re.IGNORECASE
 FINAL_CHANNEL = "<|channel|>final<|message|>"  # harmony-format chat: what follows is the answer
 TODO_RE = re.compile(r"^[ \t]*#\s*TODO\b.*$", re.IGNORECASE)
 WORD_RE = re.compile(r"[A-Za-z][A-Za-z']*")
+# A label: up to eight words (letters, digits, `'`, `-`, `/`, one parenthesised aside), in emphasis or not.
+LABEL_RE = re.compile(r"(?P<em>\*{1,2}|_{1,2})?[A-Za-z][\w'/-]*(?: [\w'/-]+){0,7}(?: \([\w' /-]+\))?:?(?P=em)?:?")
 
 
 @dataclass(frozen=True)
@@ -311,9 +313,20 @@ def answer_text(completion: str, markup: ChatMarkup | None = None) -> tuple[str,
     return (answer["answer"] if answer else out), reasoned
 
 
+def _is_label(s: str) -> bool:
+    """A one-line label or heading before an answer: a few words ending in a colon (`Answer:`, `The
+    body (Jac):`), or wrapped in emphasis (`**Solution**`, `__Code:__`)."""
+    m = LABEL_RE.fullmatch(s)
+    return bool(m) and (s.rstrip("*_").endswith(":") or bool(m["em"])) and not s.startswith(("case ", "default"))
+
+
 def _is_prose(line: str) -> bool:
     s = line.strip()
-    if not s or s.startswith(("#", '"""', "'''")) or s[-1] in ";{}()[],=+-*/<>|&" or s.startswith(("case ", "default")):
+    if not s or s.startswith(("#", '"""', "'''")) or s.startswith(("case ", "default")):
+        return False
+    if _is_label(s):
+        return True
+    if s[-1] in ";{}()[],=+-*/<>|&":
         return False
     return len(WORD_RE.findall(s)) >= 3 and (s[-1] in ".:!?" or s[0].isupper())
 
@@ -477,6 +490,58 @@ def extract_body(completion: str, task: Task, markup: ChatMarkup | None = None) 
     if depth > 0 or (unit and unit.close >= len(code)):
         return Extraction(body, method, "opens a brace it never closes (a truncated answer)")
     return Extraction(body, method)
+
+
+# What the lexer above may misread, so a program holding it is kept as written: a backslash outside
+# strings (trailing spaces after it make or break a line continuation) and inline Python
+# (`::py::`, whose lines and `#` are Python's).
+UNSURE_RE = re.compile(r"\\|::py::")
+
+
+def _squeeze(run: str, first: bool, last: bool) -> str:
+    """A stretch of code between string literals with its blank lines and the whitespace around
+    its lines dropped: its first line goes on from a string (or starts the text), its last leads
+    into one (or ends the text), so only the sides of those that touch no string may go."""
+    head, *rest = run.split("\n")
+    if not rest:
+        return (head.strip() if first else head.rstrip()) if last else (head.lstrip() if first else head)
+    tail = rest.pop()
+    head = head.strip() if first else head.rstrip()
+    lines = [head] if head or not first else []
+    lines += [ln.strip() for ln in rest if ln.strip()]
+    if not last:
+        lines.append(tail.lstrip())
+    elif tail.strip():
+        lines.append(tail.strip())
+    return "\n".join(lines)
+
+
+def program_meaning(code: str) -> str:
+    """The program as it runs, the form its run is keyed on: comments removed (a block comment
+    leaves its newlines, or a space), then blank lines and each line's indentation and trailing
+    whitespace (Jac is not indentation-sensitive), while every string literal is kept exactly as
+    written (the same lexer as `mask` tells them apart). A program this lexer may misread
+    (`UNSURE_RE` outside strings: a line continuation, inline Python) comes back unchanged."""
+    pieces: list[tuple[bool, str]] = []  # (a string literal, its text)
+    at = 0
+    for m in LITERAL_RE.finditer(code):
+        pieces.append((False, code[at : m.start()]))
+        if m["comment"] is None:
+            pieces.append((True, m[0]))
+        elif m[0].startswith("#*"):
+            pieces.append((False, "\n" * m[0].count("\n") or " "))
+        at = m.end()
+    pieces.append((False, code[at:]))
+    runs: list[tuple[bool, str]] = []
+    for is_string, text in pieces:  # code around a removed comment is one stretch
+        if runs and not is_string and not runs[-1][0]:
+            runs[-1] = (False, runs[-1][1] + text)
+        else:
+            runs.append((is_string, text))
+    if any(not is_string and UNSURE_RE.search(text) for is_string, text in runs):
+        return code
+    last = len(runs) - 1
+    return "".join(text if is_string else _squeeze(text, k == 0, k == last) for k, (is_string, text) in enumerate(runs))
 
 
 def normalize_body(body: str) -> str:

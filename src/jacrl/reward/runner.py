@@ -24,10 +24,11 @@ class RunResult:
     stdout: str
     stderr: str
     timed_out: bool = False
-    killed: str = ""  # "", "timeout" or "output_cap"
+    killed: str = ""  # "", "timeout", "output_cap" or "memory" (over reward.limits.memory_mb: not checked)
     compiles: bool = False  # exit 0, or `jac check -p` passed
     check_exit: int | None = None  # exit status of `jac check -p` (None: not needed)
     duration: float = 0.0
+    peak_mb: float = 0.0  # the most memory the run (and its check) held in all, MiB
 
     @property
     def runs(self) -> bool:
@@ -54,14 +55,16 @@ def run_jac(launch: Launch, program: str, timeout: float, check_timeout: float) 
         timed_out=run.killed == "timeout",
         killed=run.killed,
         duration=run.duration,
+        peak_mb=run.peak_bytes / (1 << 20),
     )
     if result.runs:
         result.compiles = True
-    else:
+    elif result.killed != "memory":  # a run over its budget scores `rejected: memory` whatever it parses to
         check = launch(program, ["check", "-p"], check_timeout)
         result.check_exit = check.status if not check.killed else None
         result.compiles = check.status == 0 and not check.killed
         result.duration += check.duration
+        result.peak_mb = max(result.peak_mb, check.peak_bytes / (1 << 20))
     return result
 
 

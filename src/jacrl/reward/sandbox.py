@@ -19,8 +19,9 @@ capped stdout/stderr. Two levels (`reward.isolation`), resolved once per process
   does not own, and RLIMIT_NPROC caps a fork bomb. Not root: the caller's own uid. Reads and
   the network are not confined.
 
-Memory is limited per process (RLIMIT_AS), so max_processes × address_space bounds a run; no
-cgroup is used. Supervising a run and sweeping what it leaves: supervise.py. The runners:
+Memory: one budget per run, every process of the run counted together (budget.py: a cgroup per
+launch where the scorer may make one, else the supervisor summing the run's PSS), plus RLIMIT_AS
+per process. Supervising a run and sweeping what it leaves: supervise.py. The runners:
 runner.py (subprocess, the reference) and forkserver.py (the default).
 """
 
@@ -40,6 +41,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from jacrl.errors import InputError
+from jacrl.reward.budget import Enforcement, RunCgroup, find_enforcement
 from jacrl.reward.config import RewardConfig, SandboxLimits
 
 CONFINE = str(Path(__file__).with_name("_confine.py"))
@@ -67,6 +69,23 @@ class Plan:
     userns: bool = False  # strict without root: the namespaces live in a new user namespace
     landlock_abi: int = 0
     ro_paths: tuple[str, ...] = ()  # what a strict run may read and execute
+    memory: str = "supervisor"  # how the per-run memory budget is held: "cgroup2", "cgroup1" or "supervisor"
+    cgroup_dirs: tuple[str, ...] = ()  # where per-run cgroups are made (budget.Enforcement.dirs)
+    memory_reason: str = ""  # why no cgroup holds it
+
+    @property
+    def enforcement(self) -> Enforcement:
+        return Enforcement(self.memory, tuple(self.cgroup_dirs), self.memory_reason)
+
+    def describe(self, limits: SandboxLimits) -> str:
+        """The plan line the scorer logs: the isolation, and what a run may use in all, enforced how."""
+        level = f"strict (Landlock ABI {self.landlock_abi})" if self.level == "strict" else "weak"
+        who = "a per-run uid" if self.mode == "uid" else "a user namespace" if self.userns else "the scorer's uid"
+        return (
+            f"reward sandbox: isolation {level}, {who}; memory {limits.memory_mb} MiB per run in all, held by "
+            f"{self.enforcement.describe()}; at most {limits.max_processes} processes per run, "
+            f"{limits.address_space_mb} MiB address space per process"
+        )
 
 
 def jac_executable() -> str:
@@ -210,7 +229,8 @@ def _probe_fix(err: str, plan: Plan) -> str:
 def resolve_plan(isolation: str, uid_base: int, tmp_root: str) -> Plan:
     from jacrl.reward._confine import landlock_abi
 
-    base = _uid_plan(uid_base, tmp_root)
+    enf = find_enforcement()
+    base = replace(_uid_plan(uid_base, tmp_root), memory=enf.kind, cgroup_dirs=enf.dirs, memory_reason=enf.reason)
     if isolation == "weak":
         return replace(base, reason=base.reason or "isolation: weak was asked for")
     plan = replace(
@@ -331,15 +351,23 @@ class RunDir:
 
     path: str
     marker: str  # JACRL_SANDBOX in the program's environment (how the sweep finds it, not root)
-    spec: dict  # what `_confine.confine` applies: environment, rlimits, namespaces, Landlock
+    spec: dict  # what `_confine.confine` applies: cgroup, environment, rlimits, namespaces, Landlock
+    cgroup: RunCgroup | None = None  # the run's own cgroup, where the plan holds the budget with one
 
 
 @contextmanager
 def fresh_run(cfg: RewardConfig, plan: Plan, root: Path, program: str, timeout: float) -> Iterator[RunDir]:
-    """A run dir for one program, removed with everything in it afterwards."""
+    """A run dir for one program (and its cgroup), removed with everything in it afterwards."""
     path = make_run_dir(root, program)
+    cgroup = None
     try:
         marker = uuid.uuid4().hex
-        yield RunDir(path, marker, confine_spec(cfg.limits, timeout, plan, path, program_env(path, plan, marker)))
+        spec = confine_spec(cfg.limits, timeout, plan, path, program_env(path, plan, marker))
+        if plan.memory != "supervisor":
+            cgroup = RunCgroup(plan.enforcement, cfg.limits.memory_mb, cfg.limits.max_processes)
+            spec["cgroup"] = cgroup.procs_files
+        yield RunDir(path, marker, spec, cgroup)
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.remove()

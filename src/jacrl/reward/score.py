@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from jacrl.reward.audit import audit_flags
 from jacrl.reward.config import DenseV2Weights, RewardConfig, TieredWeights
@@ -137,37 +137,39 @@ def score_run(
 ) -> Score:
     """The score of a body whose spliced program produced `run`."""
     runs = run.runs
-    compiles = runs or run.compiles
-    exact = runs and run.stdout.strip() == expected.strip()
-    norm_exact = runs and run.stdout.split() == expected.split()
-    ratio = output_ratio(run.stdout, expected) if runs else 0.0
-    frac = line_fraction(run.stdout, expected) if runs else 0.0
-    sim = body_similarity(body, gold)
-    idiom = idiom_score(body, cfg.dense_v2.idiom_norm) if runs else 0.0
-    if cfg.scheme == "dense_v2":
-        value = dense_v2(cfg.dense_v2, compiles=compiles, runs=runs, exact=exact, ratio=ratio, idiom=idiom, sim=sim)
-    else:
-        value = tiered(cfg.tiered, compiles=compiles, runs=runs, exact=exact, line_frac=frac, sim=sim)
     tail = run.stderr[-cfg.stderr_tail_chars :] if cfg.stderr_tail_chars else ""
-    return Score(
-        score=value,
+    of_run = Score(
+        score=0.0,
         scheme=cfg.scheme,
-        compiles=compiles,
+        compiles=runs or run.compiles,
         runs=runs,
-        exact=exact,
-        norm_exact=norm_exact,
-        output_ratio=ratio,
-        line_frac=frac,
-        idiom=idiom,
-        body_sim=sim,
+        exact=runs and run.stdout.strip() == expected.strip(),
+        norm_exact=runs and run.stdout.split() == expected.split(),
+        output_ratio=output_ratio(run.stdout, expected) if runs else 0.0,
+        line_frac=line_fraction(run.stdout, expected) if runs else 0.0,
         timed_out=run.timed_out,
         killed=run.killed,
         exit_code=run.exit_code,
         stderr_tail=tail,
         extract=extract,
         task_id=task_id,
-        flags=audit_flags(body),
     )
+    return with_body(cfg, of_run, body=body, gold=gold)
+
+
+def with_body(cfg: RewardConfig, s: Score, *, body: str, gold: str) -> Score:
+    """`s` with its per-completion text terms (body_sim, idiom, flags) taken from `body`, and its
+    value from those and its run terms: what lets completions whose programs mean the same share
+    one run (batch.py) and still score exactly as if each had run its own."""
+    sim = body_similarity(body, gold)
+    idiom = idiom_score(body, cfg.dense_v2.idiom_norm) if s.runs else 0.0
+    if cfg.scheme == "dense_v2":
+        value = dense_v2(
+            cfg.dense_v2, compiles=s.compiles, runs=s.runs, exact=s.exact, ratio=s.output_ratio, idiom=idiom, sim=sim
+        )
+    else:
+        value = tiered(cfg.tiered, compiles=s.compiles, runs=s.runs, exact=s.exact, line_frac=s.line_frac, sim=sim)
+    return replace(s, score=value, body_sim=sim, idiom=idiom, flags=audit_flags(body))
 
 
 def zero_score(cfg: RewardConfig, *, extract: str, rejected: str = "", task_id: str = "") -> Score:

@@ -18,10 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from jacrl.reward.budget import POLL_S, CgroupWatch, PssWatch
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.sandbox import Plan, RunDir
 
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm")
+Watch = CgroupWatch | PssWatch  # what says a run is over its memory budget (budget.py)
 
 
 # ---------------------------------------------------------------- the process tree
@@ -140,8 +142,9 @@ class Supervised:
     status: int  # exit code, or -signal
     stdout: bytes
     stderr: bytes
-    killed: str = ""
+    killed: str = ""  # "", "timeout", "output_cap" or "memory"
     duration: float = 0.0
+    peak_bytes: int = 0  # the most memory the run held in all (its cgroup's peak, or the largest PSS sum polled)
 
 
 def _exit_code(status: int) -> int:
@@ -192,9 +195,10 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
+def _read_until_exit(pid: int, pipes: _Pipes, deadline: float, budget: Watch | None) -> str:
     """Read the pipes until `pid` has exited and closed them: "" then, or why the run must be
-    killed ("timeout", "output_cap"). Waits on a pidfd where there is one, else polls."""
+    killed ("timeout", "output_cap", "memory": `budget` says the run is over its budget, checked
+    every POLL_S). Waits on a pidfd where there is one, else polls."""
     pidfd = _pidfd(pid)
     # Exit is detected without reaping (WNOWAIT): the zombie keeps the pid and process group
     # id reserved until the sweep has run, so a killpg can never hit a recycled group.
@@ -203,6 +207,8 @@ def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
         while True:
             if exited_at is None and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 exited_at = time.monotonic()
+            if budget is not None and budget.over():
+                return "memory"
             now = time.monotonic()
             if exited_at is not None and (not pipes.open or now - exited_at > 0.1):
                 return ""  # done; a pipe still open is held by a leftover process (swept after)
@@ -210,6 +216,7 @@ def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
                 return "timeout"
             watch = list(pipes.open) + ([pidfd] if pidfd is not None and exited_at is None else [])
             wait = deadline - now if exited_at is None and pidfd is not None else min(deadline - now, 0.02)
+            wait = min(wait, POLL_S) if budget is not None else wait
             ready = select.select(watch, [], [], wait)[0] if watch else time.sleep(wait) or []
             if any([pipes.read(fd) for fd in ready if fd != pidfd]):  # a list: every ready pipe is read
                 return "output_cap"
@@ -219,20 +226,31 @@ def _read_until_exit(pid: int, pipes: _Pipes, deadline: float) -> str:
 
 
 def supervise(
-    pid: int, out_fd: int, err_fd: int, timeout: float, caps: tuple[int, int], kill: Callable[[], None]
+    pid: int,
+    out_fd: int,
+    err_fd: int,
+    timeout: float,
+    caps: tuple[int, int],
+    kill: Callable[[], None],
+    watch: Watch | None = None,
 ) -> Supervised:
     """Wait for `pid` with a wall deadline, reading its stdout/stderr up to the caps.
 
-    On timeout or an overflowing stream the whole run is killed; in every case `kill()`
-    (the sweep) runs once the main process is done, so nothing outlives the run.
+    On timeout, an overflowing stream or a run over its memory budget (`watch`) the whole run is
+    killed; in every case `kill()` (the sweep) runs once the main process is done, so nothing
+    outlives the run. A run whose cgroup killed a process for memory ends as "memory" even when
+    the main process exited first.
     """
     start = time.monotonic()
     pipes = _Pipes(out_fd, err_fd, caps)
-    killed = _read_until_exit(pid, pipes, start + timeout)
+    killed = _read_until_exit(pid, pipes, start + timeout, watch)
     kill()
+    if not killed and isinstance(watch, CgroupWatch) and watch.over():
+        killed = "memory"
     status = os.waitpid(pid, 0)[1]
     pipes.drain(0.5)
-    return Supervised(_exit_code(status), *pipes.output(), killed, time.monotonic() - start)
+    peak = watch.peak_bytes() if watch is not None else 0
+    return Supervised(_exit_code(status), *pipes.output(), killed, time.monotonic() - start, peak)
 
 
 def supervise_run(
@@ -249,7 +267,11 @@ def supervise_run(
     subreaper it runs under), then delete what a per-run uid left in the world-writable dirs."""
     uid = plan.uid_base + pid if plan.mode == "uid" else None
     caps = (cfg.max_stdout_bytes, cfg.max_stderr_bytes)
-    sup = supervise(pid, out_fd, err_fd, timeout, caps, lambda: sweep(uid, run.marker, pid, tree))
+    if run.cgroup is not None:
+        watch: Watch = CgroupWatch(run.cgroup)
+    else:
+        watch = PssWatch(lambda: sandbox_pids(uid, run.marker, tree), cfg.limits.memory_mb << 20)
+    sup = supervise(pid, out_fd, err_fd, timeout, caps, lambda: sweep(uid, run.marker, pid, tree), watch)
     if uid is not None:
         remove_strays(uid, run.path)
     return sup
