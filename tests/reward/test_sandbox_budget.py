@@ -131,3 +131,39 @@ def test_a_run_under_budget_is_not_touched_and_reports_its_peak(scorer):
 
     run = scorer._pool.run(splice(HOSTILE_TASK.template, "    return n * 2;\n", HOSTILE_TASK.indent), 6.0)
     assert run.runs and run.killed == "" and 0 < run.peak_mb < BUDGET_MB, run
+
+
+ALLOCATE = "import sys, time; x = b'x' * (int(sys.argv[1]) << 20); print('held', flush=True); time.sleep(30)"
+
+
+def test_the_pss_sum_sees_a_process_over_budget():
+    """The fallback's measure on a real process: its PSS counts the memory it touched."""
+    import subprocess
+    import sys
+
+    from jacrl.reward.budget import PssWatch
+
+    p = subprocess.Popen([sys.executable, "-c", ALLOCATE, "120"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "held\n"
+        assert PssWatch(lambda: [p.pid], 100 * MiB).over()
+        assert not PssWatch(lambda: [p.pid], 200 * MiB).over()
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(plan_for(RewardScorer({"cache": False}).cfg).memory == "supervisor", reason="no cgroup here")
+def test_a_run_cgroup_kills_inside_itself_and_is_removed():
+    import subprocess
+    import sys
+
+    from jacrl.reward.budget import RunCgroup
+
+    plan = plan_for(RewardScorer({"cache": False}).cfg)
+    cg = RunCgroup(plan.enforcement, 64, 8)
+    join = "import sys; [open(f, 'w').write(str(__import__('os').getpid())) for f in sys.argv[2:]]; " + ALLOCATE
+    r = subprocess.run([sys.executable, "-c", join, "200", *cg.procs_files], capture_output=True, timeout=60)
+    assert r.returncode == -9 and cg.oom_kills() >= 1 and cg.peak_bytes() <= 64 * MiB
+    cg.remove()
+    assert not any(os.path.exists(d) for d in cg.dirs)

@@ -240,14 +240,21 @@ def pss_bytes(pid: int) -> int:
 
 
 class PssWatch:
-    """Over budget once the PSS summed over the run's processes exceeds it (the fallback)."""
+    """Over budget once the PSS summed over the run's processes exceeds it (the fallback). Summed
+    at most every POLL_S: finding the run's processes reads /proc, and the supervisor asks after
+    every read of the run's output."""
 
     def __init__(self, pids: Callable[[], list[int]], budget_bytes: int):
         self.pids = pids
         self.budget = budget_bytes
         self.peak = 0
+        self._last = -POLL_S
 
     def over(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < POLL_S:
+            return False
+        self._last = now
         total = sum(pss_bytes(p) for p in self.pids())
         self.peak = max(self.peak, total)
         return total > self.budget

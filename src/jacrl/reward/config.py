@@ -140,7 +140,7 @@ class RewardConfig(StrictModel):
         True,
         json_schema_extra=RESULT_FREE,
         description="Run each program meaning once: completions of a task whose programs differ only in comments, "
-        "blank lines and trailing whitespace (strings untouched) share one run in a batch and one score-cache entry, "
+        "blank lines, indentation and trailing whitespace (strings untouched) share one run in a batch and one score-cache entry, "
         "each still scored on its own text terms. Off: every completion runs its own program.",
     )
     cache: bool = Field(
