@@ -18,7 +18,8 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
   (docs/design.md#backends): the MLX backend pulls the gradient w.r.t. the logprobs back through MLX;
 - LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`: the checks,
   the folders and `jacrl_adapter.json` are written here once; each backend fills in its format;
-  `merge_adapter()` folds a loaded adapter into the weights for sampling and scoring only (eval).
+  `merge_adapter()` folds a loaded adapter into the weights for sampling and scoring only (eval);
+  `sample_merged()` samples from a folded copy while the adapter keeps training (GRPO);
 
 Training loops are not backends' business: gold-SFT and RFT run `training.sft.run_sft`, GRPO
 `rl.trainer.Trainer`, both through `backward` and `step`.
@@ -381,6 +382,12 @@ class Backend(ABC):
         if self.lora is not None and not self.merged:
             self._merge_adapter()
             self.merged = True
+
+    def sample_merged(self, dtype: str = "auto") -> bool:
+        """Sample from a copy of the policy with the adapter folded into its weights (in `dtype`),
+        refolded whenever the adapter's weights change, while scoring and training keep the adapter;
+        True when this backend does (torch), False when it samples from the policy itself (MLX)."""
+        return False
 
     def _unmerged(self, what: str) -> None:
         if self.merged:

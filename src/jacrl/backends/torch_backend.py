@@ -6,7 +6,7 @@ import copy
 import inspect
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from jacrl.backends.base import (
 from jacrl.backends.cpu import auto_cpu_dtype
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
+from jacrl.backends.shared_prefix import PrefixKV, decoding_with
 from jacrl.progress import Progress
 
 SMALL_MODEL_PARAMS = 50_000_000
@@ -88,6 +89,9 @@ def resolve_dtype(dtype: str, device: str, parameters: int | None = None, traini
 
 class TorchBackend(Backend):
     name = "torch"
+    shared_prefix = True
+    """Decode a prompt's rows over its one cache (`jacrl.backends.shared_prefix`); False copies it per
+    row into a static cache, as one row per prompt always does (what `bench/engines.py` compares)."""
 
     def __init__(
         self,
@@ -121,6 +125,11 @@ class TorchBackend(Backend):
         self._max_grad_norm: float | None = 1.0
         self._reference: dict[str, Any] | None = None
         self._n_params: int | None = None
+        self._copy: Any = None
+        """The merged sampling copy (`sample_merged`), None when sampling from the policy itself."""
+        self._copy_stale = False
+        self._live = 0
+        """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self.max_batch_rows = max_batch_rows
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -136,7 +145,7 @@ class TorchBackend(Backend):
 
     def _causal_lm(self) -> Any:
         """The transformers CausalLM (peft injects LoRA into it in place)."""
-        return self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return _causal_lm_of(self.model)
 
     # ---- sampling ----------------------------------------------------------------------------
     def generate_draws_ids(
@@ -171,54 +180,94 @@ class TorchBackend(Backend):
     def _sample(
         self, prompts: list[list[int]], layout: RowLayout, seeded: list[SeededDraw], max_tokens: int
     ) -> tuple[list[list[int]], list[list[float]]]:
-        """Prefill each prompt, left-pad the KV caches into one static cache with a copy per row, decode all rows together."""
+        """Prefill each prompt, then decode all rows together: a prompt's cache held once under its
+        rows when it has several (`jacrl.backends.shared_prefix`), else one static cache of every row."""
         import torch
 
         rows = layout.block
-        width = max(map(len, prompts))
-        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        # The mask spans the whole static cache: left padding and not-yet-written slots are 0.
-        mask = torch.zeros((len(lens), width + max_tokens), dtype=torch.long, device=self.device)
-        mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
         choose = RowChooser(layout, seeded, len(prompts))
+        model = self._sampling_model()
         with torch.inference_mode():
-            cache, logits = self._prefill(prompts, rows, width, width + max_tokens)
-            kw = {_cache_kwarg(self._causal_lm()): cache, "use_cache": True}
-            with self._decode_threads(len(lens)):
-                tokens, logps = self._decode(
-                    logits.repeat_interleave(rows, dim=0), mask, lens, width, max_tokens, choose, kw
-                )
+            caches, logits = self._prefill(model, prompts)
+            if rows > 1 and self.shared_prefix:
+                step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens)
+            else:
+                step = self._static_cache_step(model, caches, prompts, rows, max_tokens)
+            with self._decode_threads(len(prompts) * rows):
+                tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
         return tokens.tolist(), logps.tolist()
 
-    def _prefill(self, prompts: list[list[int]], n: int, width: int, max_len: int) -> tuple[Any, Any]:
-        """One unpadded forward per prompt (the fast attention path: no mask); the caches are
-        left-padded with zeros to `width`, repeated n times and written into one preallocated
-        `StaticCache` of `max_len` slots (a growing cache copies itself at every decoding step)."""
+    def _prefill(self, model: Any, prompts: list[list[int]]) -> tuple[list[Any], Any]:
+        """One unpadded forward per prompt (the fast attention path: no mask): its `DynamicCache`
+        and its last position's logits."""
         import torch
-        from torch.nn.functional import pad
-        from transformers import DynamicCache, StaticCache
+        from transformers import DynamicCache
 
-        lm = self._causal_lm()
+        lm = _causal_lm_of(model)
         caches, last = [], []
         for p in prompts:
             one = DynamicCache(config=lm.config)
-            out = self.model(
-                input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True}
-            )
+            out = model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
             caches.append(one)
             last.append(out.logits[:, -1, :].float())
+        return caches, torch.cat(last)
 
-        def batched(layer: int, field: str) -> Any:
-            parts = [pad(getattr(c.layers[layer], field), (0, 0, width - len(p), 0)) for c, p in zip(caches, prompts)]
-            return torch.cat(parts).repeat_interleave(n, dim=0)
+    def _shared_prefix_step(
+        self, model: Any, caches: list[Any], prompts: list[list[int]], rows: int, max_tokens: int
+    ) -> Callable[[Any, int], Any]:
+        """The next logits of every row given its token fed at step t, each prompt's cache read once
+        for all its rows."""
+        import torch
 
-        cache = StaticCache(config=lm.config, max_cache_len=max_len)
+        lm = _causal_lm_of(model)
+        kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
+        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
+
+        def step(tok: Any, t: int) -> Any:
+            kv.step = t
+            with decoding_with(lm):
+                out = model(input_ids=tok[:, None].to(self.device), position_ids=(lens + t)[:, None], prefix_kv=kv)
+            return out.logits[:, -1, :].float()
+
+        return step
+
+    def _static_cache_step(
+        self, model: Any, caches: list[Any], prompts: list[list[int]], rows: int, max_tokens: int
+    ) -> Callable[[Any, int], Any]:
+        """As `_shared_prefix_step`, with the caches left-padded with zeros, copied once per row into
+        one preallocated `StaticCache` (a growing cache copies itself at every step) under a mask that
+        spans it, left padding and not-yet-written slots 0: what one row per prompt takes."""
+        import torch
+        from torch.nn.functional import pad
+        from transformers import StaticCache
+
+        lm = _causal_lm_of(model)
+        width = max(map(len, prompts))
+        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
+        mask = torch.zeros((len(lens), width + max_tokens), dtype=torch.long, device=self.device)
+        mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
+        cache = StaticCache(config=lm.config, max_cache_len=width + max_tokens)
         for i, layer in enumerate(cache.layers):
-            layer.update(batched(i, "keys"), batched(i, "values"))
-        return cache, torch.cat(last)
+            keys, values = (
+                torch.cat(
+                    [pad(getattr(c.layers[i], f), (0, 0, width - len(p), 0)) for c, p in zip(caches, prompts)]
+                ).repeat_interleave(rows, dim=0)
+                for f in ("keys", "values")
+            )
+            layer.update(keys, values)
+        kw = {_cache_kwarg(lm): cache, "use_cache": True}
+
+        def step(tok: Any, t: int) -> Any:
+            mask[:, width + t] = 1
+            out = model(
+                input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
+            )
+            return out.logits[:, -1, :].float()
+
+        return step
 
     def _decode(
-        self, logits: Any, mask: Any, lens: Any, width: int, max_tokens: int, choose: RowChooser, kw: dict
+        self, logits: Any, step: Callable[[Any, int], Any], max_tokens: int, choose: RowChooser
     ) -> tuple[Any, Any]:
         import torch
 
@@ -234,17 +283,60 @@ class TorchBackend(Backend):
             done |= torch.isin(tok, eos)
             if bool(done.all()) or t == max_tokens - 1:
                 break
-            mask[:, width + t] = 1
-            logits = (
-                self.model(
-                    input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
-                )
-                .logits[:, -1, :]
-                .float()
-            )
+            logits = step(tok, t)
         if not tokens:
             return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def sample_merged(self, dtype: str = "auto") -> bool:
+        """From now on sample from a copy of the policy with its adapter folded into the weights, in
+        `dtype` (`auto`: the precision an eval job decodes in), refolded after every change of the
+        adapter's weights: one matmul per projection instead of three, and bf16 where the CPU has it,
+        while scoring and training keep the float32 adapter (the loss's importance ratio and
+        `mismatch_kl` take up the difference; docs/design.md#backends)."""
+        from transformers import AutoModelForCausalLM
+
+        if self.lora is None or self.merged:
+            raise RuntimeError("sample_merged needs an unmerged LoRA adapter (attach_lora or load_adapter first)")
+        params = safetensors_parameters(self.model_path)
+        copy_dtype = resolve_dtype(dtype, self.device, params, training=False)
+        self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
+        for p in self._copy.parameters():
+            p.requires_grad_(False)
+        self._copy_stale = True
+        return True
+
+    def _sampling_model(self) -> Any:
+        """What decodes: the merged copy (refolded if the adapter moved since), else the model."""
+        if self._copy is None or self._live:
+            return self.model
+        if self._copy_stale:
+            self._fold_into_copy()
+        return self._copy
+
+    def _fold_into_copy(self) -> None:
+        """The copy's LoRA-carrying weights := base + each active adapter's delta (peft's own
+        `get_delta_weight`); its other weights are the base's, loaded once."""
+        import torch
+        from peft.tuners.lora import LoraLayer
+
+        with torch.no_grad():
+            for name, module in self.model.named_modules():
+                if isinstance(module, LoraLayer):
+                    weight = module.get_base_layer().weight
+                    for adapter in module.active_adapters:
+                        weight = weight + module.get_delta_weight(adapter)
+                    self._copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
+        self._copy_stale = False
+
+    @contextmanager
+    def _live_model(self) -> Iterator[None]:
+        """Inside the block sampling takes the model as it is (its weights swapped or its adapter off)."""
+        self._live += 1
+        try:
+            yield
+        finally:
+            self._live -= 1
 
     @contextmanager
     def _decode_threads(self, rows: int) -> Iterator[None]:
@@ -438,6 +530,7 @@ class TorchBackend(Backend):
             norm = float(torch.nn.utils.clip_grad_norm_(grads, self._max_grad_norm or float("inf")))
         self._opt.step()
         self._opt.zero_grad(set_to_none=True)
+        self._copy_stale = True
         return norm
 
     def _save_optimizer(self, path: Path) -> None:
@@ -532,6 +625,7 @@ class TorchBackend(Backend):
 
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
+        self._copy = None
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
@@ -539,7 +633,7 @@ class TorchBackend(Backend):
             yield
             return
         self._unmerged("disable the adapter")
-        with self.model.disable_adapter():
+        with self.model.disable_adapter(), self._live_model():
             yield
 
     def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -576,6 +670,7 @@ class TorchBackend(Backend):
         with torch.no_grad():
             for name, w in weights.items():
                 params[name].copy_(w)
+        self._copy_stale = True
 
     @contextmanager
     def _kept_reference(self) -> Iterator[None]:
@@ -589,7 +684,8 @@ class TorchBackend(Backend):
             for name, w in self._reference.items():
                 params[name].copy_(w)
         try:
-            yield
+            with self._live_model():
+                yield
         finally:
             with torch.no_grad():
                 for name, w in trained.items():
@@ -604,6 +700,11 @@ def _enable_checkpointing(lm: Any) -> None:
         enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _causal_lm_of(model: Any) -> Any:
+    """The transformers CausalLM inside `model` (peft injects LoRA into it in place)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _cache_kwarg(lm: Any) -> str:

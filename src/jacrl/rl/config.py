@@ -62,6 +62,15 @@ class GRPOConfig(StrictModel):
         description="Log `kl/reference` every step. Without a `ref_kl` term this costs one extra no-grad forward "
         "per step; false skips it.",
     )
+    sampler: Literal["merged", "policy"] = Field(
+        "merged",
+        description="What samples the groups: `merged` = a copy of the policy with its adapter folded into the "
+        "weights, in the precision an eval job decodes in (bf16 on a CPU that computes it), refolded after every "
+        "optimiser step; `policy` = the trained model itself (float32 on CPU, the adapter's three matmuls per "
+        "projection). The loss always scores the trained policy; the sampler's logprobs enter its importance ratio "
+        "and `mismatch_kl` (on SmolLM2 a step's sampling took 0.35× the time: docs/results.md). The MLX backend "
+        "samples from the policy either way.",
+    )
     mask_truncated: bool = Field(
         False,
         description="Leave completions cut at `max_completion` out of the completion mask (no rl / ref_kl "

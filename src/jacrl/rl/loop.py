@@ -75,8 +75,8 @@ def prepare_backend(
     reference: Path | None,
 ) -> Backend:
     """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
-    `init_adapter` or a fresh LoRA), the kept reference, and the optimiser (restored, with torch's
-    RNG, when resuming)."""
+    `init_adapter` or a fresh LoRA), the kept reference, its merged sampling copy under `sampler:
+    merged`, and the optimiser (restored, with torch's RNG, when resuming)."""
     b = load_model(model, threads, training=True)
     adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
@@ -85,6 +85,8 @@ def prepare_backend(
         b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
     if reference is not None:
         b.keep_reference(reference)
+    if cfg.sampler == "merged":
+        b.sample_merged()
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if resume:
         b.load_optimizer(resume.optimizer)

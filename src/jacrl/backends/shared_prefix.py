@@ -1,0 +1,128 @@
+"""Decoding many rows after few prompts: each prompt's KV cache held once, not once per row.
+
+A GRPO group is 8 rows after one ~1.4k-token prompt; copying the prompt's keys and values into
+every row (a static cache of rows × (prompt + completion) slots, masked to its written part) makes
+each decode step read the prompt's cache 8 times and build a full-width mask. Here the prompts'
+caches stay one per prompt (`PrefixKV.keys`), the rows' own tokens go to a small per-row cache,
+and each step's attention is taken in two parts — the rows of a prompt against its cache in one
+batched matmul, every row against its own tokens — joined under one softmax (the split decoding
+of cascade / shared-prefix attention). Exact up to the order of floating-point sums.
+
+It plugs into transformers as an attention implementation (`AttentionInterface`): the model's
+layers compute queries, keys, values, RoPE and projections as always, and call
+`shared_prefix_attention` with the step's `PrefixKV`. Registered under a name without a mask
+function, so transformers builds no mask for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+ATTENTION = "jacrl_shared_prefix"
+
+
+@dataclass
+class PrefixKV:
+    """The prompts' caches, one per prompt, and the rows' own, for one decode."""
+
+    keys: list[Any]
+    """Per layer [prompts, kv_heads, width, head_dim]: each prompt's cache, left-padded to `width`, in
+    float32 (scores and sums in float32, as sdpa's CPU kernel takes them from bf16 inputs)."""
+    values: list[Any]
+    pad_bias: Any
+    """[prompts, 1, 1, width] float: 0 on a prompt's tokens, -inf on its left padding (None: none padded)."""
+    rows_per_prompt: int
+    own_keys: list[Any]
+    """Per layer [rows, kv_heads, max_new, head_dim]: the rows' decoded tokens, written as they come."""
+    own_values: list[Any]
+    step: int = 0
+    """Tokens each row has fed so far: the slot this step's key and value go to."""
+
+    @classmethod
+    def of(cls, caches: list[Any], lengths: list[int], rows_per_prompt: int, max_new: int) -> PrefixKV:
+        """From one transformers `DynamicCache` per prompt (`lengths` tokens each)."""
+        import torch
+        from torch.nn.functional import pad
+
+        width = max(lengths)
+        n_layers = len(caches[0].layers)
+
+        def stacked(layer: int, field: str) -> Any:
+            parts = [pad(getattr(c.layers[layer], field), (0, 0, width - n, 0)) for c, n in zip(caches, lengths)]
+            return torch.cat(parts).float()
+
+        keys = [stacked(i, "keys") for i in range(n_layers)]
+        values = [stacked(i, "values") for i in range(n_layers)]
+        bias = None
+        if min(lengths) < width:
+            starts = torch.tensor([width - n for n in lengths], device=keys[0].device)
+            padded = torch.arange(width, device=keys[0].device)[None, :] < starts[:, None]
+            bias = torch.zeros(padded.shape, dtype=torch.float32, device=keys[0].device)
+            bias = bias.masked_fill(padded, float("-inf"))[:, None, None, :]
+        rows = len(lengths) * rows_per_prompt
+        own = [k.new_zeros((rows, k.shape[1], max_new, k.shape[3])) for k in keys]
+        return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own])
+
+
+def shared_prefix_attention(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, **kwargs: Any
+) -> tuple[Any, None]:
+    """One decode step's attention of `query` [rows, heads, 1, d] over its prompt's cache and its own
+    tokens (this step's `key` / `value` appended first); [rows, 1, heads, d] as transformers' sdpa
+    returns it. Other calls (no `prefix_kv`: prefill, scoring) go to sdpa."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kv: PrefixKV | None = kwargs.pop("prefix_kv", None)
+    if kv is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    layer, t = module.layer_idx, kv.step
+    kv.own_keys[layer][:, :, t : t + 1] = key
+    kv.own_values[layer][:, :, t : t + 1] = value
+    rows, heads, _, d = query.shape
+    r = kv.rows_per_prompt
+    prompts, kv_heads = rows // r, key.shape[1]
+    group = heads // kv_heads
+
+    def by_prompt(x: Any) -> Any:  # [rows, kv_heads, group, n] → [prompts, kv_heads, r·group, n]
+        return x.reshape(prompts, r, kv_heads, group, -1).transpose(1, 2).reshape(prompts, kv_heads, r * group, -1)
+
+    def by_row(x: Any) -> Any:  # the inverse
+        return x.reshape(prompts, kv_heads, r, group, -1).transpose(1, 2).reshape(rows, kv_heads, group, -1)
+
+    # the heads that share a key head side by side, and a prompt's rows as extra query positions
+    q = query.reshape(rows, kv_heads, group, d).float() * scaling
+    prefix = by_prompt(q) @ kv.keys[layer].transpose(-1, -2)  # one read of the prompt's cache
+    if kv.pad_bias is not None:
+        prefix = prefix + kv.pad_bias
+    own_k, own_v = kv.own_keys[layer][:, :, : t + 1], kv.own_values[layer][:, :, : t + 1]
+    own = by_prompt(q @ own_k.transpose(-1, -2))
+    probs = torch.softmax(torch.cat([prefix, own], dim=-1), dim=-1)
+    width = prefix.shape[-1]
+    out = probs[..., :width] @ kv.values[layer] + by_prompt(by_row(probs[..., width:]) @ own_v)
+    out = by_row(out)  # [rows, kv_heads, group, d]
+    return out.reshape(rows, 1, heads, d).to(query.dtype), None
+
+
+_registered = False
+
+
+@contextmanager
+def decoding_with(lm: Any) -> Iterator[None]:
+    """Inside the block `lm` (a transformers CausalLM) attends with `shared_prefix_attention`; calls
+    that pass no `prefix_kv` still get sdpa."""
+    global _registered
+    from transformers import AttentionInterface
+
+    if not _registered:
+        AttentionInterface.register(ATTENTION, shared_prefix_attention)
+        _registered = True
+    before = lm.config._attn_implementation
+    lm.config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        lm.config._attn_implementation = before

@@ -1,0 +1,106 @@
+"""GRPO's rollout decode on the torch backend: a prompt's rows decoded over its one KV cache give what
+the per-row static cache gives, and the merged sampling copy (`sample_merged`) samples what the
+trained policy would, refolded after every optimiser step and set aside while the adapter is off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacrl.backends import LoraSpec, SamplingParams, load_backend
+from jacrl.backends.base import Draw, TokenLogprobs
+
+# different lengths: the shared caches are left-padded, and the padding must be masked
+PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
+SAMPLED = SamplingParams(temperature=0.9, max_tokens=16, seed=5)
+GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=5)
+
+
+def _draws(b, shared: bool):
+    b.shared_prefix = shared
+    try:
+        return b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(4, SAMPLED)], progress=False)
+    finally:
+        b.shared_prefix = True
+
+
+def _trained_policy(tiny_model):
+    """A trainable fresh LoRA moved away from zero by one optimiser step."""
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    b.configure_optimizer(5e-2)
+    _one_step(b)
+    return b
+
+
+def _one_step(b) -> None:
+    ids = [b.prompt_ids(p) for p in PROMPTS]
+    b.backward(ids, [b.completion_ids("return a + b;")] * len(ids), 1.0, lambda t: _nll(t))
+    b.step()
+
+
+def _nll(t: TokenLogprobs):
+    return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
+
+
+def test_shared_prefix_decode_equals_the_per_row_static_cache(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2)
+    shared, per_row = _draws(b, True), _draws(b, False)
+    for d in range(2):
+        for i in range(len(PROMPTS)):
+            assert [c.token_ids for c in shared[d][i]] == [c.token_ids for c in per_row[d][i]], (d, i)
+            for a, c in zip(shared[d][i], per_row[d][i], strict=True):
+                assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
+    assert len({tuple(c.token_ids) for c in shared[1][1]}) > 1, "the sampled rows of a prompt differ"
+
+
+def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
+    policy = _trained_policy(tiny_model)
+    before = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    assert policy.sample_merged() is True
+    assert policy._copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
+    merged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    _same(merged, before)
+    _one_step(policy)  # the adapter moves: the copy must be refolded before the next sampling
+    after_step = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    policy._copy, copy = None, policy._copy
+    unmerged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    policy._copy = copy
+    _same(after_step, unmerged)
+    assert [c.token_ids for g in after_step for c in g] != [c.token_ids for g in before for c in g]
+
+
+def test_merged_copy_is_set_aside_while_the_adapter_is_off(tiny_model):
+    policy = _trained_policy(tiny_model)
+    policy.sample_merged()
+    base = load_backend(tiny_model, "torch", threads=2)
+    with policy.adapter_disabled():
+        off = policy.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
+    _same(off, base.generate(PROMPTS, n=2, params=SAMPLED, progress=False))
+
+
+def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
+    """A bf16 copy (what a CPU with bf16 samples SmolLM2 from) differs from the float32 policy by
+    rounding only: its sampling logprobs against the policy's recomputed ones."""
+    policy = _trained_policy(tiny_model)
+    policy.sample_merged("bfloat16")
+    assert policy._copy.dtype == torch.bfloat16
+    out = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    ids = [policy.prompt_ids(p) for p in PROMPTS]
+    rows = [(ids[i], c) for i, g in enumerate(out) for c in g]
+    scored = policy.logprobs([p for p, _ in rows], [c.token_ids for _, c in rows], SAMPLED.temperature)
+    gap = max(float(abs(torch.tensor(c.logprobs) - torch.from_numpy(s)).max()) for (_, c), s in zip(rows, scored))
+    assert 0 < gap < 0.5
+
+
+def test_sample_merged_needs_an_unmerged_adapter(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2)
+    with pytest.raises(RuntimeError, match="needs an unmerged LoRA adapter"):
+        b.sample_merged()
+
+
+def _same(a, b) -> None:
+    for x, y in zip(a, b, strict=True):
+        assert [c.token_ids for c in x] == [c.token_ids for c in y]
+        for c, d in zip(x, y, strict=True):
+            assert c.logprobs == pytest.approx(d.logprobs, abs=1e-4)
