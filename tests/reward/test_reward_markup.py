@@ -196,4 +196,4 @@ def test_rft_scores_with_the_models_special_tokens(tasks):
     cfg = {"cache": False, "workers": 1}
     own, plain = reward_score_fn(cfg, 1, ("<|turn_over|>",)), reward_score_fn(cfg, 1)
     assert own([t], [completion]) == own([t], [f"```jac\n{t.gold_body}```"])
-    assert own([t], [completion])[0] > plain([t], [completion])[0]
+    assert own([t], [completion])[0].score > plain([t], [completion])[0].score  # Score records (rft.ScoreFn)
