@@ -1,4 +1,8 @@
-"""Supervising a sandboxed run: its wall deadline, capped output, and the sweep of what it left.
+"""Supervising a sandboxed run: its wall deadline, capped output, memory budget, and the sweep of what it left.
+
+The budget is watched every budget.POLL_S: the run's cgroup has OOM-killed one of its processes,
+or (no cgroup) the PSS summed over its processes is over `limits.memory_mb`; either ends the
+whole run as "memory".
 
 Leftovers are killed after every run: the fork server (a child subreaper running one program
 at a time) kills every descendant; the subprocess runner kills by uid (root) or, not root, by
