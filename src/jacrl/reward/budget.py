@@ -162,13 +162,14 @@ class RunCgroup:
     def __init__(self, enf: Enforcement, memory_mb: int, max_processes: int):
         self.kind = enf.kind
         name = f"jacrl-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-        self.dirs = [os.path.join(d, name) for d in enf.dirs]
-        for d in self.dirs:
-            os.mkdir(d)
+        self.dirs: list[str] = []
         try:
+            for d in enf.dirs:
+                os.mkdir(os.path.join(d, name))
+                self.dirs.append(os.path.join(d, name))
             self._limit(memory_mb << 20, max_processes)
         except OSError:
-            self.remove()
+            self.remove()  # what was made of it
             raise
 
     def _limit(self, limit: int, procs: int) -> None:
