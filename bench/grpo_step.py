@@ -1,6 +1,14 @@
-"""Seconds per GRPO step: our trainer (torch, mlx) vs mlx_lm_lora's GRPO, same model, tasks and reward.
+"""Seconds per GRPO step: our trainer (torch, mlx) vs mlx_lm_lora's GRPO, same model, tasks and reward;
+or, with --smollm2, our step on SmolLM2 before and after (`grpo.sampler: policy` against `merged`).
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
+    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR]
+
+--smollm2: configs/smollm2-cpu.yaml over config.yaml (group 8 × 192 tokens, one prompt a step, T 0.6,
+ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens
+every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter. Prints each
+step's split (sampling / reward / training, the reference forward inside training), its loss, reward,
+the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, sampler by sampler.
 
 Group 4, 2 prompts per step, max completion 128, LoRA on every layer, the `jac_behavioral` reward for
 mlx_lm_lora (its reward-functions file is ours). mlx_lm_lora's per-step time is the difference between a
@@ -22,6 +30,7 @@ from jacrl import cli
 from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.interop.mlx_grpo import command, write_data
+from jacrl.losses.config import deep_merge
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.loop import train_grpo
 from jacrl.tasks.record import Task, read_tasks
@@ -79,13 +88,60 @@ def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks:
     return (run(steps + 1) - run(1)) / steps
 
 
+def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> list[dict]:
+    """`steps` GRPO steps of SmolLM2 on the CPU config, one ~1.4k-token prompt, under `sampler`."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
+    cfg = load_config(deep_merge(base, over))
+    grpo = cfg.grpo.model_copy(update={"iters": steps, "sampler": sampler, "save_every": 1000})
+    spec = next(m for m in cfg.models if m.name == "smollm2")
+    tok = AutoTokenizer.from_pretrained(spec.model_dir())
+    pool = read_tasks("dataset/rl/trainpool.jsonl")
+    size = lambda t: len(tok.apply_chat_template([{"role": "user", "content": t.prompt}], tokenize=False))  # noqa: E731
+    task = min(pool, key=lambda t: abs(size(t) / 3.3 - 1404))  # ~3.3 characters a token: a cheap first cut
+    with RewardScorer(cfg.reward, threads=2) as scorer:
+        out = train_grpo(
+            spec, [task], tmp / f"{sampler}-{adapter is not None}", grpo, cfg, scorer, adapter, 2, progress=False
+        )
+    return read_metrics(out / "metrics.jsonl")
+
+
+def smollm2(steps: int, adapter: Path | None) -> None:
+    keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
+    print(f"GRPO on SmolLM2, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
+    print(
+        "| start | sampler | step | total s | sampling | reward | training | of which reference | loss | reward "
+        "| mismatch KL | DPPO-masked |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix="jacrl-grpo-smollm2-") as d:
+        for start in [None, adapter] if adapter else [None]:
+            for sampler in ("policy", "merged"):
+                for r in smollm2_steps(Path(d), sampler, start, steps):
+                    t = [r.get(k, 0.0) for k in keys]
+                    print(
+                        f"| {'SFT adapter' if start else 'fresh LoRA'} | {sampler} | {r['step']} | {sum(t[:3]):.1f} | "
+                        + " | ".join(f"{x:.1f}" for x in t)
+                        + f" | {r.get('loss/total', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} | "
+                        f"{r.get('loss/rl/mismatch_kl', float('nan')):.2e} | {r.get('loss/rl/masked_frac', float('nan')):.3f} |",
+                        flush=True,
+                    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, sampler policy against merged")
+    p.add_argument("--sft-adapter", type=Path, help="with --smollm2: also start from this adapter")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
+    if args.smollm2:
+        smollm2(args.steps, args.sft_adapter)
+        return 0
     try:
         cli.require("mlx_lm_lora", "bench", "bench/grpo_step.py")
     except cli.MissingExtra as exc:

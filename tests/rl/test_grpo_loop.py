@@ -175,3 +175,28 @@ def test_summary_first_and_last_fifth_and_last_trained_kl():
     assert s["reward_first_20pct"] == 0.1 and s["reward_last_20pct"] == 0.5
     assert s["truncated_frac"] == 0.5
     assert s["reference_kl_last"] == pytest.approx(0.8)
+
+
+def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, scorer, tmp_path):
+    """`sampler: merged` against `policy`, same seed: on the tiny model the copy is float32 (dtype
+    auto), so two steps (the second after the copy was refolded) give the same samples, rewards,
+    advantages and loss up to rounding, and no sampler/trainer mismatch."""
+    rows = {}
+    for sampler in ("policy", "merged"):
+        out = train_grpo(
+            model_spec(tiny_model, "torch"),
+            tasks,
+            tmp_path / sampler,
+            grpo_cfg(iters=2, sampler=sampler),
+            load_config(LOSSES),
+            scorer,
+            progress=False,
+        )
+        rows[sampler] = read_metrics(out / "metrics.jsonl")
+    for merged, policy in zip(rows["merged"], rows["policy"], strict=True):
+        keys = {k for k, v in policy.items() if isinstance(v, float) and not k.startswith(("time/", "tokens_per_s"))}
+        assert "loss/total" in keys and keys == {k for k in keys if k in merged}
+        for k in keys:
+            assert merged[k] == pytest.approx(policy[k], abs=1e-4), k
+    mismatch = [v for r in rows["merged"] for k, v in r.items() if k.endswith("mismatch_kl")]
+    assert mismatch and max(mismatch) < 1e-5

@@ -6,6 +6,7 @@ import copy
 import inspect
 import json
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -507,16 +508,17 @@ class TorchBackend(Backend):
     ) -> dict[str, float]:
         import torch
 
-        ref = None
+        ref, t0 = None, time.perf_counter()
         if reference:
             with torch.no_grad(), self.reference_policy():
                 ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
+        timing = {"time/reference_s": time.perf_counter() - t0} if reference else {}
         self.model.train()
         lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
         loss.backward()
         self.model.eval()
-        return {"loss": float(loss.detach()), **metrics}
+        return {"loss": float(loss.detach()), **metrics, **timing}
 
     def _step(self, lr: float | None) -> float | None:
         import torch
