@@ -21,7 +21,6 @@ from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
 from jacrl.ladder.config import (
     ADAPTER_CONDITIONS,
     GRPO_CONDITIONS,
-    OPD_CONDITION,
     SPLITS,
     CellKey,
     arm_conditions,
@@ -162,7 +161,7 @@ MULTI_CONDITIONS = (
     ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
 )
 """The conditions grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
-SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS, OPD_CONDITION] if c not in MULTI_CONDITIONS]
+SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS] if c not in MULTI_CONDITIONS]
 """The conditions rule grpo trains one job each."""
 
 
@@ -182,14 +181,17 @@ def multi_env_tasks(wc):
 
 
 def grpo_job_config(wc):
-    """The config a GRPO job reads: the top-level GRPO sections, or its arm's (opd: under training_mode opd)."""
-    return CFG.grpo_job_config(condition_parts(wc.cond)[1], opd=wc.cond == OPD_CONDITION)
+    """The config a GRPO job reads: the top-level GRPO sections, or its arm's."""
+    return CFG.grpo_job_config(condition_parts(wc.cond)[1])
+
+
+def opd_env_tasks(wc):
+    """The task files of the opd job's envs that have their own task set."""
+    return [str(p) for p in env_task_files(CFG.orchestrator.train.env, RL)]
 
 
 def opd_teacher(wc):
-    """The opd job's teacher (its model spec and folder, its adapter folder); None for other conditions."""
-    if wc.cond != OPD_CONDITION:
-        return None
+    """The opd job's teacher: its model spec and folder, its adapter folder."""
     name = CFG.opd.teacher_model or wc.model
     return {
         "spec": model_spec(name).model_dump(mode="json"),
@@ -201,8 +203,6 @@ def opd_teacher(wc):
 def opd_teacher_inputs(wc):
     """What the opd job's teacher needs built: its model (a builtin one) and its adapter (e.g. its SFT)."""
     teacher = opd_teacher(wc)
-    if teacher is None:
-        return []
     model = model_input(CFG.opd.teacher_model or wc.model)  # a folder path, or [] for a model outside the DAG
     return [*([model] if model else []), *([teacher["adapter"]] if teacher["adapter"] else [])]
 

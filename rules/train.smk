@@ -34,7 +34,6 @@ rule grpo:
         tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
         init=grpo_init,
         envs=grpo_env_tasks,
-        teacher=opd_teacher_inputs,
     output:
         directory("adapters/r{rung}/{model}/{cond}"),
     log:
@@ -53,9 +52,36 @@ rule grpo:
         model_dir=policy_model_dir,
         spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
         config=grpo_job_config,
-        teacher=opd_teacher,
     script:
         "../scripts/grpo.py"
+
+
+# The opd condition: a fresh LoRA on the base trained on its own samples toward a teacher (`opd:`).
+rule opd:
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        envs=opd_env_tasks,
+        teacher=opd_teacher_inputs,
+    output:
+        directory("adapters/r{rung}/{model}/opd"),
+    log:
+        "logs/opd/r{rung}/{model}.log",
+    benchmark:
+        "benchmarks/opd/r{rung}/{model}.tsv"
+    priority: 1
+    threads: TRAIN_THREADS
+    resources:
+        mem_mb=job_mem_mb("grpo"),
+        runtime=job_runtime("grpo"),
+        gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=lambda wc: CFG.opd_job_config(),  # built only when an opd job is planned: its terms fit opd's envs
+        teacher=opd_teacher,
+    script:
+        "../scripts/opd.py"
 
 
 # ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model

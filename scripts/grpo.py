@@ -1,6 +1,4 @@
-# Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo, opd).
-from pathlib import Path
-
+# Rule grpo: GRPO on the rung's train tasks, from the SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo).
 from transformers import AutoTokenizer
 
 from jacrl.backends.config import ModelSpec
@@ -8,7 +6,6 @@ from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.rl.loop import train_grpo
-from jacrl.rl.teacher import Teacher
 from jacrl.tasks.record import read_tasks
 from jacrl.training.tracking import job_tracker
 from jacrl.workflow.job import logged
@@ -19,12 +16,6 @@ with logged(snakemake):
     model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)
     # the tokenizer the backend loads from the model folder: its special tokens are cut out of completions
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
-    t = snakemake.params.teacher  # the opd condition's
-    teacher = (
-        None
-        if t is None
-        else Teacher(ModelSpec.in_folder(t["spec"], t["model_dir"]), t["adapter"] and Path(t["adapter"]))
-    )
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(
             model,
@@ -35,6 +26,5 @@ with logged(snakemake):
             scorer,
             init_adapter=snakemake.input.init or None,
             threads=snakemake.threads,
-            teacher=teacher,
             tracker=job_tracker(snakemake.output[0]),
         )

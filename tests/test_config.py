@@ -113,23 +113,32 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
 
 def test_the_opd_job_takes_its_own_steps_lr_and_temperature_and_the_other_jobs_do_not():
     cfg = load_config({"grpo": {"temperature": 0.9, "iters": 8}, "opd": {"temperature": 0.3, "iters": 200, "lr": 2e-3}})
-    opd = load_config(cfg.grpo_job_config(None, opd=True))
+    opd = load_config(cfg.opd_job_config())
     assert (opd.training_mode, opd.grpo.temperature, opd.grpo.iters, opd.grpo.lr) == ("opd", 0.3, 200, 2e-3)
     assert load_config(cfg.grpo_job_config(None)).grpo.model_dump() == cfg.grpo.model_dump()
-    assert (
-        load_config(load_config({}).grpo_job_config(None, opd=True)).grpo.temperature
-        == load_config({}).grpo.temperature
-    )
+    assert load_config(load_config({}).opd_job_config()).grpo.temperature == load_config({}).grpo.temperature
+
+
+def test_the_opd_section_owns_the_divergence_and_the_job_trains_toward_it():
+    core = {"divergence": "forward", "teacher_temperature": 0}
+    cfg = load_config({"opd": {"core": core}})
+    job = load_config(cfg.opd_job_config())
+    assert job.training_mode == "opd" and job.trainer.opd.model_dump(exclude={"estimator"}) == core
+    assert load_config(cfg.grpo_job_config(None)).training_mode == "rl"
+    with pytest.raises(ConfigError, match="trainer.opd is the opd condition's divergence: set it as opd.core"):
+        load_config({"trainer": {"opd": core}})
+    with pytest.raises(ConfigError, match=r"opd.core.*divergence 'forward' needs estimator 'full'"):
+        load_config({"opd": {"core": {"divergence": "forward", "estimator": "sampled"}}})
 
 
 def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_levels():
     top = [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]
     cfg = load_config({"losses": top, "opd": {"losses": [{"type": "echo", "assistant": {"alpha": 0.5}}]}})
-    opd = load_config(cfg.grpo_job_config(None, opd=True))
+    opd = load_config(cfg.opd_job_config())
     assert [t.type for t in opd.losses] == [t.type for t in opd.trainer.losses] == ["echo"]
     assert [t.type for t in load_config(cfg.grpo_job_config(None)).losses] == ["rl", "ref_kl"]
     unset = load_config({"losses": top})
-    assert [t.type for t in load_config(unset.grpo_job_config(None, opd=True)).losses] == ["rl", "ref_kl"]
+    assert [t.type for t in load_config(unset.opd_job_config()).losses] == ["rl", "ref_kl"]
 
 
 @pytest.mark.parametrize(
@@ -143,7 +152,7 @@ def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_le
                 "opd": {"losses": []},
                 "ladder": {"conditions": ["base", "opd"]},
             },
-            r"opd.losses does not fit the other loss keys \(orchestrator\).*enabled_losses names 'echo'",
+            r"opd.losses does not fit the other loss keys.*env\[0\] \('a'\).enabled_losses names 'echo'",
         ),
     ],
 )

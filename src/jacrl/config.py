@@ -31,7 +31,7 @@ from jacrl.ladder.config import (
     arm_conditions,
     condition_parts,
 )
-from jacrl.losses.config import LossFrameworkConfig, check_same_losses
+from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
@@ -198,11 +198,12 @@ class Config(LossFrameworkConfig):
         terms): refused here, at `snakemake -n`, not when the job starts. Checked only where the opd
         condition is selected: its terms are the divergence's alone, which an env naming `rl` does not
         fit, and a run without opd cells must not be refused for a job it never starts."""
+        if self.trainer.opd != OpdLossConfig() and self.training_mode != "opd":  # a job's dump repeats the default
+            raise ValueError("trainer.opd is the opd condition's divergence: set it as opd.core")
         if self.opd.losses is None or OPD_CONDITION not in self.ladder.conditions:
             return self
-        job = self.grpo_job_config(None, opd=True)
         try:
-            LossFrameworkConfig.model_validate({k: job[k] for k in LossFrameworkConfig.model_fields})
+            self.opd.loss_framework(self)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
@@ -238,24 +239,37 @@ class Config(LossFrameworkConfig):
 
     @property
     def conditions(self) -> list[str]:
-        """Every condition a cell can have: the five (opd included), then the GRPO conditions of each named arm."""
-        return [*CONDITIONS, *arm_conditions(list(self.grpo_arms))]
+        """Every condition a cell can have: the five (opd where its terms fit the envs: its job could not
+        start otherwise), then the GRPO conditions of each named arm."""
+        own = [c for c in CONDITIONS if c != OPD_CONDITION or self._opd_trainable()]
+        return [*own, *arm_conditions(list(self.grpo_arms))]
+
+    def _opd_trainable(self) -> bool:
+        try:
+            self.opd.loss_framework(self)
+        except ValidationError:
+            return False
+        return True
 
     def grpo_run(self, arm: str | None) -> LossFrameworkConfig:
         """What a GRPO run of `arm` reads (`grpo` and the loss keys): the top level, or the named arm."""
         return self if arm is None else self.grpo_arms[arm]
 
-    def grpo_job_config(self, arm: str | None, opd: bool = False) -> dict[str, Any]:
-        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level
-        (for the `opd` condition: the top level's under training_mode opd)."""
+    def grpo_job_config(self, arm: str | None) -> dict[str, Any]:
+        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level."""
         dumped = self.model_dump(mode="json", include={"threads", "reward", *GRPO_SECTIONS})
         if arm is not None:
             dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
-        if opd:
-            dumped = self.opd.loss_sections(dumped)
-            dumped["training_mode"] = "opd"
-            dumped["grpo"].update(self.opd.grpo_overrides())
         return dumped
+
+    def opd_job_config(self) -> dict[str, Any]:
+        """The config the opd job is given: threads, reward, the loop knobs with opd's own over them, and
+        the loss sections under training_mode opd with opd's terms and core."""
+        return {
+            **self.model_dump(mode="json", include={"threads", "reward"}),
+            "grpo": self.opd.grpo(self.grpo).model_dump(mode="json"),
+            **self.opd.loss_framework(self).model_dump(mode="json"),
+        }
 
 
 def _say_once(message: str) -> None:

@@ -96,8 +96,8 @@ def test_full_without_the_per_position_divergence_and_unknown_settings_are_refus
 @pytest.mark.parametrize(
     "opd, message",
     [
-        ({"divergence": "forward", "estimator": "sampled"}, "divergence 'forward' needs trainer.opd.estimator 'full'"),
-        ({"teacher_temperature": 0.5, "estimator": "sampled"}, "teacher_temperature needs trainer.opd.estimator"),
+        ({"divergence": "forward", "estimator": "sampled"}, "divergence 'forward' needs estimator 'full'"),
+        ({"teacher_temperature": 0.5, "estimator": "sampled"}, "teacher_temperature needs estimator"),
         ({"teacher_temperature": 0}, "the reverse KL to a one-hot distribution is infinite"),
         ({"teacher_temperature": -1}, "trainer.opd.teacher_temperature': Input should be greater than or equal to 0"),
     ],

@@ -57,7 +57,7 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
         ({"opd": {"temperature": 0.3, "iters": 200}}, {c for c in CELLS if c[0] == "opd"}),
         (
-            {"trainer": {"opd": {"divergence": "forward", "teacher_temperature": 0}}},
+            {"opd": {"core": {"divergence": "forward", "teacher_temperature": 0}}},
             {c for c in CELLS if c[0] == "opd"},
         ),
     ],

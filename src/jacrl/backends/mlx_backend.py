@@ -222,7 +222,7 @@ class MLXBackend(Backend):
         if distributions:
             raise NotImplementedError(
                 "the mlx backend does not give whole next-token distributions; "
-                "under training_mode opd set trainer.opd.estimator: sampled"
+                "under training_mode opd set estimator: sampled (opd.core in the ladder's config)"
             )
         rows = list(zip(prompt_ids, completion_ids))
         T = max(len(c) for _, c in rows)

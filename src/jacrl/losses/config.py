@@ -38,7 +38,7 @@ PRIMARY_TYPES = ("rl", "custom")
 TrainingMode = Literal["rl", "sft", "opd"]
 """What drives training: the primary loss term (`rl`), a masked NLL on the completion (`sft`), or a
 per-token divergence of the policy's samples to a teacher (`opd`, on-policy distillation; which one,
-reverse or forward, `trainer.opd` says)."""
+reverse or forward, `trainer.opd` says: the ladder's `opd.core`)."""
 
 
 class LossConfigWarning(UserWarning):
@@ -424,12 +424,12 @@ class OpdLossConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> OpdLossConfig:
         if self.divergence == "forward" and self.estimator != "full":
-            raise ValueError("trainer.opd.divergence 'forward' needs trainer.opd.estimator 'full'")
+            raise ValueError("divergence 'forward' needs estimator 'full'")
         if self.teacher_temperature is not None and self.estimator != "full":
-            raise ValueError("trainer.opd.teacher_temperature needs trainer.opd.estimator 'full'")
+            raise ValueError("teacher_temperature needs estimator 'full'")
         if self.teacher_temperature == 0 and self.divergence != "forward":
             raise ValueError(
-                "trainer.opd.teacher_temperature 0 (a one-hot teacher) needs trainer.opd.divergence 'forward': "
+                "teacher_temperature 0 (a one-hot teacher) needs divergence 'forward': "
                 "the reverse KL to a one-hot distribution is infinite"
             )
         return self
@@ -586,7 +586,7 @@ class LossFrameworkConfig(StrictModel):
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
         "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
         "(orchestrator.renderer None, with a warning when one was set). `opd`: a per-token divergence of the "
-        "policy's own samples to a teacher model (`trainer.opd` says which: reverse or forward) replaces the primary "
+        "policy's own samples to a teacher model (`trainer.opd` says which: reverse or forward; the ladder's `opd.core`) replaces the primary "
         "(docs/design.md#loss-framework); the other terms still apply.",
     )
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")

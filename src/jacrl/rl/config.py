@@ -3,12 +3,12 @@ model's size needs)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from jacrl.ladder.config import Rung
-from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, check_terms, dump_losses
+from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, OpdLossConfig, check_terms, dump_losses
 from jacrl.strict import RESULT_FREE, StrictModel
 
 FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
@@ -109,9 +109,9 @@ class GRPOArm(LossFrameworkConfig):
 
 
 class OPDConfig(StrictModel):
-    """The `opd` ladder condition: the GRPO loop under training_mode opd, a fresh LoRA on the base (the
-    top-level `grpo` knobs and loss terms; the primary is replaced by the divergence to the teacher that
-    `trainer.opd` names)."""
+    """The `opd` ladder condition, all of it: a fresh LoRA on the base trained on its own samples toward a
+    teacher (`rule opd`). The teacher, the divergence (`core`), the condition's own steps, lr, temperature
+    and terms live here; everything else is the top level's `grpo` and loss sections."""
 
     teacher_model: str | None = Field(
         None,
@@ -124,8 +124,15 @@ class OPDConfig(StrictModel):
         "teacher's base; anything else: an adapter folder.",
     )
     teacher_rung: Rung = Field("all", description="The rung of the teacher's SFT adapter (`teacher_adapter: sft`).")
+    core: OpdLossConfig = Field(
+        default_factory=OpdLossConfig,
+        description="The divergence to the teacher that replaces the primary term: its estimator, direction and "
+        "the teacher's temperature (the job's `trainer.opd`; which settings move a pass: docs/results.md).",
+    )
     iters: int | None = Field(
-        None, ge=1, description="The condition's training steps; None = `grpo.iters` (rung 1 passed from step 200)."
+        None,
+        ge=1,
+        description="The condition's training steps; None = `grpo.iters` (distillation needs many more steps than GRPO's budget: docs/results.md).",
     )
     lr: float | None = Field(
         None, gt=0, description="The condition's learning rate; None = `grpo.lr` (a fresh LoRA, not one after SFT)."
@@ -141,8 +148,7 @@ class OPDConfig(StrictModel):
         None,
         description="The condition's loss terms (the divergence to the teacher takes the primary's place); None = "
         "the top-level `losses`; [] = the divergence alone. A ref_kl term anchors the student to the base it has to "
-        "leave: on the default ladder's rung 1, β 0.04 kept the opd cell at 0/1 where the run without it passed 1/1 "
-        "(docs/results.md).",
+        "leave, against the distillation (what it cost on the default ladder: docs/results.md).",
     )
 
     @field_validator("losses")
@@ -152,19 +158,25 @@ class OPDConfig(StrictModel):
             check_terms(v, "opd", field="opd.losses")
         return v
 
-    def loss_sections(self, sections: dict[str, Any]) -> dict[str, Any]:
-        """The loss framework's sections (as JSON: `losses`, and `trainer` and `orchestrator` with their
-        copies of it) with this condition's terms in place of the top level's, where it names its own."""
-        if self.losses is None:
-            return sections
-        terms = dump_losses(self.losses)
-        copies = {s: {**sections[s], "losses": terms} for s in ("trainer", "orchestrator")}
-        return {**sections, "losses": terms, **copies}
+    def loss_framework(self, top: LossFrameworkConfig) -> LossFrameworkConfig:
+        """The opd job's loss sections: `top`'s under training_mode opd, with this condition's terms where it
+        names its own and its core as the trainer's divergence (validated: the envs must fit the terms)."""
+        sections = top.model_dump(mode="json", include=set(LossFrameworkConfig.model_fields))
+        terms = sections["losses"] if self.losses is None else dump_losses(self.losses)
+        return LossFrameworkConfig.model_validate(
+            {
+                **sections,
+                "losses": terms,
+                "training_mode": "opd",
+                "trainer": {"opd": self.core.model_dump(mode="json")},
+                "orchestrator": {**sections["orchestrator"], "losses": None},  # a copy of `losses`, re-made
+            }
+        )
 
-    def grpo_overrides(self) -> dict[str, int | float]:
-        """The `grpo` keys this condition sets over the top-level ones."""
+    def grpo(self, top: GRPOConfig) -> GRPOConfig:
+        """The opd job's loop knobs: `top` with this condition's steps, lr and temperature where it sets them."""
         keys = {"iters": self.iters, "lr": self.lr, "temperature": self.temperature}
-        return {k: v for k, v in keys.items() if v is not None}
+        return top.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
     def adapter_path(self, model: str) -> str | None:
         """The teacher's adapter folder for a student of `model`."""

@@ -75,7 +75,7 @@ class Trainer:
             if not b.gives_distributions:
                 raise ValueError(
                     f"trainer.opd.estimator 'full' needs whole next-token distributions, which the {b.name} "
-                    f"backend does not give; set trainer.opd.estimator: sampled"
+                    f"backend does not give; set estimator: sampled (opd.core in the ladder's config)"
                 )
         self.terms: list[LossTerm] = build_terms(list(losses), training_mode, self.opd)
         self.temperature = temperature

@@ -56,19 +56,18 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
 
 
 def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
-    """An opd cell's parts: the top-level GRPO sections under training_mode opd with the teacher, the
-    fresh LoRA, and what the teacher is (its model; its SFT knobs when its adapter is the SFT one)."""
-    everything = cfg.result_settings()
-    grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
+    """An opd cell's parts: the job's loss sections (training_mode opd, opd's terms and core) and loop
+    knobs, the teacher, the fresh LoRA, and what the teacher is (its model; its SFT knobs when its adapter
+    is the SFT one)."""
+    grpo = {k: v for k, v in cfg.opd.grpo(cfg.grpo).result_settings().items() if k not in FRESH_LORA}
     teacher = cfg.model(cfg.opd.teacher_model or model)
     parts: dict[str, Any] = {
-        "grpo opd": {
-            **cfg.opd.loss_sections({k: everything[k] for k in GRPO_SECTIONS}),
+        "opd": {
+            **cfg.opd.loss_framework(cfg).result_settings(),
             "grpo": grpo,
-            "training_mode": "opd",
-            "opd": cfg.opd.result_settings(),
+            "teacher": cfg.opd.model_dump(mode="json", include={"teacher_model", "teacher_adapter", "teacher_rung"}),
         },
-        "grpo fresh LoRA": {k: getattr(cfg.grpo, k) for k in FRESH_LORA},
+        "opd fresh LoRA": {k: getattr(cfg.grpo, k) for k in FRESH_LORA},
         f"model {teacher.name}": {
             **teacher.result_settings(),
             **({"tiny": cfg.tiny.result_settings()} if teacher.builtin == "tiny" else {}),
