@@ -263,8 +263,9 @@ def main() -> int:
         f"group {a.group} at T 0.6; median of {a.repeats} after a warm-up; load {os.getloadavg()[0]:.1f} at start"
     )
     print(
-        "| engine | load | prefill | greedy 1 × N | group | tok/s (group) | decode step (weight reads) | "
-        "weight reads per token, prefill included | peak RSS | new LoRA applied |"
+        "| engine | load | prefill wall / CPU | greedy 1 × N wall / CPU | group wall / CPU | tok/s (group, wall) | "
+        "a decode step of the group in weight reads, CPU (wall) | the group's weight reads per token, prefill "
+        "included, CPU (wall) | peak RSS | new LoRA applied (wall) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
     wanted = a.engines.split(",")
