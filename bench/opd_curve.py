@@ -33,7 +33,7 @@ from jacrl.config import load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.config import GRPOConfig  # noqa: E402
-from jacrl.rl.loop import _orchestrator_and_trainer, _train_step, prepare_backend  # noqa: E402
+from jacrl.rl.loop import orchestrator_and_trainer, prepare_backend, train_step  # noqa: E402
 from jacrl.rl.teacher import Teacher  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.config import SFTConfig  # noqa: E402
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> dict:
     )
     with RewardScorer({"cache_path": str(out / "reward.sqlite")}, threads=args.threads) as scorer:
         student = prepare_backend(model, cfg, args.threads, None, None, None)
-        orch, trainer = _orchestrator_and_trainer(
+        orch, trainer = orchestrator_and_trainer(
             student, tasks, scorer, cfg, loss_cfg, "dataset/rl", Teacher(model, teacher_dir), args.threads
         )
         teacher = greedy(trainer.teacher, tasks, scorer, args.max_tokens)
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> dict:
         curve = [(0, greedy(student, tasks, scorer, args.max_tokens))]
         kl, k3, start = [], [], time.perf_counter()
         for step in range(cfg.iters):
-            row = _train_step(orch, trainer, cfg, step)
+            row = train_step(orch, trainer, cfg, step)
             kl.append(row[f"loss/opd/{args.divergence}_kl"])
             k3.append(row["loss/opd/reverse_kl_k3"])
             line = f"step {step + 1}: {args.divergence} KL {kl[-1]:.4f} (k3 {k3[-1]:.4f})"

@@ -186,6 +186,18 @@ def pad_right(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:
     return out
 
 
+@dataclass
+class TrainingState:
+    """What one training run holds in a loaded model: its LoRA weights, optimiser, clipping norm,
+    reference and RNG (`Backend.training_state`; jacrl.rl.multirun keeps one per run)."""
+
+    weights: dict[str, Any]
+    optimizer: Any
+    max_grad_norm: float | None
+    reference: dict[str, Any] | None
+    rng: Any
+
+
 class Backend(ABC):
     """A loaded model (+ optional LoRA adapter). See the module docstring for conventions."""
 
@@ -200,6 +212,16 @@ class Backend(ABC):
     """The reference adapter's weights, once `keep_reference` kept them."""
     merged: bool = False
     """True once `merge_adapter` folded the adapter into the weights."""
+    swaps_runs: ClassVar[bool] = False
+    """Whether `training_state` / `restore_training_state` let several runs share this loaded model."""
+
+    def training_state(self) -> TrainingState:
+        """The current run's state, to be put back by `restore_training_state` (multi-run)."""
+        raise NotImplementedError(f"the {self.name} backend cannot hold several training runs; multi-run needs torch")
+
+    def restore_training_state(self, state: TrainingState) -> None:
+        """Make `state`'s run the current one: its weights, optimiser, norm, reference and RNG."""
+        raise NotImplementedError(f"the {self.name} backend cannot hold several training runs; multi-run needs torch")
 
     # ---- text ------------------------------------------------------------------------------
     @property

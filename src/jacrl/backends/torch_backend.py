@@ -22,6 +22,7 @@ from jacrl.backends.base import (
     LossFn,
     TokenLogprobs,
     TokenRows,
+    TrainingState,
     check_draws,
     pad_right,
     require_model_dir,
@@ -90,6 +91,7 @@ def resolve_dtype(dtype: str, device: str, parameters: int | None = None, traini
 
 class TorchBackend(Backend):
     name = "torch"
+    swaps_runs = True
     shared_prefix = True
     """Decode a prompt's rows over its one cache (`jacrl.backends.shared_prefix`); False copies it per
     row into a static cache, as one row per prompt always does (what `bench/engines.py` compares)."""
@@ -658,6 +660,20 @@ class TorchBackend(Backend):
                 name = f"{PEFT_PREFIX}{module}.{part}.default.weight"
                 kept[name] = torch.from_numpy(w).to(params[name].device, params[name].dtype)
         return kept
+
+    def training_state(self) -> TrainingState:
+        import torch
+
+        return TrainingState(
+            self.lora_weights(), self._opt, self._max_grad_norm, self._reference, torch.get_rng_state()
+        )
+
+    def restore_training_state(self, state: TrainingState) -> None:
+        import torch
+
+        self.set_lora_weights(state.weights)
+        self._opt, self._max_grad_norm, self._reference = state.optimizer, state.max_grad_norm, state.reference
+        torch.set_rng_state(state.rng)
 
     def lora_weights(self) -> dict[str, Any]:
         """A copy of the adapter's current LoRA matrices (what `set_lora_weights` puts back)."""

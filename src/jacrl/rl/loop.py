@@ -143,7 +143,7 @@ def train_grpo(
     b = prepare_backend(model, cfg, threads, init_adapter, ckpt if saved else None, reference)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
-    orch, trainer = _orchestrator_and_trainer(b, tasks, scorer, cfg, loss_cfg, rl_dir, teacher, threads)
+    orch, trainer = orchestrator_and_trainer(b, tasks, scorer, cfg, loss_cfg, rl_dir, teacher, threads)
     cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
     def after_step(step: int) -> None:
@@ -157,13 +157,13 @@ def train_grpo(
             _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
     except Stopped:  # no output written; the checkpoint and the live metrics stay
         return ckpt.path
-    _write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
+    write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
     ckpt.remove()
     live.unlink(missing_ok=True)
     return out
 
 
-def _orchestrator_and_trainer(
+def orchestrator_and_trainer(
     b: Backend,
     tasks: list[Task],
     scorer: Scorer,
@@ -207,7 +207,7 @@ def _run_steps(
         total=cfg.iters, initial=start, desc=f"grpo ({trainer.backend.name})", unit="step", disable=not progress
     ) as bar:
         for step in range(start, cfg.iters):
-            row = _train_step(orch, trainer, cfg, step)
+            row = train_step(orch, trainer, cfg, step)
             rows.append(row)
             live.log(**row)
             nan = float("nan")  # a step of demonstrations only samples nothing
@@ -246,7 +246,7 @@ def run_report(
     }
 
 
-def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int) -> dict[str, Any]:
+def train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int) -> dict[str, Any]:
     """One GRPO step (sample → reward → batch → train) and its metrics row (floats to 6 places)."""
     data = orch.step(step)
     t0 = time.perf_counter()
@@ -262,7 +262,7 @@ def _train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
 
 
-def _write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
+def write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
     """The adapter, its metrics and its report, written atomically; the run's one-line summary."""
     with atomic_dir(out) as tmp:
         b.save_adapter(tmp)

@@ -18,22 +18,20 @@ multi-run job starts its runs over.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from jacrl.backends.base import Backend, TrainingState
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
-from jacrl.backends.torch_backend import TorchBackend
 from jacrl.losses.config import LossFrameworkConfig, check_same_losses
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import _train_step, _write_output, run_report
+from jacrl.rl.loop import run_report, train_step, write_output
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import Task
@@ -53,11 +51,7 @@ class RunSpec:
 
 @dataclass
 class _RunState:
-    weights: dict[str, Any]
-    opt: Any
-    max_grad_norm: float | None
-    reference: dict[str, Any] | None
-    rng: torch.Tensor
+    state: TrainingState
     orch: Orchestrator
     trainer: Trainer
     rows: list[dict] = field(default_factory=list)
@@ -68,12 +62,12 @@ def check_run_losses(trainer_losses: list[Any], runs: list[RunSpec]) -> None:
     check_same_losses(trainer_losses, {r.name: r.loss_cfg.orchestrator.losses or r.loss_cfg.losses for r in runs})
 
 
-def _prepare(b: TorchBackend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _RunState:
+def _prepare(b: Backend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _RunState:
     """A run's state as `prepare_backend` would leave a model of its own: its starting adapter, its
     reference (`grpo.reference: start` = that adapter), a fresh optimiser."""
     b.set_lora_weights(b.adapter_weights(run.init_adapter))
-    b._reference = b.adapter_weights(run.init_adapter) if run.cfg.reference == "start" else None
     b.configure_optimizer(run.cfg.lr, max_grad_norm=run.cfg.max_grad_norm)
+    reference = b.adapter_weights(run.init_adapter) if run.cfg.reference == "start" else None
     lc = run.loss_cfg
     orch = Orchestrator(
         run.tasks,
@@ -91,17 +85,7 @@ def _prepare(b: TorchBackend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) 
         run.cfg.temperature,
         log_reference_kl=run.cfg.log_reference_kl,
     )
-    return _RunState(b.lora_weights(), b._opt, b._max_grad_norm, b._reference, torch.get_rng_state(), orch, trainer)
-
-
-def _swap_in(b: TorchBackend, st: _RunState) -> None:
-    b.set_lora_weights(st.weights)
-    b._opt, b._max_grad_norm, b._reference = st.opt, st.max_grad_norm, st.reference
-    torch.set_rng_state(st.rng)
-
-
-def _swap_out(b: TorchBackend, st: _RunState) -> None:
-    st.weights, st.rng = b.lora_weights(), torch.get_rng_state()
+    return _RunState(replace(b.training_state(), reference=reference), orch, trainer)
 
 
 def train_grpo_runs(
@@ -116,10 +100,15 @@ def train_grpo_runs(
     if not runs:
         raise ValueError("a multi-run trainer needs at least one run")
     check_run_losses(runs[0].loss_cfg.trainer.losses or runs[0].loss_cfg.losses, runs)
+    samplers = {run.cfg.sampler for run in runs}
+    if len(samplers) > 1:
+        raise ValueError(f"the runs of one multi-run job share a sampler; grpo.sampler differs: {sorted(samplers)}")
     b = load_model(model, threads, training=True)
-    if not isinstance(b, TorchBackend):
-        raise ValueError(f"multi-run serves the torch backend only, not {b.name!r}")
+    if not b.swaps_runs:
+        raise ValueError(f"multi-run serves a backend that holds several training runs (torch), not {b.name!r}")
     b.load_adapter(runs[0].init_adapter, trainable=True)
+    if samplers == {"merged"}:  # refolded from each run's weights as they are swapped in
+        b.sample_merged()
     states = [_prepare(b, run, scorer, rl_dir) for run in runs]
     total = sum(run.cfg.iters for run in runs)
     bar = Progress(total=total, desc=f"grpo × {len(runs)} runs ({b.name})", unit="step", disable=not progress)
@@ -127,14 +116,14 @@ def train_grpo_runs(
         for run, st in zip(runs, states):
             if step >= run.cfg.iters:
                 continue
-            _swap_in(b, st)
-            row = _train_step(st.orch, st.trainer, run.cfg, step)
-            _swap_out(b, st)
+            b.restore_training_state(st.state)
+            row = train_step(st.orch, st.trainer, run.cfg, step)
+            st.state = b.training_state()
             st.rows.append(row)
             bar.update(1)
     bar.close()
     for run, st in zip(runs, states):
-        _swap_in(b, st)
+        b.restore_training_state(st.state)
         report = run_report(st.rows, 0, str(run.init_adapter), b, run.tasks, run.cfg, run.loss_cfg)
-        _write_output(run.out, b, st.rows, report)
+        write_output(run.out, b, st.rows, report)
     return [run.out for run in runs]
