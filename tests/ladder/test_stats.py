@@ -86,6 +86,9 @@ def test_paired_permutation_is_exact_on_few_tasks():
     assert (s.n, s.higher_a, s.higher_b) == (5, 3, 0) and s.mean_diff == pytest.approx(0.25)
     assert s.p_value == pytest.approx(8 / 32)
     assert paired_permutation(a, a).p_value == 1.0
+    one = paired_permutation({"t0": 0.75}, {"t0": 0.25})  # a one-task rung (rung 1's mem cell)
+    assert (one.n, one.higher_a, one.mean_diff, one.p_value) == (1, 1, 0.5, 1.0)
+    assert paired_permutation({}, {}).n == 0
     flipped = paired_permutation(b, a)
     assert (flipped.higher_a, flipped.higher_b, flipped.p_value) == (0, 3, s.p_value)
 
@@ -124,3 +127,4 @@ def test_min_detectable_shift_has_the_power_it_claims():
         )
     assert abs(hits / reps - 0.8) < 3 * math.sqrt(0.8 * 0.2 / reps)
     assert min_detectable_shift(40, 0.0) is None and min_detectable_shift(1, 0.3) is None
+    assert min_detectable_shift(5, 0.3) is None and min_detectable_shift(6, 0.3) is not None  # 2/32 > 0.05 ≥ 2/64

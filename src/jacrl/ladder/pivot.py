@@ -78,7 +78,8 @@ POWER_METHOD = (
     "tasks, the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid. "
     "Scores and per-task rates (paired permutation test): the paired t-test's power (noncentral t) at the "
     "observed SD of the per-task differences, which the permutation test on the mean matches at these sizes; "
-    "none = no spread in the differences to size it from."
+    "none = no spread in the differences to size it from, too few tasks for the test ever to reject (≤ 5: its "
+    "smallest p is 2 / 2^n), or more than a rate's whole range."
 )
 TESTS_LEGEND = (
     "Binary greedy stages (compiles, runs, pass@1): exact McNemar; wins = tasks the condition gets and the "
@@ -246,6 +247,7 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
         s = paired_permutation(a, b)
         n, wins, losses, p = s.n, s.higher_a, s.higher_b, s.p_value
         mdd = min_detectable_shift(n, s.sd_diff)
+        mdd = None if stage.kind == "rate" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
     shown = "none" if mdd is None else round(stage.scale * mdd, digits)
     return {**out, "tasks": n, "wins": wins, "losses": losses, "p_value": round(p, 4), "mdd": shown}
 

@@ -138,8 +138,10 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     y = np.array([b[t] for t in common], dtype=float)
     d = x - y
     sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
-    if not d.any():
-        return PairedScores(len(common), 0, 0, 0.0, sd, 1.0)
+    if not d.any() or d.size < 2:  # one task: both of its sign patterns are as extreme, p = 1
+        return PairedScores(
+            len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()) if d.size else 0.0, sd, 1.0
+        )
     res = permutation_test(  # one sample: scipy's `samples` permutations flip each difference's sign
         (d,),
         lambda u, axis: np.mean(u, axis=axis),
@@ -163,9 +165,10 @@ def paired_t_power(n: int, delta: float, sd: float, alpha: float = 0.05) -> floa
 
 def min_detectable_shift(n: int, sd: float, power: float = 0.8, alpha: float = 0.05) -> float | None:
     """The smallest mean difference in a per-task score that the paired test on n tasks detects
-    with the given power, at the observed SD of the differences. None below two tasks or with no
-    spread (every difference equal: nothing to size it from)."""
-    if n < 2 or sd <= 0:
+    with the given power, at the observed SD of the differences. None with no spread (every
+    difference equal: nothing to size it from) or too few tasks for the permutation test ever to
+    reject at `alpha`."""
+    if n < 2 or sd <= 0 or 2.0 ** (1 - n) > alpha:  # the sign-flip test's smallest p is 2 / 2^n: n ≤ 5 never rejects
         return None
     # the bracket's top puts the noncentrality 10 past the critical t, where the power is ~1
     top = sd * (float(student_t.ppf(1 - alpha / 2, n - 1)) + 10) / math.sqrt(n)
