@@ -68,7 +68,7 @@ class GRPOConfig(StrictModel):
         "weights, in the precision an eval job decodes in (bf16 on a CPU that computes it), refolded after every "
         "optimiser step; `policy` = the trained model itself (float32 on CPU, the adapter's three matmuls per "
         "projection). The loss always scores the trained policy; the sampler's logprobs enter its importance ratio "
-        "and `mismatch_kl` (on SmolLM2 a step's sampling took 0.35× the time: docs/results.md). The MLX backend "
+        "and `mismatch_kl` (SmolLM2's step with each: docs/results.md). The MLX backend "
         "samples from the policy either way.",
     )
     mask_truncated: bool = Field(
