@@ -89,7 +89,7 @@ def nll_part(a: argparse.Namespace) -> dict:
 def grpo_part(a: argparse.Namespace) -> dict:
     from jacrl.config import load_config
     from jacrl.reward.batch import RewardScorer
-    from jacrl.rl.loop import train_grpo
+    from jacrl.rl.loop import OnPolicyRun, train_grpo
     from jacrl.tasks.record import read_tasks
     from jacrl.training.metrics import read_metrics
 
@@ -111,7 +111,13 @@ def grpo_part(a: argparse.Namespace) -> dict:
     out = Path(a.tmp) / f"grpo-{a.dtype}"
     with RewardScorer(cfg.reward, threads=a.threads) as scorer:
         t0 = time.perf_counter()
-        train_grpo(_spec(a.model, a.dtype), tasks, out, cfg.grpo, cfg, scorer, threads=a.threads, progress=False)
+        train_grpo(
+            OnPolicyRun(
+                model=_spec(a.model, a.dtype), tasks=tasks, out=out, cfg=cfg.grpo, losses=cfg, threads=a.threads
+            ),
+            scorer,
+            progress=False,
+        )
         dt = time.perf_counter() - t0
     rows = read_metrics(out / "metrics.jsonl")
     return {

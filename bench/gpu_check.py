@@ -135,7 +135,7 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     from jacrl.evaluation.cell import evaluate_cell
     from jacrl.evaluation.config import EvalConfig
     from jacrl.reward.batch import RewardScorer
-    from jacrl.rl.loop import train_grpo
+    from jacrl.rl.loop import OnPolicyRun, train_grpo
     from jacrl.tasks.record import read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.metrics import read_metrics
@@ -182,7 +182,11 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     with RewardScorer(cfg.reward, threads=2) as scorer, DeviceMemory(device) as mem:
         grpo = train_grpo(
-            model, train, work / "grpo", cfg.grpo, cfg, scorer, init_adapter=sft, threads=2, progress=False
+            OnPolicyRun(
+                model=model, tasks=train, out=work / "grpo", cfg=cfg.grpo, losses=cfg, init_adapter=sft, threads=2
+            ),
+            scorer,
+            progress=False,
         )
     rows = read_metrics(grpo / "metrics.jsonl")
     out["grpo"] = {
@@ -255,7 +259,7 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     """Seconds per GRPO step and peak memory at the check's shapes (3 steps; the first warms up)."""
     from jacrl.backends.config import ModelSpec
     from jacrl.config import load_config
-    from jacrl.rl.loop import train_grpo
+    from jacrl.rl.loop import OnPolicyRun, train_grpo
     from jacrl.training.metrics import read_metrics
 
     shape = SHAPES[device]
@@ -290,7 +294,9 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     )
     with DeviceMemory(device) as mem:
         out = train_grpo(
-            model, [task], work / "shaped-grpo", cfg.grpo, cfg, SyntheticScorer(), threads=2, progress=False
+            OnPolicyRun(model=model, tasks=[task], out=work / "shaped-grpo", cfg=cfg.grpo, losses=cfg, threads=2),
+            SyntheticScorer(),
+            progress=False,
         )
     rows = read_metrics(out / "metrics.jsonl")
     timed = rows[1:]

@@ -39,7 +39,7 @@ from jacrl.config import Config, load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.ladder.stats import mcnemar_exact  # noqa: E402
 from jacrl.reward.batch import RewardScorer, score_groups  # noqa: E402
-from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.checkpoint import checkpoint_path  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
@@ -133,17 +133,19 @@ def run_grpo(
     while True:
         with RewardScorer(cfg.reward, threads=threads) as scorer:
             got = train_grpo(
-                ModelSpec(name="bench", path=model, backend="torch"),
-                tasks,
-                out,
-                grpo,
-                cfg,
+                OnPolicyRun(
+                    model=ModelSpec(name="bench", path=model, backend="torch"),
+                    tasks=tasks,
+                    out=out,
+                    cfg=grpo,
+                    losses=cfg,
+                    init_adapter=sft,
+                    threads=threads,
+                    ckpt_dir=ckpt,
+                ),
                 scorer,
-                init_adapter=sft,
-                threads=threads,
-                ckpt_dir=ckpt,
-                progress=False,
                 stop_after=eval_every,
+                progress=False,
             )
         if got == out:
             return out

@@ -35,7 +35,7 @@ from jacrl.config import Config, load_config  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.losses.config import deep_merge  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
@@ -86,7 +86,11 @@ def arm(
     g = cfg.grpo.model_copy(update={"lr": lr, "iters": a.iters, "save_every": 10**6})
     t0 = time.perf_counter()
     if not (out / "grpo_report.json").exists():
-        train_grpo(model, tasks, out, g, cfg, scorer, init_adapter=sft, threads=a.threads, progress=False)
+        train_grpo(
+            OnPolicyRun(model=model, tasks=tasks, out=out, cfg=g, losses=cfg, init_adapter=sft, threads=a.threads),
+            scorer,
+            progress=False,
+        )
     rows = read_metrics(out / "metrics.jsonl")
     col = lambda key: [r.get(key) for r in rows]  # noqa: E731
     return {

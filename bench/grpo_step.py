@@ -32,7 +32,7 @@ from jacrl.config import load_config
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.losses.config import deep_merge
 from jacrl.reward.batch import RewardScorer
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
 
@@ -57,11 +57,13 @@ def ours(backend: str, model: str, tasks: list[Task], steps: int, tmp: Path) -> 
     )
     with RewardScorer(cfg.reward, threads=2) as scorer:
         out = train_grpo(
-            ModelSpec(name="bench", path=model, backend=backend),
-            tasks,
-            tmp / f"ours-{backend}",
-            cfg.grpo,
-            cfg,
+            OnPolicyRun(
+                model=ModelSpec(name="bench", path=model, backend=backend),
+                tasks=tasks,
+                out=tmp / f"ours-{backend}",
+                cfg=cfg.grpo,
+                losses=cfg,
+            ),
             scorer,
             progress=False,
         )
@@ -103,7 +105,17 @@ def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> 
     task = min(pool, key=lambda t: abs(size(t) / 3.3 - 1404))  # ~3.3 characters a token: a cheap first cut
     with RewardScorer(cfg.reward, threads=2) as scorer:
         out = train_grpo(
-            spec, [task], tmp / f"{sampler}-{adapter is not None}", grpo, cfg, scorer, adapter, 2, progress=False
+            OnPolicyRun(
+                model=spec,
+                tasks=[task],
+                out=tmp / f"{sampler}-{adapter is not None}",
+                cfg=grpo,
+                losses=cfg,
+                init_adapter=adapter,
+                threads=2,
+            ),
+            scorer,
+            progress=False,
         )
     return read_metrics(out / "metrics.jsonl")
 

@@ -34,7 +34,7 @@ from jacrl.config import Config  # noqa: E402
 from jacrl.interop.reward import JacReward  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
-from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
@@ -43,14 +43,16 @@ def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threa
     spent: dict[str, dict] = {}
     with clock(spent, "run"), RewardScorer(cfg.reward, threads=threads) as scorer:
         train_grpo(
-            ModelSpec(name="bench", path=model, backend="torch"),
-            tasks,
-            out,
-            cfg.grpo,
-            cfg,
+            OnPolicyRun(
+                model=ModelSpec(name="bench", path=model, backend="torch"),
+                tasks=tasks,
+                out=out,
+                cfg=cfg.grpo,
+                losses=cfg,
+                init_adapter=sft,
+                threads=threads,
+            ),
             scorer,
-            init_adapter=sft,
-            threads=threads,
             progress=False,
         )
     rows = read_metrics(out / "metrics.jsonl")

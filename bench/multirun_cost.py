@@ -26,7 +26,7 @@ from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import read_tasks
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.rl.multirun import RunSpec, train_grpo_runs
 a = json.loads(sys.argv[1])
 model = ModelSpec(name="m", path=a["model"], backend="torch")
@@ -40,8 +40,8 @@ with RewardScorer({"cache": False}, threads=a["threads"]) as scorer:
         train_grpo_runs(model, runs, scorer, threads=a["threads"], progress=False)
     else:
         r = runs[0]
-        train_grpo(model, r.tasks, r.out, r.cfg, r.loss_cfg, scorer, init_adapter=r.init_adapter, threads=a["threads"],
-                   progress=False)
+        run = OnPolicyRun(model, r.tasks, r.out, r.cfg, r.loss_cfg, init_adapter=r.init_adapter, threads=a["threads"])
+        train_grpo(run, scorer, progress=False)
 """
 
 

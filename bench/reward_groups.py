@@ -25,7 +25,7 @@ from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.config import load_config  # noqa: E402
 from jacrl.reward.batch import RewardScorer, run_identity  # noqa: E402
 from jacrl.reward.splice import splice  # noqa: E402
-from jacrl.rl.loop import train_grpo  # noqa: E402
+from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 
@@ -76,14 +76,16 @@ def run(a: argparse.Namespace, temp: float, by_body: bool, tmp: Path) -> tuple[l
     with RewardScorer(cfg.reward, threads=2) as scorer:
         counting = Counting(scorer, by_body)
         out = train_grpo(
-            ModelSpec(name="bench", path=a.model, backend="torch"),
-            tasks,
-            tmp / f"T{temp}-{'body' if by_body else 'meaning'}",
-            cfg.grpo,
-            cfg,
+            OnPolicyRun(
+                model=ModelSpec(name="bench", path=a.model, backend="torch"),
+                tasks=tasks,
+                out=tmp / f"T{temp}-{'body' if by_body else 'meaning'}",
+                cfg=cfg.grpo,
+                losses=cfg,
+                init_adapter=a.adapter,
+                threads=1,
+            ),
             counting,
-            init_adapter=a.adapter,
-            threads=1,
             progress=False,
         )
     return counting.groups, read_metrics(out / "metrics.jsonl")

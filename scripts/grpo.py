@@ -5,7 +5,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
 from jacrl.training.tracking import job_tracker
 from jacrl.workflow.job import logged
@@ -18,13 +18,15 @@ with logged(snakemake):
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo(
-            model,
-            read_tasks(snakemake.input.tasks),
-            snakemake.output[0],
-            cfg.grpo,
-            cfg,
+            OnPolicyRun(
+                model=model,
+                tasks=read_tasks(snakemake.input.tasks),
+                out=snakemake.output[0],
+                cfg=cfg.grpo,
+                losses=cfg,
+                init_adapter=snakemake.input.init or None,
+                threads=snakemake.threads,
+            ),
             scorer,
-            init_adapter=snakemake.input.init or None,
-            threads=snakemake.threads,
             tracker=job_tracker(snakemake.output[0]),
         )

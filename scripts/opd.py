@@ -7,7 +7,7 @@ from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_opd
 from jacrl.rl.teacher import Teacher
 from jacrl.tasks.record import read_tasks
 from jacrl.training.tracking import job_tracker
@@ -21,14 +21,16 @@ with logged(snakemake):
     t = snakemake.params.teacher
     teacher = Teacher(ModelSpec.in_folder(t["spec"], t["model_dir"]), t["adapter"] and Path(t["adapter"]))
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
-        train_grpo(
-            model,
-            read_tasks(snakemake.input.tasks),
-            snakemake.output[0],
-            cfg.grpo,
-            cfg,
+        train_opd(
+            OnPolicyRun(
+                model=model,
+                tasks=read_tasks(snakemake.input.tasks),
+                out=snakemake.output[0],
+                cfg=cfg.grpo,
+                losses=cfg,
+                threads=snakemake.threads,
+            ),
+            teacher,
             scorer,
-            threads=snakemake.threads,
-            teacher=teacher,
             tracker=job_tracker(snakemake.output[0]),
         )

@@ -11,7 +11,7 @@ from test_loss_examples import example_paths
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
 
@@ -51,11 +51,13 @@ def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny
         warnings.simplefilter("always")
         config = load_config(yaml.safe_load(path.read_text()))
         out = train_grpo(
-            model_spec(tiny_model, "torch"),
-            read_tasks(tiny_fixtures / "trainpool.jsonl")[:3],
-            tmp_path / "grpo",
-            grpo_cfg(),
-            config,
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=read_tasks(tiny_fixtures / "trainpool.jsonl")[:3],
+                out=tmp_path / "grpo",
+                cfg=grpo_cfg(),
+                losses=config,
+            ),
             scorer,
             progress=False,
         )

@@ -142,7 +142,7 @@ def test_gold_sft_of_rung_one_lowers_the_loss(sft_adapter):
 def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sft_adapter, rung1, tmp_path):
     from jacrl.reward.batch import RewardScorer
     from jacrl.rl.config import GRPOConfig
-    from jacrl.rl.loop import train_grpo
+    from jacrl.rl.loop import OnPolicyRun, train_grpo
     from jacrl.training.metrics import read_metrics
 
     # zero-advantage groups kept: the step trains (and logs the reference KL) whatever the rewards
@@ -161,14 +161,16 @@ def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sf
     losses = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
     with RewardScorer({"cache_path": str(tmp_path / "cache.sqlite")}, threads=2) as scorer:
         out = train_grpo(
-            model_spec(smollm2_dir, "torch", name="smollm2"),
-            rung1,
-            tmp_path / "grpo",
-            cfg,
-            losses,
+            OnPolicyRun(
+                model=model_spec(smollm2_dir, "torch", name="smollm2"),
+                tasks=rung1,
+                out=tmp_path / "grpo",
+                cfg=cfg,
+                losses=losses,
+                init_adapter=sft_adapter,
+                threads=2,
+            ),
             scorer,
-            init_adapter=sft_adapter,
-            threads=2,
             progress=False,
         )
     (row,) = read_metrics(out / "metrics.jsonl")

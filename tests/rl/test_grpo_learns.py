@@ -22,7 +22,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.models.tiny import build_tiny_model, driver_paths_from_tasks
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.training.metrics import read_metrics
 
 EVAL_SEED = 123
@@ -83,13 +83,15 @@ def fresh_reward(model, adapter) -> float:
 def test_grpo_raises_the_reward_of_fresh_samples(learnable_model, tmp_path):
     before = fresh_reward(learnable_model, None)  # a fresh LoRA starts at the base (B = 0)
     out = train_grpo(
-        model_spec(learnable_model, "torch"),
-        TASKS,
-        tmp_path / "grpo",
-        CFG,
-        load_config({"losses": [{"type": "rl"}]}),
+        OnPolicyRun(
+            model=model_spec(learnable_model, "torch"),
+            tasks=TASKS,
+            out=tmp_path / "grpo",
+            cfg=CFG,
+            losses=load_config({"losses": [{"type": "rl"}]}),
+            threads=2,
+        ),
         EarlyAlphabetScorer(),
-        threads=2,
         progress=False,
     )
     after = fresh_reward(learnable_model, out)

@@ -12,7 +12,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
 
@@ -65,11 +65,13 @@ def adapter_moved(model, adapter, backend, task) -> float:
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
 def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, scorer, tmp_path, backend):
     out = train_grpo(
-        model_spec(tiny_model, backend),
-        tasks,
-        tmp_path / "grpo",
-        grpo_cfg(),
-        load_config(LOSSES),
+        OnPolicyRun(
+            model=model_spec(tiny_model, backend),
+            tasks=tasks,
+            out=tmp_path / "grpo",
+            cfg=grpo_cfg(),
+            losses=load_config(LOSSES),
+        ),
         scorer,
         progress=False,
     )
@@ -89,10 +91,17 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
 def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scorer, tmp_path, backend):
     cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES)
     ckpt = train_grpo(
-        model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer, progress=False, stop_after=3
+        OnPolicyRun(model=model_spec(tiny_model, backend), tasks=tasks, out=tmp_path / "grpo", cfg=cfg, losses=losses),
+        scorer,
+        stop_after=3,
+        progress=False,
     )
     assert json.loads((ckpt / "state.json").read_text())["step"] == 2 and not (tmp_path / "grpo").exists()
-    out = train_grpo(model_spec(tiny_model, backend), tasks, tmp_path / "grpo", cfg, losses, scorer, progress=False)
+    out = train_grpo(
+        OnPolicyRun(model=model_spec(tiny_model, backend), tasks=tasks, out=tmp_path / "grpo", cfg=cfg, losses=losses),
+        scorer,
+        progress=False,
+    )
     report = json.loads((out / "grpo_report.json").read_text())
     assert report["resumed_at"] == 2 and report["steps"] == 4
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
@@ -101,18 +110,28 @@ def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scor
 def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer, tmp_path):
     cfg = grpo_cfg(iters=4, save_every=1)
     train_grpo(
-        model_spec(tiny_model, "torch"),
-        tasks,
-        tmp_path / "grpo",
-        cfg,
-        load_config(LOSSES),
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=tasks,
+            out=tmp_path / "grpo",
+            cfg=cfg,
+            losses=load_config(LOSSES),
+        ),
         scorer,
-        progress=False,
         stop_after=1,
+        progress=False,
     )
     with pytest.raises(ValueError, match="cannot resume.*ref_kl"):
         train_grpo(
-            model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", cfg, load_config({}), scorer, progress=False
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=tasks,
+                out=tmp_path / "grpo",
+                cfg=cfg,
+                losses=load_config({}),
+            ),
+            scorer,
+            progress=False,
         )
 
 
@@ -131,11 +150,13 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
         }
     )
     out = train_grpo(
-        model_spec(tiny_model, "torch"),
-        tasks,
-        tmp_path / "grpo",
-        grpo_cfg(iters=2, prompts_per_step=2),
-        losses,
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=tasks,
+            out=tmp_path / "grpo",
+            cfg=grpo_cfg(iters=2, prompts_per_step=2),
+            losses=losses,
+        ),
         scorer,
         progress=False,
     )
@@ -149,7 +170,15 @@ def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
         {"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core", "kwargs": {"scale": 0.5}}]}
     )
     out = train_grpo(
-        model_spec(tiny_model, "torch"), tasks, tmp_path / "grpo", grpo_cfg(iters=2), losses, scorer, progress=False
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=tasks,
+            out=tmp_path / "grpo",
+            cfg=grpo_cfg(iters=2),
+            losses=losses,
+        ),
+        scorer,
+        progress=False,
     )
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/pg/loss"]) for r in rows)
@@ -184,11 +213,13 @@ def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, score
     rows = {}
     for sampler in ("policy", "merged"):
         out = train_grpo(
-            model_spec(tiny_model, "torch"),
-            tasks,
-            tmp_path / sampler,
-            grpo_cfg(iters=2, sampler=sampler),
-            load_config(LOSSES),
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=tasks,
+                out=tmp_path / sampler,
+                cfg=grpo_cfg(iters=2, sampler=sampler),
+                losses=load_config(LOSSES),
+            ),
             scorer,
             progress=False,
         )

@@ -12,7 +12,7 @@ from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.rl.multirun import RunSpec, check_run_losses, train_grpo_runs
 from jacrl.training.metrics import read_metrics
 
@@ -62,14 +62,16 @@ def test_each_run_is_byte_identical_to_training_it_alone(tiny_model, start_adapt
     outs = train_grpo_runs(model_spec(tiny_model, "torch"), served, WhitespaceScorer(), threads=2, progress=False)
     for run, out in zip(served, outs):
         alone = train_grpo(
-            model_spec(tiny_model, "torch"),
-            run.tasks,
-            tmp_path / "alone" / run.name,
-            run.cfg,
-            run.loss_cfg,
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=run.tasks,
+                out=tmp_path / "alone" / run.name,
+                cfg=run.cfg,
+                losses=run.loss_cfg,
+                init_adapter=run.init_adapter,
+                threads=2,
+            ),
             WhitespaceScorer(),
-            init_adapter=run.init_adapter,
-            threads=2,
             progress=False,
         )
         assert files(out) == files(alone) and "adapter_model.safetensors" in files(out)

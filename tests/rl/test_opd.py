@@ -10,13 +10,14 @@ from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec, SamplingParams
+from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.config import OpdLossConfig
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo, train_opd
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.teacher import Teacher, load_teacher, retempered
 from jacrl.rl.trainer import Trainer
@@ -116,7 +117,12 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
         start, start_pass = greedy(student0, tasks, scorer)
         teacher_ids, teacher_pass = greedy(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
         teacher = Teacher(spec, teacher_dir)
-        out = train_grpo(spec, tasks, tmp_path / "opd", cfg, load_config(opd), scorer, teacher=teacher, progress=False)
+        out = train_opd(
+            OnPolicyRun(model=spec, tasks=tasks, out=tmp_path / "opd", cfg=cfg, losses=load_config(opd)),
+            teacher,
+            scorer,
+            progress=False,
+        )
         end, end_pass = greedy(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
     kl = [r["loss/opd/forward_kl"] for r in read_metrics(out / "metrics.jsonl")]
     third = len(kl) // 3
@@ -135,3 +141,15 @@ def test_the_teacher_distribution_re_taken_at_another_temperature_and_at_zero():
     assert torch.allclose(retempered(at_07, 0.7, 0.2), torch.log_softmax(logits / 0.2, -1), atol=1e-4)
     one_hot = retempered(at_07, 0.7, 0)
     assert torch.equal(one_hot.exp(), torch.nn.functional.one_hot(logits.argmax(-1), 9).float())
+
+
+def test_each_entry_point_trains_its_own_mode(tmp_path):
+    """GRPO refuses an opd run (it has no teacher) and opd refuses a GRPO run, before loading anything."""
+    spec = ModelSpec(name="absent", path=str(tmp_path / "absent"))
+    cfg = GRPOConfig(iters=1)
+    opd = load_config({"training_mode": "opd", "trainer": {"opd": {"divergence": "forward"}}})
+    with pytest.raises(ValueError, match="training_mode opd trains toward a teacher: call train_opd"):
+        train_grpo(OnPolicyRun(spec, [], tmp_path / "out", cfg, opd), scorer=None)
+    with pytest.raises(ValueError, match="train_opd needs training_mode opd, not 'rl'"):
+        train_opd(OnPolicyRun(spec, [], tmp_path / "out", cfg, load_config({})), Teacher(spec), scorer=None)
+    assert not (tmp_path / "out").exists()

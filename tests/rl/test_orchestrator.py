@@ -10,7 +10,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.training.metrics import read_metrics
 
@@ -90,11 +90,9 @@ def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
         }
     )
     out = train_grpo(
-        model_spec(tiny_model, "torch"),
-        TASKS,
-        tmp_path / "grpo",
-        cfg(iters=2),
-        config,
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg(iters=2), losses=config
+        ),
         WhitespaceScorer(),
         progress=False,
     )
@@ -123,11 +121,13 @@ USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user":
 def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, tmp_path):
     config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}})
     out = train_grpo(
-        model_spec(tiny_model, "torch"),
-        TASKS,
-        tmp_path / "grpo",
-        cfg(iters=1, mask_truncated=False),
-        config,
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=TASKS,
+            out=tmp_path / "grpo",
+            cfg=cfg(iters=1, mask_truncated=False),
+            losses=config,
+        ),
         WhitespaceScorer(),
         progress=False,
     )

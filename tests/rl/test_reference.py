@@ -12,7 +12,7 @@ from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.training.metrics import read_metrics
 
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
@@ -54,13 +54,15 @@ def kl_curve(out):
 def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_adapter, tmp_path, backend):
     def run(ref):
         return train_grpo(
-            model_spec(tiny_model, backend),
-            TASKS,
-            tmp_path / ref,
-            cfg(reference=ref),
-            load_config(LOSSES),
+            OnPolicyRun(
+                model=model_spec(tiny_model, backend),
+                tasks=TASKS,
+                out=tmp_path / ref,
+                cfg=cfg(reference=ref),
+                losses=load_config(LOSSES),
+                init_adapter=start_adapter,
+            ),
             WhitespaceScorer(),
-            init_adapter=start_adapter,
             progress=False,
         )
 
@@ -73,11 +75,13 @@ def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_a
 def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_path):
     for ref in ("start", "base"):
         out = train_grpo(
-            model_spec(tiny_model, "torch"),
-            TASKS,
-            tmp_path / ref,
-            cfg(reference=ref, iters=1),
-            load_config(LOSSES),
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=TASKS,
+                out=tmp_path / ref,
+                cfg=cfg(reference=ref, iters=1),
+                losses=load_config(LOSSES),
+            ),
             WhitespaceScorer(),
             progress=False,
         )
@@ -88,36 +92,42 @@ def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapte
     c, losses = cfg(iters=3), load_config(LOSSES)
     whole = kl_curve(
         train_grpo(
-            model_spec(tiny_model, "torch"),
-            TASKS,
-            tmp_path / "whole",
-            c,
-            losses,
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=TASKS,
+                out=tmp_path / "whole",
+                cfg=c,
+                losses=losses,
+                init_adapter=start_adapter,
+            ),
             WhitespaceScorer(),
-            init_adapter=start_adapter,
             progress=False,
         )
     )
     ckpt = train_grpo(
-        model_spec(tiny_model, "torch"),
-        TASKS,
-        tmp_path / "cut",
-        c,
-        losses,
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=TASKS,
+            out=tmp_path / "cut",
+            cfg=c,
+            losses=losses,
+            init_adapter=start_adapter,
+        ),
         WhitespaceScorer(),
-        init_adapter=start_adapter,
-        progress=False,
         stop_after=2,
+        progress=False,
     )
     assert (ckpt / "reference" / "adapter_config.json").is_file()
     resumed = train_grpo(
-        model_spec(tiny_model, "torch"),
-        TASKS,
-        tmp_path / "cut",
-        c,
-        losses,
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=TASKS,
+            out=tmp_path / "cut",
+            cfg=c,
+            losses=losses,
+            init_adapter=start_adapter,
+        ),
         WhitespaceScorer(),
-        init_adapter=start_adapter,
         progress=False,
     )
     assert json.loads((resumed / "grpo_report.json").read_text())["resumed_at"] == 2

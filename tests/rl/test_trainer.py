@@ -16,7 +16,7 @@ from jacrl.losses.inputs import LossInputs
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.batch import Rollout, build_batch
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.rl.trainer import Trainer, first_supervised
 from jacrl.training.metrics import read_metrics
 
@@ -90,7 +90,9 @@ def test_grpo_steps_on_cuda(tiny_model, tmp_path):
     )
     losses = load_config({"losses": CONFIG["losses"]})
     out = train_grpo(
-        model_spec(tiny_model, "torch"), TASKS, tmp_path / "grpo", cfg, losses, WhitespaceScorer(), progress=False
+        OnPolicyRun(model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg, losses=losses),
+        WhitespaceScorer(),
+        progress=False,
     )
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
     assert rows and all(math.isfinite(r["loss/total"]) and "kl/reference" in r for r in rows)
@@ -116,11 +118,9 @@ def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):
         log_reference_kl=False,
     )
     out = train_grpo(
-        model_spec(tiny_model, "torch"),
-        TASKS,
-        tmp_path / "grpo",
-        cfg,
-        load_config({}),
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg, losses=load_config({})
+        ),
         WhitespaceScorer(),
         progress=False,
     )

@@ -12,7 +12,7 @@ from fixtures.tasks import task as make_task
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
-from jacrl.rl.loop import train_grpo
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
 from jacrl.training.config import SFTConfig
 from jacrl.training.metrics import read_metrics
@@ -91,14 +91,16 @@ def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, tmp_path)
     seen = SeenWhileRunning(tmp_path / "grpo")
     with RewardScorer({"cache": False}, threads=2) as scorer:
         out = train_grpo(
-            model_spec(tiny_model, "torch"),
-            tasks,
-            tmp_path / "grpo",
-            cfg,
-            load_config({}),
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=tasks,
+                out=tmp_path / "grpo",
+                cfg=cfg,
+                losses=load_config({}),
+            ),
             scorer,
-            progress=False,
             tracker=seen,
+            progress=False,
         )
     assert seen.closed and [exists for _, exists in seen.rows] == [False, False]
     assert [row for row, _ in seen.rows] == read_metrics(out / "metrics.jsonl")

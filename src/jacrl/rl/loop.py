@@ -18,6 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -105,45 +106,81 @@ def reference_adapter(
     return ckpt.reference if resuming else Path(init_adapter)
 
 
-def train_grpo(
-    model: ModelSpec,
-    tasks: list[Task],
-    out_adapter_dir: str | Path,
-    cfg: GRPOConfig,
-    loss_cfg: LossFrameworkConfig,
-    scorer: Scorer,
-    init_adapter: str | Path | None = None,
-    threads: int | None = None,
-    ckpt_dir: str | Path | None = None,
-    progress: bool = True,
-    stop_after: int | None = None,
-    rl_dir: str | Path = "dataset/rl",
-    teacher: Teacher | None = None,
-    tracker: Tracker | None = None,
-) -> Path:
-    """GRPO of `model` on `tasks`, starting from `init_adapter` (sft_grpo) or a fresh LoRA (raw_grpo).
-    An env with its own task set (a split or rung) reads it under `rl_dir`. Under training_mode opd
-    `teacher` scores the policy's samples (the `opd` condition: a fresh LoRA on the base). Each
-    step's metrics row also goes to `tracker` as it is made (live curves).
+@dataclass(frozen=True)
+class OnPolicyRun:
+    """One on-policy training job: the model, its train tasks and output folder, the loop's knobs and
+    the loss sections, and where it starts (`init_adapter`; None = a fresh LoRA). An env with its own
+    task set (a split or rung) reads it under `rl_dir`; checkpoints go to `ckpt_dir` (None =
+    `<out>.ckpt`)."""
 
-    `stop_after` ends the run (without writing the output) after that many steps of this call —
-    what a kill does; used to test resume.
-    """
-    out = Path(out_adapter_dir)
-    start_from = str(init_adapter) if init_adapter else f"fresh-lora:{model.model_dir()}"
+    model: ModelSpec
+    tasks: list[Task]
+    out: Path
+    cfg: GRPOConfig
+    losses: LossFrameworkConfig
+    init_adapter: Path | None = None
+    threads: int | None = None
+    rl_dir: Path = Path("dataset/rl")
+    ckpt_dir: Path | None = None
+
+
+def train_grpo(
+    run: OnPolicyRun,
+    scorer: Scorer,
+    tracker: Tracker | None = None,
+    *,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """GRPO of `run`: from its SFT adapter (sft_grpo) or a fresh LoRA (raw_grpo), rewarded by `scorer`;
+    each step's metrics row also goes to `tracker` (live curves). `stop_after` ends the run after that
+    many steps of this call without writing the output — what a kill does; used to test resume."""
+    if run.losses.training_mode == "opd":
+        raise ValueError("training_mode opd trains toward a teacher: call train_opd")
+    return _train(run, scorer, None, tracker, stop_after, progress)
+
+
+def train_opd(
+    run: OnPolicyRun,
+    teacher: Teacher,
+    scorer: Scorer,
+    tracker: Tracker | None = None,
+    *,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> Path:
+    """On-policy distillation of `run` toward `teacher` (training_mode opd: the divergence to the teacher
+    replaces the primary term; `scorer` still scores the samples for the logged reward). Otherwise as
+    `train_grpo`."""
+    if run.losses.training_mode != "opd":
+        raise ValueError(f"train_opd needs training_mode opd, not {run.losses.training_mode!r}")
+    return _train(run, scorer, teacher, tracker, stop_after, progress)
+
+
+def _train(
+    run: OnPolicyRun,
+    scorer: Scorer,
+    teacher: Teacher | None,
+    tracker: Tracker | None,
+    stop_after: int | None,
+    progress: bool,
+) -> Path:
+    """The loop both entry points share: resume or start, step to `iters`, write the output."""
+    out, cfg, init_adapter = Path(run.out), run.cfg, run.init_adapter
+    start_from = str(init_adapter) if init_adapter else f"fresh-lora:{run.model.model_dir()}"
     if teacher is not None:  # another teacher is another objective: its checkpoint is not resumed
         start_from += f" teacher:{teacher.describe()}"
-    terms = dump_losses(loss_cfg.losses)
-    ckpt = grpo_checkpoint(checkpoint_path(out, ckpt_dir), cfg, start_from, terms)
+    terms = dump_losses(run.losses.losses)
+    ckpt = grpo_checkpoint(checkpoint_path(out, run.ckpt_dir), cfg, start_from, terms)
     saved = ckpt.resume()
     start = saved.step if saved else 0
     rows: list[dict] = list(saved.rows) if saved else []
 
     reference = reference_adapter(cfg, init_adapter, ckpt, resuming=saved is not None)
-    b = prepare_backend(model, cfg, threads, init_adapter, ckpt if saved else None, reference)
+    b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
-    orch, trainer = orchestrator_and_trainer(b, tasks, scorer, cfg, loss_cfg, rl_dir, teacher, threads)
+    orch, trainer = orchestrator_and_trainer(b, run.tasks, scorer, cfg, run.losses, run.rl_dir, teacher, run.threads)
     cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
     def after_step(step: int) -> None:
@@ -157,7 +194,7 @@ def train_grpo(
             _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
     except Stopped:  # no output written; the checkpoint and the live metrics stay
         return ckpt.path
-    write_output(out, b, rows, run_report(rows, start, start_from, b, tasks, cfg, loss_cfg))
+    write_output(out, b, rows, run_report(rows, start, start_from, b, run.tasks, cfg, run.losses))
     ckpt.remove()
     live.unlink(missing_ok=True)
     return out

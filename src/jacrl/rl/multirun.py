@@ -39,7 +39,7 @@ from jacrl.tasks.record import Task
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run the shared trainer serves: what `train_grpo` would be called with."""
+    """One run the shared trainer serves: what a `train_grpo` run of its own would be given."""
 
     name: str
     tasks: list[Task]
