@@ -160,8 +160,8 @@ class RewardConfig(StrictModel):
         1 << 18,
         ge=1024,
         description="A longer completion is not read: it scores as a failure, `rejected: too_long`. The default "
-        "(262,144) is 1.7x the longest sane completion: a 32k-token reasoning budget at the most characters per token "
-        "measured on the task corpus (4.57, SmolLM2's tokenizer) plus the longest file echoed back (5.5k) is 155k.",
+        "(2^18 characters) leaves room above the longest sane completion: a 32k-token reasoning budget at the corpus's "
+        "most characters per token plus the longest file echoed back (the figures: docs/design.md#reward).",
     )
     max_stdout_bytes: int = Field(
         1 << 20, ge=1024, description="stdout cap; a program that writes more is killed (counts as not running)."

@@ -103,7 +103,7 @@ class _Server:
         from jaclang.jac0core.runtime import JacRuntime
 
         # start_cli registers plugin commands and builds its argparse parser once per
-        # process (`finalize` is cached): doing it here saves every child ~50 ms.
+        # process (`finalize` is cached): done here once, every forked child skips it.
         JacRuntime.create_cmd()
         get_registry().finalize()
 
