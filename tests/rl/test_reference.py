@@ -90,46 +90,14 @@ def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_pa
 
 def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapter, tmp_path):
     c, losses = cfg(iters=3), load_config(LOSSES)
-    whole = kl_curve(
-        train_grpo(
-            OnPolicyRun(
-                model=model_spec(tiny_model, "torch"),
-                tasks=TASKS,
-                out=tmp_path / "whole",
-                cfg=c,
-                losses=losses,
-                init_adapter=start_adapter,
-            ),
-            WhitespaceScorer(),
-            progress=False,
-        )
-    )
-    ckpt = train_grpo(
-        OnPolicyRun(
-            model=model_spec(tiny_model, "torch"),
-            tasks=TASKS,
-            out=tmp_path / "cut",
-            cfg=c,
-            losses=losses,
-            init_adapter=start_adapter,
-        ),
-        WhitespaceScorer(),
-        stop_after=2,
-        progress=False,
-    )
+
+    def run(name: str) -> OnPolicyRun:
+        return OnPolicyRun(model_spec(tiny_model, "torch"), TASKS, tmp_path / name, c, losses, start_adapter)
+
+    whole = kl_curve(train_grpo(run("whole"), WhitespaceScorer(), progress=False))
+    ckpt = train_grpo(run("cut"), WhitespaceScorer(), stop_after=2, progress=False)
     assert (ckpt / "reference" / "adapter_config.json").is_file()
-    resumed = train_grpo(
-        OnPolicyRun(
-            model=model_spec(tiny_model, "torch"),
-            tasks=TASKS,
-            out=tmp_path / "cut",
-            cfg=c,
-            losses=losses,
-            init_adapter=start_adapter,
-        ),
-        WhitespaceScorer(),
-        progress=False,
-    )
+    resumed = train_grpo(run("cut"), WhitespaceScorer(), progress=False)
     assert json.loads((resumed / "grpo_report.json").read_text())["resumed_at"] == 2
     assert kl_curve(resumed) == pytest.approx(whole, rel=1e-3, abs=1e-6)
 

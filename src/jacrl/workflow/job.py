@@ -12,9 +12,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from jacrl.progress import CONSOLE, SUMMARY, is_terminal
+
+if TYPE_CHECKING:
+    from jacrl.reward.config import RewardConfig
+    from jacrl.rl.loop import OnPolicyRun
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -152,3 +156,29 @@ def code_version() -> str:
     except (OSError, subprocess.CalledProcessError):
         return __version__
     return f"{__version__}+{sha}{'.dirty' if dirty else ''}"
+
+
+def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
+    """A training rule's run (`grpo`, `opd`) from its params, input and output: the model from the folder
+    the rule names (a builtin's build, an RFT warm start), the rung's tasks, the start (`input.init`, if
+    any); with the reward's settings and the model tokenizer's special tokens, cut out of completions."""
+    from transformers import AutoTokenizer
+
+    from jacrl.backends.config import ModelSpec
+    from jacrl.config import load_config
+    from jacrl.reward.normalize import tokenizer_special_tokens
+    from jacrl.rl.loop import OnPolicyRun
+    from jacrl.tasks.record import read_tasks
+
+    cfg = load_config(smk.params.config)
+    run = OnPolicyRun(
+        ModelSpec.in_folder(smk.params.spec, smk.params.model_dir),
+        read_tasks(smk.input.tasks),
+        Path(smk.output[0]),
+        cfg.grpo,
+        cfg,
+        init_adapter=getattr(smk.input, "init", None) or None,
+        threads=smk.threads,
+    )
+    special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(smk.params.model_dir))
+    return run, cfg.reward, special
