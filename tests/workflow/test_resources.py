@@ -100,6 +100,9 @@ def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_pat
     shared = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1)
     assert shared < mem_mb(smol, "grpo", 8, 2400, 192, tmp_path)  # eight padded rows of 2400 tokens
     assert mem_mb(smol, "grpo", 16, 2400, 192, tmp_path, prompts=2) > shared
+    # the merged copy GRPO samples from: SmolLM2's 134.5 M parameters once more, in bf16 or float32
+    copy = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, sampling_copy=True) - shared
+    assert 200 <= copy <= 700
     # eval: grouped-query attention keeps 3 of 9 heads' keys and values; the estimate follows the KV heads
     shape = BUILTIN_SHAPES["smollm2"]
     assert shape.kv_width == 2 * 3 * 64

@@ -3,7 +3,8 @@
 `mem_mb` is derived unless the model's spec sets it for the job kind:
 
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
-    weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses)
+    weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses;
+                  + the sampling copy at the eval precision for a GRPO job under `grpo.sampler: merged`)
     activations = training: tokens × layers × hidden × bytes × (17, or 2 with gradient
                   checkpointing) + the attention scores (heads × query × key positions × bytes,
                   per layer, or one layer's with checkpointing) + the completion logits (rows ×
@@ -106,10 +107,18 @@ def load_bytes(spec: ModelSpec, parameters: int, kind: RuleKind = "eval") -> int
 
 
 def mem_mb(
-    spec: ModelSpec, kind: RuleKind, rows: int, seq: int, completion: int, root: str | Path = ".", prompts: int = 0
+    spec: ModelSpec,
+    kind: RuleKind,
+    rows: int,
+    seq: int,
+    completion: int,
+    root: str | Path = ".",
+    prompts: int = 0,
+    sampling_copy: bool = False,
 ) -> int:
     """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above.
-    `prompts` > 0: the rows share that many prompts, each scored once (a GRPO step)."""
+    `prompts` > 0: the rows share that many prompts, each scored once (a GRPO step); `sampling_copy`:
+    the job also holds the merged copy it samples from (`grpo.sampler: merged`)."""
     if kind in spec.mem_mb:
         return spec.mem_mb[kind]
     shape = model_shape(spec, root)
@@ -117,6 +126,8 @@ def mem_mb(
         return FALLBACK_MB
     nbytes = load_bytes(spec, shape.parameters, kind)
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
+    if sampling_copy:
+        weights += shape.parameters * load_bytes(spec, shape.parameters, "eval")
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
@@ -167,8 +178,9 @@ def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = "."
     spec = cfg.model(name)
     rows, seq, completion = job_tokens(cfg, kind)
     prompts = cfg.grpo.prompts_per_step if kind == "grpo" else 0
+    copy = kind == "grpo" and cfg.grpo.sampler == "merged"
     return {
-        "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts),
+        "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts, copy),
         "runtime": runtime_min(spec, kind),
         "gpu": spec.gpu_count,
     }
