@@ -12,6 +12,7 @@ from text_reward import TASKS, WhitespaceScorer
 from jacrl.backends.base import TokenLogprobs
 from jacrl.config import load_config
 from jacrl.losses import LossFrameworkConfig, build_terms, compute_loss
+from jacrl.losses.cores import ref_kl_core
 from jacrl.losses.inputs import LossInputs
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.batch import Rollout, build_batch
@@ -103,6 +104,17 @@ def test_reference_forward_only_when_needed():
     assert not Trainer(None, rl, log_reference_kl=False).needs_reference
     assert Trainer(None, rl, log_reference_kl=True).needs_reference
     assert Trainer(None, ref_kl, log_reference_kl=False).needs_reference
+    free = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.0}]}).losses
+    assert not Trainer(None, free, log_reference_kl=False).needs_reference  # β 0 weighs nothing
+
+
+def test_a_zero_beta_ref_kl_term_trains_without_a_reference_forward():
+    lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    mask = torch.tensor([[True, True]])
+    out = ref_kl_core(LossInputs(lp, lp.detach(), torch.zeros_like(lp), mask), beta=0.0)
+    assert out.loss.item() == 0.0 and out.loss.requires_grad
+    with pytest.raises(ValueError, match="needs LossInputs.ref_logprobs"):
+        ref_kl_core(LossInputs(lp, lp.detach(), torch.zeros_like(lp), mask), beta=0.04)
 
 
 def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):

@@ -103,6 +103,8 @@ def ref_kl_core(inputs: LossInputs, *, beta: float = 0.04) -> LossOutputs:
     k3 = exp(d) - d - 1 with d = l_ref - l: an unbiased, always non-negative estimate of
     KL(policy || reference) from samples of the policy.
     """
+    if inputs.ref_logprobs is None and beta == 0:  # weighs nothing: no reference forward was made for it
+        return LossOutputs(inputs.trainer_logprobs.sum() * 0.0, {"tokens": inputs.loss_mask.sum()})
     if inputs.ref_logprobs is None:
         raise ValueError(
             "the ref_kl term needs LossInputs.ref_logprobs: compute the frozen reference's log-probabilities "

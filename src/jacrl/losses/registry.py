@@ -54,7 +54,8 @@ def _custom(config: CustomLossConfig) -> LossTerm:
 
 
 def _ref_kl(config: RefKLLossConfig) -> LossTerm:
-    return LossTerm(config.name, "ref_kl", ref_kl_core, {"beta": config.beta}, needs_reference=True)
+    # β 0 adds nothing to the loss: the reference's forward is skipped (unless its KL is logged)
+    return LossTerm(config.name, "ref_kl", ref_kl_core, {"beta": config.beta}, needs_reference=config.beta > 0)
 
 
 TERM_BUILDERS: dict[str, Callable[[Any], LossTerm]] = {

@@ -16,7 +16,7 @@ import torch
 
 from jacrl.backends.base import Backend, TokenLogprobs
 from jacrl.losses.compute import compute_loss
-from jacrl.losses.config import OpdLossConfig, RefKLLossConfig
+from jacrl.losses.config import OpdLossConfig
 from jacrl.losses.cores import full_forward_kl, full_reverse_kl
 from jacrl.losses.inputs import LossInputs
 from jacrl.losses.registry import LossTerm, build_terms
@@ -79,7 +79,7 @@ class Trainer:
                 )
         self.terms: list[LossTerm] = build_terms(list(losses), training_mode, self.opd)
         self.temperature = temperature
-        self.needs_reference = log_reference_kl or any(isinstance(t, RefKLLossConfig) for t in losses)
+        self.needs_reference = log_reference_kl or any(term.needs_reference for term in self.terms)
 
     def inputs(
         self, batch: TrainBatch, t: TokenLogprobs, starts: list[int], teacher: TeacherScores | None = None
