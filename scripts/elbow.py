@@ -8,5 +8,5 @@ with logged(snakemake):
         PlanSpec(**snakemake.params.spec), snakemake.input[0], snakemake.input[1:], snakemake.output[0]
     )
     for e in plan["elbows"]:
-        summary(f"{e['model']}: elbow r{e['rung']} ({e['split']})")
+        summary(f"{e['model']}: elbow r{e['rung']} ({e['split']}, placed by {e['metric']})")
     summary(f"{plan['jobs']['smart']['total']} model jobs of the full grid's {plan['jobs']['full']['total']}")
