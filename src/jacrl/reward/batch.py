@@ -225,23 +225,29 @@ class RewardScorer:
         `reward.dedup`, else the completion), and the completions each answers; a completion with
         nothing to run gets its failing score here."""
         batch = _Batch()
+        by_body: dict[tuple[str, str], object] = {}  # a body met again is not spliced or normalised again
         for i, (task, ex) in enumerate(extractions):
             if not ex.ok:
                 batch.failed[i] = self._fail(task.id, ex.method, ex.rejected)
                 self.stats["empty_or_rejected"] += 1
                 continue
-            try:
-                program = splice(task.template, ex.body, task.indent)
-                keyed = run_identity(program, ex.body) if self.cfg.dedup else program
-            except Exception as e:  # noqa: BLE001 - a bug met by one body fails that body only
-                batch.failed[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
-                continue
-            ident = (task.id, keyed) if self.cfg.dedup else i
-            if ident in batch.jobs:
+            ident = by_body.get((task.id, ex.body)) if self.cfg.dedup else None
+            if ident is None:
+                try:
+                    program = splice(task.template, ex.body, task.indent)
+                    keyed = run_identity(program, ex.body) if self.cfg.dedup else program
+                except Exception as e:  # noqa: BLE001 - a bug met by one body fails that body only
+                    batch.failed[i] = self._fail(task.id, ex.method, f"splice_error: {type(e).__name__}: {e}")
+                    continue
+                ident = (task.id, keyed) if self.cfg.dedup else i
+                if self.cfg.dedup:
+                    by_body[(task.id, ex.body)] = ident
+                if ident not in batch.jobs:
+                    batch.jobs[ident] = self._job(task, ex, program, keyed)
+                    batch.slots[ident] = []
+            if batch.slots[ident]:
                 self.stats["dedup_hits"] += 1
-            else:
-                batch.jobs[ident] = self._job(task, ex, program, keyed)
-            batch.slots.setdefault(ident, []).append((i, ex.method, ex.body))
+            batch.slots[ident].append((i, ex.method, ex.body))
         return batch
 
     def _job(self, task: Task, ex: Extraction, program: str, keyed: str) -> _Job:
@@ -303,9 +309,11 @@ class RewardScorer:
         out = dict(batch.failed)
         for ident, where in batch.slots.items():
             shared, gold = scores[ident], batch.jobs[ident].task.gold_body
+            own: dict[str, Score] = {}  # the text terms once per distinct body (body_sim is a difflib ratio)
             for i, method, body in where:
-                own = shared if shared.rejected else with_body(self.cfg, shared, body=body, gold=gold)
-                out[i] = replace(own, extract=method, isolation=self.cfg.isolation)
+                if body not in own:
+                    own[body] = shared if shared.rejected else with_body(self.cfg, shared, body=body, gold=gold)
+                out[i] = replace(own[body], extract=method, isolation=self.cfg.isolation)
         return [out[i] for i in range(n)]
 
     def _score(self, job: _Job, run: RunResult | str) -> Score:
