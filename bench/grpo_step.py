@@ -2,7 +2,7 @@
 or, with --smollm2, our step on SmolLM2 before and after (`grpo.sampler: policy` against `merged`).
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
-    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR]
+    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR] [--samplers policy,merged]
 
 --smollm2: configs/smollm2-cpu.yaml over config.yaml (group 8 × 192 tokens, one prompt a step, T 0.6,
 ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens
@@ -120,7 +120,7 @@ def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> 
     return read_metrics(out / "metrics.jsonl")
 
 
-def smollm2(steps: int, adapter: Path | None) -> None:
+def smollm2(steps: int, adapter: Path | None, samplers: list[str]) -> None:
     keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
     print(f"GRPO on SmolLM2, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     print(
@@ -130,7 +130,7 @@ def smollm2(steps: int, adapter: Path | None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-smollm2-") as d:
         for start in [None, adapter] if adapter else [None]:
-            for sampler in ("policy", "merged"):
+            for sampler in samplers:
                 for r in smollm2_steps(Path(d), sampler, start, steps):
                     t = [r.get(k, 0.0) for k in keys]
                     print(
@@ -146,13 +146,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, sampler policy against merged")
     p.add_argument("--sft-adapter", type=Path, help="with --smollm2: also start from this adapter")
+    p.add_argument("--samplers", default="policy,merged", help="with --smollm2: which samplers, in this order")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     if args.smollm2:
-        smollm2(args.steps, args.sft_adapter)
+        smollm2(args.steps, args.sft_adapter, args.samplers.split(","))
         return 0
     try:
         cli.require("mlx_lm_lora", "bench", "bench/grpo_step.py")

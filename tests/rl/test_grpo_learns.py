@@ -26,7 +26,7 @@ from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.training.metrics import read_metrics
 
 EVAL_SEED = 123
-EVAL_SAMPLES = 16  # per prompt: 64 in all
+EVAL_SAMPLES = 64  # per prompt, 256 in all: the before/after difference has a standard error near 0.03
 
 
 def early_alphabet_share(text: str) -> float:

@@ -123,5 +123,18 @@ def _choose(logits: Any, params: SamplingParams, gen: Any) -> tuple[Any, Any]:
         drop = (cum - sorted_p) >= params.top_p  # keeps the smallest prefix reaching top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    tok = torch.multinomial(probs, 1, generator=gen)[:, 0]
+    tok = _inverse_cdf(probs, gen)
     return tok, logp.gather(-1, tok[:, None])[:, 0]
+
+
+def _inverse_cdf(probs: Any, gen: Any) -> Any:
+    """One token per row drawn with probability ∝ `probs` from one uniform a row: `torch.multinomial`
+    draws an exponential per vocabulary entry, a decode step's largest cost after its matmuls on a
+    small model (bench/engines.py). Never a token of probability 0 (top-p's cut tail)."""
+    import torch
+
+    cum = probs.cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=gen, dtype=cum.dtype) * cum[:, -1:]
+    tok = torch.searchsorted(cum, u, right=True)[:, 0]  # first entry whose cumulative sum passes u
+    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # the last token allowed
+    return torch.minimum(tok, last)
