@@ -163,7 +163,8 @@ def worker_vllm(a: argparse.Namespace, prompt: list[int]) -> dict:
     from vllm import LLM, SamplingParams
 
     t0 = time.perf_counter()
-    llm = LLM(model=str(a.model), dtype="bfloat16", max_model_len=4096, seed=0)
+    # no prefix cache: the repeats reuse one prompt, and a GRPO step's new weights would void it anyway
+    llm = LLM(model=str(a.model), dtype="bfloat16", max_model_len=4096, seed=0, enable_prefix_caching=False)
     load_s = time.perf_counter() - t0
 
     def gen(n: int, tokens: int, temperature: float) -> None:

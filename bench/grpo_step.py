@@ -5,7 +5,7 @@ or, with --smollm2, our step on SmolLM2 before and after (`grpo.sampler: policy`
     .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR] [--samplers policy,merged]
 
 --smollm2: configs/smollm2-cpu.yaml over config.yaml (group 8 × 192 tokens, one prompt a step, T 0.6,
-ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens
+ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens by a characters-a-token estimate (rt_dv_converge, 1548)
 every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter. Prints each
 step's split (sampling / reward / training, the reference forward inside training), its loss, reward,
 the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, sampler by sampler.
