@@ -1,9 +1,12 @@
 """float32 vs bfloat16 on CPU, side by side in one run: speed and what bf16 costs in quality.
 
     .venv/bin/python bench/cpu_precision.py [--model models/smollm2] [--threads 2] [--prompts 20] \
-        [--tokens 64] [--sft-steps 6] [--grpo-steps 3] [--out bench/out/cpu_precision.json]
+        [--tokens 64] [--sft-steps 6] [--grpo-steps 3] [--precisions float32,bfloat16,autocast] \
+        [--out bench/out/cpu_precision.json]
 
-Per precision, in one process each (loaded fresh, the same seeds):
+Precisions: `float32` and `bfloat16` weights, and `autocast` = float32 weights whose training forwards
+run under bfloat16 autocast (`grpo.autocast`; its eval row is float32's, as autocast leaves decoding
+alone). Per precision, in one process each (loaded fresh, the same seeds):
 - eval: greedy decoding of `--prompts` holdout prompts (`--tokens` tokens, one batch) → s/task,
   and the greedy-token agreement of bf16 with float32 (per prompt: the share of float32's tokens
   bf16 reproduces before the first difference; and how many prompts come out identical);
@@ -31,9 +34,10 @@ RUNG = "dataset/rl/rungs/rall/train.jsonl"
 HOLDOUT = "dataset/rl/holdout.jsonl"
 
 
-def _spec(model: str, dtype: str):
+def _spec(model: str, precision: str):
     from jacrl.backends.config import ModelSpec
 
+    dtype = "float32" if precision == "autocast" else precision
     return ModelSpec(name="bench", path=model, backend="torch", device="cpu", dtype=dtype)
 
 
@@ -60,6 +64,8 @@ def sft_part(a: argparse.Namespace) -> dict:
     from jacrl.training.sft import fit_lora, sft_examples
 
     b = load_model(_spec(a.model, a.dtype), threads=a.threads)
+    if a.dtype == "autocast" and not b.train_autocast():
+        raise SystemExit("autocast is not taken on this CPU (no native bfloat16)")
     tasks = read_tasks(RUNG)[: 2 * a.sft_steps]
     examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
     cfg = SFTConfig(iters=a.sft_steps, batch=2, lr=2e-4, scale=2.0, warmup=1, max_seq=2048, lr_schedule="constant")
@@ -104,6 +110,7 @@ def grpo_part(a: argparse.Namespace) -> dict:
                 "max_completion": 128,
                 "max_seq": 2048,
                 "save_every": 100,
+                "autocast": a.dtype == "autocast",
             }
         }
     )
@@ -177,6 +184,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--sft-steps", type=int, default=6)
     p.add_argument("--grpo-steps", type=int, default=3)
+    p.add_argument("--precisions", default="float32,bfloat16,autocast", help="in this order; ratios against the first")
     p.add_argument("--out", default="bench/out/cpu_precision.json")
     p.add_argument("--part", choices=list(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
@@ -193,40 +201,58 @@ def report(a: argparse.Namespace) -> None:
     from jacrl.backends.cpu import cpu_info
 
     print(f"CPU: {cpu_info().describe()}; {a.threads} threads; model {a.model}", flush=True)
-    res: dict[str, dict] = {"float32": {}, "bfloat16": {}}
+    res: dict[str, dict] = {p: {} for p in a.precisions.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         a.tmp = tmp
-        for part in ("eval", "sft", "grpo"):  # the two precisions back to back, part by part
-            for dtype in res:
-                res[dtype].update(run_part(a, part, dtype))
-                print(f"  {part} {dtype} done", flush=True)
-        for dtype in res:
-            res[dtype].update(run_part(a, "nll", dtype, res[dtype]["adapter"]))
-    share, same = agreement(res["float32"]["greedy"], res["bfloat16"]["greedy"])
-    f, h = res["float32"], res["bfloat16"]
-    rows = [
-        (f"eval, s/task (greedy, {a.tokens:d} tokens)", f["eval_s_per_task"], h["eval_s_per_task"]),
-        ("SFT, s/step (batch 2)", f["sft_s_per_step"], h["sft_s_per_step"]),
-        ("GRPO, s/step (group 4 × 128)", f["grpo_s_per_step"], h["grpo_s_per_step"]),
-    ]
-    print("| measure | float32 | bfloat16 | bf16 / fp32 |\n|---|---:|---:|---:|")
-    for name, x, y in rows:
-        print(f"| {name} | {x:.2f} | {y:.2f} | {y / x:.2f} |")
-    print(
-        f"| greedy-token agreement with float32 ({a.prompts} prompts) | — | {share:.3f} ({same}/{a.prompts} identical) | |"
-    )
-    print(f"| SFT loss per step | {fmt(f['sft_losses'])} | {fmt(h['sft_losses'])} | |")
-    print(
-        f"| holdout gold NLL after {a.sft_steps} SFT steps (scored in float32) | {f['holdout_nll']:.4f} | {h['holdout_nll']:.4f} | |"
-    )
-    print(f"| GRPO reward per step | {fmt(f['grpo_rewards'])} | {fmt(h['grpo_rewards'])} | |")
+        for part in ("eval", "sft", "grpo"):  # the precisions back to back, part by part
+            for prec in res:
+                if part == "eval" and prec == "autocast":
+                    continue  # autocast leaves decoding alone: float32's row
+                res[prec].update(run_part(a, part, prec))
+                print(f"  {part} {prec} done", flush=True)
+        for prec in res:
+            res[prec].update(run_part(a, "nll", prec, res[prec]["adapter"]))
+    if "autocast" in res and "float32" in res:
+        res["autocast"].update({k: res["float32"][k] for k in ("eval_s_per_task", "greedy")})
+    print_table(a, res)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    first = res[next(iter(res))]
+    agree = {p: agreement(first["greedy"], r["greedy"]) for p, r in res.items()}
     for r in res.values():
-        r.pop("greedy")
+        r.pop("greedy", None)
     Path(a.out).write_text(
-        json.dumps({"cpu": cpu_info().describe(), "agreement": share, "identical": same, "results": res}, indent=2)
-        + "\n"
+        json.dumps({"cpu": cpu_info().describe(), "agreement": agree, "results": res}, indent=2) + "\n"
     )
+
+
+def print_table(a: argparse.Namespace, res: dict[str, dict]) -> None:
+    """One column per precision, ratios against the first."""
+    names = list(res)
+    first = res[names[0]]
+    print(f"| measure | {' | '.join(names)} | {' | '.join(f'{n} / {names[0]}' for n in names[1:])} |")
+    print("|---|" + "---:|" * (2 * len(names) - 1))
+    for label, key in (
+        (f"eval, s/task (greedy, {a.tokens:d} tokens)", "eval_s_per_task"),
+        ("SFT, s/step (batch 2)", "sft_s_per_step"),
+        ("GRPO, s/step (group 4 × 128)", "grpo_s_per_step"),
+    ):
+        vals = [res[n][key] for n in names]
+        print(
+            f"| {label} | {' | '.join(f'{v:.2f}' for v in vals)} | {' | '.join(f'{v / vals[0]:.2f}' for v in vals[1:])} |"
+        )
+    shares = [agreement(first["greedy"], res[n]["greedy"]) for n in names]
+    print(
+        f"| greedy-token agreement with {names[0]} ({a.prompts} prompts) | "
+        + " | ".join(f"{s:.3f} ({k} identical)" for s, k in shares)
+        + " |"
+    )
+    print("| SFT loss per step | " + " | ".join(fmt(res[n]["sft_losses"]) for n in names) + " |")
+    print(
+        f"| holdout gold NLL after {a.sft_steps} SFT steps (scored in float32) | "
+        + " | ".join(f"{res[n]['holdout_nll']:.4f}" for n in names)
+        + " |"
+    )
+    print("| GRPO reward per step | " + " | ".join(fmt(res[n]["grpo_rewards"]) for n in names) + " |")
 
 
 def fmt(xs: list[float]) -> str:

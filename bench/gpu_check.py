@@ -18,7 +18,8 @@ requirements.lock`, then `pip install --no-deps -e .`).
    bfloat16: 3 GRPO steps of group 8, completion 256 (a random model almost never emits the
    end-of-turn token, so completions run to the cap; the reward is synthetic), prompt 1.2 k tokens, LoRA
    rank 8 on every layer, rl + ref_kl terms; seconds per step (sampling and training) and the
-   peak device memory. `--cpu` uses a 2-layer, 64-wide model, group 2, completion 16, prompt 64.
+   peak device memory; on CUDA the same in float32 weights under `grpo.autocast`. `--cpu` uses a
+   2-layer, 64-wide model, group 2, completion 16, prompt 64.
 
 Prints one JSON object of figures (and writes it to `--out`).
 """
@@ -44,7 +45,7 @@ import torch  # noqa: E402
 from jacrl.tasks.record import HOLE, Task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "backends" / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures" / "corpus"
 
 QWEN05B = {
     "hidden_size": 896,
@@ -255,16 +256,20 @@ def long_prompt(tokenizer_dir: Path, tokens: int) -> str:
     return tok.decode(ids)
 
 
-def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
-    """Seconds per GRPO step and peak memory at the check's shapes (3 steps; the first warms up)."""
+def shaped_grpo(device: str, work: Path, dtype: str | None = None, autocast: bool = False) -> dict[str, Any]:
+    """Seconds per GRPO step and peak memory at the check's shapes (3 steps; the first warms up), the
+    model in `dtype` (default: the shape's) and, with `autocast`, trained under bfloat16 autocast."""
     from jacrl.backends.config import ModelSpec
     from jacrl.config import load_config
     from jacrl.rl.loop import OnPolicyRun, train_grpo
     from jacrl.training.metrics import read_metrics
 
     shape = SHAPES[device]
-    folder = shaped_model(shape, work / "tiny", work / "shaped")
-    model = ModelSpec(name="shaped", path=str(folder), backend="torch", device=device, dtype=shape["dtype"])
+    dtype = dtype or shape["dtype"]
+    folder = work / "shaped"
+    if not folder.exists():
+        shaped_model(shape, work / "tiny", folder)
+    model = ModelSpec(name="shaped", path=str(folder), backend="torch", device=device, dtype=dtype)
     # Scored by SyntheticScorer only: the fields the Jac reward needs are placeholders.
     task = Task(
         id="shaped",
@@ -289,12 +294,20 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
                 "lora_rank": 8,
                 "filter_zero_advantage": False,
                 "save_every": 100,
+                "autocast": autocast,
             },
         }
     )
     with DeviceMemory(device) as mem:
         out = train_grpo(
-            OnPolicyRun(model=model, tasks=[task], out=work / "shaped-grpo", cfg=cfg.grpo, losses=cfg, threads=2),
+            OnPolicyRun(
+                model=model,
+                tasks=[task],
+                out=work / f"shaped-grpo-{dtype}-{autocast}",
+                cfg=cfg.grpo,
+                losses=cfg,
+                threads=2,
+            ),
             SyntheticScorer(),
             progress=False,
         )
@@ -302,7 +315,8 @@ def shaped_grpo(device: str, work: Path) -> dict[str, Any]:
     timed = rows[1:]
     return {
         "parameters": _params(folder),
-        "dtype": shape["dtype"],
+        "dtype": dtype,
+        "autocast": autocast,
         "group": shape["group"],
         "completion": shape["completion"],
         "prompt_tokens": shape["prompt"],
@@ -352,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         figures["pipeline"] = pipeline(device, work, args.isolation)
         figures["grpo_shaped"] = shaped_grpo(device, work)
+        if device == "cuda":  # float32 weights, bfloat16 autocast: what `grpo.autocast` does on a GPU
+            figures["grpo_shaped_fp32_autocast"] = shaped_grpo(device, work, "float32", autocast=True)
     figures["total_s"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(figures, indent=2)
     print(text)

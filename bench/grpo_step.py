@@ -1,14 +1,17 @@
 """Seconds per GRPO step: our trainer (torch, mlx) vs mlx_lm_lora's GRPO, same model, tasks and reward;
-or, with --smollm2, our step on SmolLM2 before and after (`grpo.sampler: policy` against `merged`).
+or, with --smollm2, our step on SmolLM2 under each way to sample and train (`grpo.sampler`, `grpo.autocast`).
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
-    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR] [--samplers policy,merged]
+    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR] \
+        [--variants policy,merged,merged+autocast]
 
 --smollm2: configs/smollm2-cpu.yaml over config.yaml (group 8 × 192 tokens, one prompt a step, T 0.6,
 ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens by a characters-a-token estimate (rt_dv_converge, 1548)
 every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter. Prints each
 step's split (sampling / reward / training, the reference forward inside training), its loss, reward,
-the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, sampler by sampler.
+the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, variant by variant: a
+variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
+copy), `+autocast` adding `grpo.autocast: true`, without it float32 training.
 
 Group 4, 2 prompts per step, max completion 128, LoRA on every layer, the `jac_behavioral` reward for
 mlx_lm_lora (its reward-functions file is ours). mlx_lm_lora's per-step time is the difference between a
@@ -90,14 +93,18 @@ def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks:
     return (run(steps + 1) - run(1)) / steps
 
 
-def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> list[dict]:
-    """`steps` GRPO steps of SmolLM2 on the CPU config, one ~1.4k-token prompt, under `sampler`."""
+def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> list[dict]:
+    """`steps` GRPO steps of SmolLM2 on the CPU config, one ~1.4k-token prompt, as `variant` says."""
     import yaml
     from transformers import AutoTokenizer
 
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
     cfg = load_config(deep_merge(base, over))
-    grpo = cfg.grpo.model_copy(update={"iters": steps, "sampler": sampler, "save_every": 1000})
+    sampler, _, autocast = variant.partition("+")
+    if sampler not in ("policy", "merged") or autocast not in ("", "autocast"):
+        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, optionally +autocast")
+    update = {"iters": steps, "sampler": sampler, "autocast": autocast == "autocast", "save_every": 1000}
+    grpo = cfg.grpo.model_copy(update=update)
     spec = next(m for m in cfg.models if m.name == "smollm2")
     tok = AutoTokenizer.from_pretrained(spec.model_dir())
     pool = read_tasks("dataset/rl/trainpool.jsonl")
@@ -108,7 +115,7 @@ def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> 
             OnPolicyRun(
                 model=spec,
                 tasks=[task],
-                out=tmp / f"{sampler}-{adapter is not None}",
+                out=tmp / f"{variant}-{adapter is not None}",
                 cfg=grpo,
                 losses=cfg,
                 init_adapter=adapter,
@@ -120,21 +127,21 @@ def smollm2_steps(tmp: Path, sampler: str, adapter: Path | None, steps: int) -> 
     return read_metrics(out / "metrics.jsonl")
 
 
-def smollm2(steps: int, adapter: Path | None, samplers: list[str]) -> None:
+def smollm2(steps: int, adapter: Path | None, variants: list[str]) -> None:
     keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
     print(f"GRPO on SmolLM2, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     print(
-        "| start | sampler | step | total s | sampling | reward | training | of which reference | loss | reward "
+        "| start | variant | step | total s | sampling | reward | training | of which reference | loss | reward "
         "| mismatch KL | DPPO-masked |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-smollm2-") as d:
         for start in [None, adapter] if adapter else [None]:
-            for sampler in samplers:
-                for r in smollm2_steps(Path(d), sampler, start, steps):
+            for variant in variants:
+                for r in smollm2_steps(Path(d), variant, start, steps):
                     t = [r.get(k, 0.0) for k in keys]
                     print(
-                        f"| {'SFT adapter' if start else 'fresh LoRA'} | {sampler} | {r['step']} | {sum(t[:3]):.1f} | "
+                        f"| {'SFT adapter' if start else 'fresh LoRA'} | {variant} | {r['step']} | {sum(t[:3]):.1f} | "
                         + " | ".join(f"{x:.1f}" for x in t)
                         + f" | {r.get('loss/total', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} | "
                         f"{r.get('loss/rl/mismatch_kl', float('nan')):.2e} | {r.get('loss/rl/masked_frac', float('nan')):.3f} |",
@@ -144,16 +151,18 @@ def smollm2(steps: int, adapter: Path | None, samplers: list[str]) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, sampler policy against merged")
+    p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, variant by variant")
     p.add_argument("--sft-adapter", type=Path, help="with --smollm2: also start from this adapter")
-    p.add_argument("--samplers", default="policy,merged", help="with --smollm2: which samplers, in this order")
+    p.add_argument(
+        "--variants", default="policy,merged,merged+autocast", help="with --smollm2: which variants, in this order"
+    )
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     if args.smollm2:
-        smollm2(args.steps, args.sft_adapter, args.samplers.split(","))
+        smollm2(args.steps, args.sft_adapter, args.variants.split(","))
         return 0
     try:
         cli.require("mlx_lm_lora", "bench", "bench/grpo_step.py")

@@ -231,3 +231,31 @@ def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, score
             assert merged[k] == pytest.approx(policy[k], abs=1e-4), k
     mismatch = [v for r in rows["merged"] for k, v in r.items() if k.endswith("mismatch_kl")]
     assert mismatch and max(mismatch) < 1e-5
+
+
+def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_path, monkeypatch, caplog):
+    """`autocast: true` (taken: the CPU's bf16 check answered yes, autocast emulates it on any CPU)
+    against float32, same seed: the same samples and rewards (the sampler is untouched) and the
+    loss within bfloat16's rounding; the job's log says which precision it trained in."""
+    from jacrl.backends import torch_backend
+
+    monkeypatch.setattr(torch_backend, "cpu_computes_bf16", lambda: True)
+    caplog.set_level("INFO", logger="jacrl.rl.loop")
+    rows = {}
+    for autocast in (False, True):
+        out = train_grpo(
+            OnPolicyRun(
+                model=model_spec(tiny_model, "torch"),
+                tasks=tasks,
+                out=tmp_path / str(autocast),
+                cfg=grpo_cfg(iters=1, sampler="policy", autocast=autocast),
+                losses=load_config(LOSSES),
+            ),
+            scorer,
+            progress=False,
+        )
+        rows[autocast] = read_metrics(out / "metrics.jsonl")[0]
+    assert "grpo.autocast: bfloat16" in caplog.text
+    assert rows[True]["reward/mean"] == rows[False]["reward/mean"]
+    assert rows[True]["loss/total"] != rows[False]["loss/total"]
+    assert rows[True]["loss/total"] == pytest.approx(rows[False]["loss/total"], abs=0.02)

@@ -88,3 +88,18 @@ def test_a_run_with_other_losses_is_refused_by_name(tmp_path, start_adapter):
         check_run_losses(served[0].loss_cfg.trainer.losses, [*served, odd])
     with pytest.raises(ValueError, match="run 'odd-one'"):
         train_grpo_runs(None, [*served, odd], WhitespaceScorer())  # refused before any model loads
+
+
+@pytest.mark.parametrize("knob, value", [("sampler", "policy"), ("autocast", True)])
+def test_runs_that_differ_in_how_the_shared_model_computes_are_refused(tmp_path, start_adapter, knob, value):
+    served = runs(tmp_path, start_adapter, "x")
+    odd = RunSpec(
+        "odd",
+        TASKS,
+        tmp_path / "odd",
+        served[0].cfg.model_copy(update={knob: value}),
+        served[0].loss_cfg,
+        start_adapter,
+    )
+    with pytest.raises(ValueError, match=rf"grpo\.{knob} differs"):
+        train_grpo_runs(None, [*served, odd], WhitespaceScorer())  # refused before any model loads

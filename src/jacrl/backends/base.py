@@ -411,6 +411,14 @@ class Backend(ABC):
         True when this backend does (torch), False when it samples from the policy itself (MLX)."""
         return False
 
+    def train_autocast(self) -> bool:
+        """From now on run scoring and training forwards with their matmuls and attention in
+        bfloat16 (autocast) where the device computes it natively, the weights, the adapter, the
+        optimiser state and the output layer staying in the model's dtype; True when this backend
+        does (torch on such a device), False when it computes in its weights' dtype (MLX, or a
+        device without native bfloat16)."""
+        return False
+
     def _unmerged(self, what: str) -> None:
         if self.merged:
             raise RuntimeError(

@@ -86,13 +86,24 @@ def prepare_backend(
         b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
     if reference is not None:
         b.keep_reference(reference)
-    if cfg.sampler == "merged":
-        b.sample_merged()
+    set_precision(b, cfg)
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if resume:
         b.load_optimizer(resume.optimizer)
         resume.restore_rng()
     return b
+
+
+def set_precision(b: Backend, cfg: GRPOConfig) -> None:
+    """The merged sampling copy (`sampler: merged`; MLX samples from the policy either way) and the
+    training forwards' autocast (`autocast`), which the log says when it is not taken."""
+    if cfg.sampler == "merged":
+        b.sample_merged()
+    if cfg.autocast:
+        taken = b.train_autocast()
+        log.info(
+            "grpo.autocast: %s", "bfloat16" if taken else f"not taken here ({b.name}): trains in its weights' dtype"
+        )
 
 
 def reference_adapter(

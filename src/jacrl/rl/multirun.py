@@ -31,7 +31,7 @@ from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import run_report, train_step, write_output
+from jacrl.rl.loop import run_report, set_precision, train_step, write_output
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import Task
@@ -100,15 +100,15 @@ def train_grpo_runs(
     if not runs:
         raise ValueError("a multi-run trainer needs at least one run")
     check_run_losses(runs[0].loss_cfg.trainer.losses or runs[0].loss_cfg.losses, runs)
-    samplers = {run.cfg.sampler for run in runs}
-    if len(samplers) > 1:
-        raise ValueError(f"the runs of one multi-run job share a sampler; grpo.sampler differs: {sorted(samplers)}")
+    for knob in ("sampler", "autocast"):  # one loaded model samples and computes for all of them
+        values = {getattr(run.cfg, knob) for run in runs}
+        if len(values) > 1:
+            raise ValueError(f"the runs of one multi-run job share one model; grpo.{knob} differs: {sorted(values)}")
     b = load_model(model, threads, training=True)
     if not b.swaps_runs:
         raise ValueError(f"multi-run serves a backend that holds several training runs (torch), not {b.name!r}")
     b.load_adapter(runs[0].init_adapter, trainable=True)
-    if samplers == {"merged"}:  # refolded from each run's weights as they are swapped in
-        b.sample_merged()
+    set_precision(b, runs[0].cfg)  # the merged copy is refolded from each run's weights as they are swapped in
     states = [_prepare(b, run, scorer, rl_dir) for run in runs]
     total = sum(run.cfg.iters for run in runs)
     bar = Progress(total=total, desc=f"grpo × {len(runs)} runs ({b.name})", unit="step", disable=not progress)
