@@ -262,3 +262,36 @@ def test_the_plan_heads_ladder_md(tmp_path):
         and "- Jobs that run a model: 16 of the full grid's 28 (sft 3/3 · grpo 3/9" in head
     )
     assert "## The plan" not in show_ladder(rows, tmp_path / "m.md", tmp_path / "m.csv", tmp_path / "m.png")
+
+
+def sampled(c, fails):
+    """`c` with 8 policy samples a task, `fails[task]` of them failing (0 for the rest)."""
+    for i, (t, v) in enumerate(c["per_task"].items()):
+        v.update(policy_n=8, policy_c=8 - fails.get(i, 0))
+    return c
+
+
+def room_curve(fails_by_rung):
+    """gen: compiles place the elbow at r1 (the best, nothing else separable); mem: each rung's tasks
+    pass greedy, their policy samples failing as `fails_by_rung[rung]` says."""
+    sft = stage_curve(compiles={"1": 20, "3": 20, "all": 8})
+    for r, fails in fails_by_rung.items():
+        sampled(sft["mem"][r], fails)
+    return sft
+
+
+def test_an_elbow_whose_own_tasks_are_all_passed_by_every_sample_moves_up_to_room():
+    e = choose_elbow("tiny", room_curve({"1": {}, "3": {}, "all": {0: 3, 5: 8}}), 0.05, 1.0)
+    assert (e.rung, e.metric) == ("all", "greedy compiles, then GRPO room on mem")
+    assert "every policy sample of r1's own tasks passes on mem" in e.reason
+    assert "moved to rall, the smallest larger rung with room (2/12 tasks)" in e.reason
+
+
+def test_an_elbow_with_room_or_without_policy_samples_stays():
+    assert choose_elbow("tiny", room_curve({"1": {0: 1}, "3": {}, "all": {}}), 0.05, 1.0).rung == "1"
+    assert choose_elbow("tiny", stage_curve(compiles={"1": 20, "3": 20, "all": 8}), 0.05, 1.0).rung == "1"
+
+
+def test_no_room_anywhere_keeps_the_elbow_and_says_grpo_will_see_zero_variance():
+    e = choose_elbow("tiny", room_curve({"1": {}, "3": {}, "all": {}}), 0.05, 1.0)
+    assert e.rung == "1" and e.reason.endswith("GRPO at r1 will see zero-variance groups")

@@ -14,7 +14,7 @@ head of `results/ladder.md`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,10 @@ ELBOW_RULE = (
     "more data stops helping; e.g. nothing passes), or when the cells do not record it. When every stage is "
     "flat, mem decides: the smallest rung whose sft mem pass@1 is below smart.smoke_min, the first rung SFT does "
     "not memorise and so the first with room for GRPO on its own tasks (the largest rung when SFT memorises "
-    "every rung)."
+    "every rung). Then GRPO's room: a rung whose sft mem cell's policy samples (at the GRPO temperature) all pass on "
+    "every one of its tasks gives GRPO nothing to learn there (each group scores 1.0 in every row: zero variance, "
+    "no gradient), so the elbow moves up to the smallest larger rung with a task some sample fails; when no rung "
+    "from the elbow up has one, it stays, and the plan says GRPO there will see zero-variance groups."
 )
 ELBOW_STAGES = (("pass1", "greedy pass@1"), ("runs", "greedy runs"), ("compiles", "greedy compiles"))
 ELBOW_STAGES += (("reward", "greedy mean reward"),)
@@ -149,8 +152,38 @@ def elbow_on_stage(gen: dict[str, dict], key: str, label: str, alpha: float) -> 
     )
 
 
+def grpo_room(cell: dict) -> int | None:
+    """How many of a mem cell's tasks leave GRPO something to learn: some policy sample fails (a group
+    of passing samples scores 1.0 in every row). None when the cell took no policy samples."""
+    per = list(cell["per_task"].values())
+    if not per or any(not v.get("policy_n") for v in per):
+        return None
+    return sum(int(v["policy_c"]) < int(v["policy_n"]) for v in per)
+
+
+def with_room(elbow: Elbow, mem: dict[str, dict]) -> Elbow:
+    """`elbow` moved up to the smallest rung from it whose own tasks leave GRPO room (ELBOW_RULE's
+    last step); unchanged when its mem cell has room or took no policy samples."""
+    order = sorted(mem, key=rung_sort_key)
+    if elbow.rung not in mem or grpo_room(mem[elbow.rung]) != 0:
+        return elbow
+    saturated = f"every policy sample of r{elbow.rung}'s own tasks passes on mem (no room for GRPO there)"
+    up = next((r for r in order[order.index(elbow.rung) + 1 :] if grpo_room(mem[r])), None)
+    if up is None:
+        why = f"{saturated}, nor at any larger rung: GRPO at r{elbow.rung} will see zero-variance groups"
+        return replace(elbow, reason=f"{elbow.reason}; {why}")
+    room = grpo_room(mem[up])
+    why = f"{saturated}: moved to r{up}, the smallest larger rung with room ({room}/{mem[up]['tasks']} tasks)"
+    return replace(elbow, rung=up, reason=f"{elbow.reason}; {why}", metric=f"{elbow.metric}, then GRPO room on mem")
+
+
 def choose_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smoke_min: float) -> Elbow:
     """The elbow rule (ELBOW_RULE) on one model's sft cells, `sft[split][rung]`."""
+    return with_room(_curve_elbow(model, sft, alpha, smoke_min), sft.get("mem", {}))
+
+
+def _curve_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smoke_min: float) -> Elbow:
+    """Where the SFT curve stops rising: gen stage by stage, else mem's first unmemorised rung."""
     gen = dict(sorted(sft.get("gen", {}).items(), key=lambda kv: rung_sort_key(kv[0])))
     flat = ["gen is not among ladder.splits"] if not gen else []
     for key, label in ELBOW_STAGES if gen else ():
