@@ -266,7 +266,7 @@ def test_the_plan_heads_ladder_md(tmp_path):
 
 def sampled(c, fails):
     """`c` with 8 policy samples a task, `fails[task]` of them failing (0 for the rest)."""
-    for i, (t, v) in enumerate(c["per_task"].items()):
+    for i, v in enumerate(c["per_task"].values()):
         v.update(policy_n=8, policy_c=8 - fails.get(i, 0))
     return c
 

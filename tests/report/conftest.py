@@ -178,6 +178,7 @@ def grpo_rows():
             "samples/truncated_frac": 0.125,
             "time/sample_s": 1.0,
             "tokens_per_s": 100.0,
+            "mem/rss_mb": 900.0 + step,
         }
         if step != 2:
             r.update(

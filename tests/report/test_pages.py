@@ -106,7 +106,7 @@ def test_outcome(fields, expected):
 def test_grpo_curves_draw_every_panel_and_tolerate_gaps(tmp_path):
     rows = grpo_rows()
     panels = {title: keys for title, _, keys in panel_keys(rows)}
-    assert list(panels) == ["reward", "pass rate", "σ = 0 groups", "truncation", "KL", "loss terms"]
+    assert list(panels) == ["reward", "pass rate", "σ = 0 groups", "truncation", "KL", "loss terms", "memory"]
     assert panels["KL"] == ["kl/reference", "loss/rl/mismatch_kl"]
     assert panels["loss terms"] == ["loss/ref_kl/loss", "loss/rl/loss", "loss/total"]
     (tmp_path / "a").mkdir()

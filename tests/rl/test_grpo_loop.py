@@ -81,6 +81,7 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
     assert trained and all(math.isfinite(r["loss/total"]) for r in trained)
     assert all(0 <= r["groups/zero_variance_frac"] <= 1 and 0 <= r["samples/truncated_frac"] <= 1 for r in rows)
     assert all(0 <= r["reward/flagged_pass_share"] <= 1 for r in rows)
+    assert all(r["mem/rss_mb"] > 50 for r in rows)  # the process holds at least the model and torch
     assert trained[-1]["kl/reference"] > 0  # the policy moved away from the frozen base
     assert adapter_moved(tiny_model, out, backend, tasks[0]) > 0
     report = json.loads((out / "grpo_report.json").read_text())

@@ -6,6 +6,8 @@ part, so resident memory climbs step after step, far above what the largest sing
 long SmolLM2 gold-SFT job was killed by the kernel for it: docs/design.md#measured-facts).
 `malloc_trim(0)` hands every free page of every arena back (milliseconds); `Backend.step` calls
 it after each optimiser step. Where the C library has no `malloc_trim` (macOS, musl) it does nothing.
+`resident_mb` is what a GRPO step's metrics row records after it (`mem/rss_mb`), so growth across a
+long run shows in its curves.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import ctypes
 import ctypes.util
 import functools
 from collections.abc import Callable
+
+import psutil
 
 
 @functools.cache
@@ -32,3 +36,8 @@ def release_free_heap() -> bool:
         return False
     trim(0)
     return True
+
+
+def resident_mb() -> float:
+    """This process's resident memory now, in MB (2**20 bytes)."""
+    return psutil.Process().memory_info().rss / 2**20

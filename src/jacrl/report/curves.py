@@ -1,6 +1,7 @@
 """Training curves: one figure per adapter from its `metrics.jsonl` (one row per optimiser step).
 
-GRPO rows carry reward, pass rate, zero-variance groups, truncation, KL and every loss term;
+GRPO rows carry reward, pass rate, zero-variance groups, truncation, KL, every loss term and the
+resident memory after the step;
 gold-SFT rows carry the loss. A panel is drawn for each group of keys the file has, so a run
 that records fewer (or newer) metrics still gets a figure of what it has.
 """
@@ -21,6 +22,7 @@ PANELS: tuple[tuple[str, Callable[[str], bool], str], ...] = (
     ("truncation", lambda k: k == "samples/truncated_frac", "share of samples cut at the length cap"),
     ("KL", lambda k: k.startswith("kl/") or k.endswith("/mismatch_kl"), "KL (reference; sampler mismatch)"),
     ("loss terms", lambda k: k in ("loss", "loss/total") or (k.startswith("loss/") and k.endswith("/loss")), "loss"),
+    ("memory", lambda k: k == "mem/rss_mb", "resident MB after the step"),
 )
 
 
