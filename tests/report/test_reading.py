@@ -55,15 +55,38 @@ def test_read_reports_stages_passes_and_paired_tests(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "| sft/gen | 3 | 100.0 % [43.9, 100.0] | 66.7 % [20.8, 93.9] | 33.3 % [6.1, 79.2] | 33.3 %" in out
-    assert "| base/gen | 3 | 0.0 % [0.0, 56.1]" in out
-    assert "| sft/gen | a | graphs | 1 | yes |" in out  # the one greedy pass, object-spatial, one line
-    assert "| sft/gen | 1/1 | 0/2 | 1/2 | 0/0 | 0/1 |" in out  # osp, non-osp, ≤5, 6–12, >12 lines
-    assert "| sft vs base | gen | 1 / 0 of 3, p = 1 |" in out
-    assert "| sft_grpo vs sft | mem | 0 / 0 of 1, p = 1 | 2 / 0 of 2, p = 0.5 |" in out
+    assert "| rall/m/sft/gen | 3 | 100.0 % [43.9, 100.0] | 66.7 % [20.8, 93.9] | 33.3 % [6.1, 79.2] | 33.3 %" in out
+    assert "| shared/m/base/gen | 3 | 0.0 % [0.0, 56.1]" in out
+    assert "| rall/m/sft/gen | a | graphs | 1 | yes |" in out  # the one greedy pass, object-spatial, one line
+    assert "| rall/m/sft/gen | 1/1 | 0/2 | 1/2 | 0/0 | 0/1 |" in out  # osp, non-osp, ≤5, 6–12, >12 lines
+    assert "| rall/m/sft/gen | shared/m/base/gen | 1 / 0 of 3, p = 1 |" in out
+    assert "| rall/m/sft_grpo/mem | rall/m/sft/mem | 0 / 0 of 1, p = 1 | 2 / 0 of 2, p = 0.5 |" in out
+    assert "| rall/m/sft_grpo/mem | rall/m/sft/mem | — | — | a 0→2/2 |" in out  # which tasks it moved
     assert "**rall/m/sft** (10 steps)" in out and "| 1–2 | 1.95 |" in out
 
 
 def test_read_without_cells_fails_in_one_line(tmp_path, capsys):
     assert main(["read", "--results", str(tmp_path)]) == 1
     assert "no cell samples" in capsys.readouterr().err
+
+
+def test_each_cell_is_compared_at_its_own_rung_and_every_arm_against_the_default(tmp_path):
+    from jacrl.report.reading import comparisons, read_cells
+
+    cells, yes, no = tmp_path / "cells", _score(True, True, True), _score(False, False, False)
+    _cell(cells / "shared/m/base/gen.samples.jsonl", {"a": no, "b": no})
+    for rung, passed in (("1", yes), ("10", no)):
+        _cell(cells / f"r{rung}/m/base/mem.samples.jsonl", {"a": no})
+        _cell(cells / f"r{rung}/m/sft/mem.samples.jsonl", {"a": passed})
+        _cell(cells / f"r{rung}/m/sft/gen.samples.jsonl", {"a": passed, "b": no})
+    for cond in ("sft_grpo", "sft_grpo@tuned"):
+        _cell(cells / f"r10/m/{cond}/mem.samples.jsonl", {"a": yes})
+        _cell(cells / f"r10/m/{cond}/gen.samples.jsonl", {"a": yes, "b": no})
+    _cell(cells / "r1/m/raw_grpo/mem.samples.jsonl", {"a": no})
+    _cell(cells / "r1/m/raw_grpo/gen.samples.jsonl", {"a": no, "b": no})
+    pairs = {(a.tag, b.tag) for a, b in comparisons(read_cells(tmp_path))}
+    assert ("r10/m/sft_grpo/mem", "r10/m/sft/mem") in pairs and ("r10/m/sft_grpo/mem", "r1/m/sft/mem") not in pairs
+    assert ("r10/m/sft/gen", "shared/m/base/gen") in pairs and ("r10/m/sft/mem", "r10/m/base/mem") in pairs
+    assert {("r10/m/sft_grpo@tuned/mem", "r10/m/sft/mem"), ("r10/m/sft_grpo@tuned/mem", "r10/m/sft_grpo/mem")} <= pairs
+    assert ("r1/m/raw_grpo/gen", "r10/m/sft_grpo/gen") in pairs  # the holdout is the same at every rung
+    assert not any(a == "r1/m/raw_grpo/mem" and "sft_grpo" in b for a, b in pairs)  # other rungs' own tasks

@@ -16,24 +16,31 @@ from pathlib import Path
 from statistics import fmean
 
 from jacrl.io import read_jsonl
+from jacrl.ladder.config import condition_parts
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
 from jacrl.tasks.record import Task, load_tasks
 
 CELL_RE = re.compile(
     r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
 )
-STEPS = (("sft", "base"), ("sft_grpo", "sft"), ("raw_grpo", "base"))
-"""The paired comparisons read: each condition against what it was trained from."""
+TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base"}
+"""What each condition was trained from: the first comparison read for each of its cells."""
 
 
 @dataclass
 class CellRead:
     """One cell's completions, by kind: per task the greedy record, and the policy samples."""
 
+    rung: str | None  # None: the shared base gen cell
+    model: str
     cond: str
     split: str
     greedy: dict[str, dict] = field(default_factory=dict)
     policy: dict[tuple[str, int], dict] = field(default_factory=dict)
+
+    @property
+    def tag(self) -> str:
+        return f"{'shared' if self.rung is None else 'r' + self.rung}/{self.model}/{self.cond}/{self.split}"
 
 
 def read_cells(results: Path) -> list[CellRead]:
@@ -43,7 +50,7 @@ def read_cells(results: Path) -> list[CellRead]:
         m = CELL_RE.search(path.relative_to(results / "cells").as_posix())
         if not m:
             continue
-        cell = CellRead(m["cond"], m["split"])
+        cell = CellRead(m["rung"], m["model"], m["cond"], m["split"])
         for rec in read_jsonl(path):
             if rec["kind"] == "greedy":
                 cell.greedy[rec["task_id"]] = rec
@@ -71,7 +78,7 @@ def stages_table(cells: list[CellRead]) -> list[str]:
         p = list(c.policy.values())
         sampled = pct(sum(r["score"]["exact"] for r in p), len(p)) + f" of {len(p)}" if p else "—"
         out.append(
-            f"| {c.cond}/{c.split} | {n} | {pct(sum(x['compiles'] for x in s), n)} | "
+            f"| {c.tag} | {n} | {pct(sum(x['compiles'] for x in s), n)} | "
             f"{pct(sum(x['runs'] for x in s), n)} | {pct(near, n)} | {pct(sum(x['exact'] for x in s), n)} | "
             f"{sampled} | {fmean(r['truncated'] for r in g):.2f} |"
         )
@@ -86,9 +93,7 @@ def passing_tasks(cells: list[CellRead], tasks: dict[str, Task]) -> list[str]:
         for tid, rec in sorted(c.greedy.items()):
             if rec["score"]["exact"]:
                 t = tasks[tid]
-                out.append(
-                    f"| {c.cond}/{c.split} | {tid} | {t.family} | {body_lines(t)} | {'yes' if t.osp else 'no'} |"
-                )
+                out.append(f"| {c.tag} | {tid} | {t.family} | {body_lines(t)} | {'yes' if t.osp else 'no'} |")
     if len(out) == 2:
         out.append("| — | no greedy completion passes in any cell | | | |")
     out += [
@@ -97,7 +102,7 @@ def passing_tasks(cells: list[CellRead], tasks: dict[str, Task]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for c in cells:
-        out.append(f"| {c.cond}/{c.split} | " + " | ".join(_rate(c, tasks, keep) for keep in _SLICES) + " |")
+        out.append(f"| {c.tag} | " + " | ".join(_rate(c, tasks, keep) for keep in _SLICES) + " |")
     return out
 
 
@@ -119,34 +124,80 @@ def _rate(c: CellRead, tasks: dict[str, Task], keep) -> str:
     return f"{sum(c.greedy[t]['score']['exact'] for t in ids)}/{len(ids)}"
 
 
+def comparisons(cells: list[CellRead]) -> list[tuple[CellRead, CellRead]]:
+    """(new, old) pairs of one model and split: each cell against what it was trained from at its
+    rung (gen's base: the shared cell), then every other GRPO arm and the raw control against the
+    default arm's `sft_grpo` (on gen at any rung, the holdout being the same; on mem at its own)."""
+    pairs = []
+    for a in cells:
+        base, arm = condition_parts(a.cond)
+        old = _cell_like(cells, a, TRAINED_FROM.get(base))
+        if old is not None:
+            pairs.append((a, old))
+        if arm is not None or base == "raw_grpo":
+            default = _cell_like(cells, a, "sft_grpo", any_rung=a.split == "gen")
+            if default is not None:
+                pairs.append((a, default))
+    return pairs
+
+
+def _cell_like(cells: list[CellRead], a: CellRead, cond: str | None, any_rung: bool = False) -> CellRead | None:
+    """The cell of `cond` beside `a`: same model and split, at a's rung (else the shared one)."""
+    if cond is None:
+        return None
+    same = [c for c in cells if (c.model, c.split, c.cond) == (a.model, a.split, cond)]
+    return next((c for c in same if c.rung == a.rung), None) or next(
+        (c for c in same if c.rung is None or any_rung), None
+    )
+
+
+def _exact(records: dict) -> dict[str, bool]:
+    return {str(k): bool(r["score"]["exact"]) for k, r in records.items()}
+
+
 def paired_tests(cells: list[CellRead]) -> list[str]:
-    """Each condition against its start, per split: exact McNemar on the greedy pass of each task,
-    and on the policy samples' pass of each (task, sample) pair where both cells drew them."""
-    by = {(c.cond, c.split): c for c in cells}
+    """Each comparison (`comparisons`): exact McNemar on the greedy pass of each task, and on the
+    policy samples' pass of each (task, sample) pair where both cells drew them."""
     out = [
-        "| comparison | split | greedy: only new / only old of n, p | sampled: only new / only old of n, p |",
+        "| new | old | greedy: only new / only old of n, p | sampled: only new / only old of n, p |",
         "|---|---|---|---|",
     ]
-    for new, old in STEPS:
-        for split in ("gen", "mem"):
-            a, b = by.get((new, split)), by.get((old, split))
-            if not (a and b):
-                continue
-            g = mcnemar_exact(
-                {t: r["score"]["exact"] for t, r in a.greedy.items()},
-                {t: r["score"]["exact"] for t, r in b.greedy.items()},
-            )
-            line = f"| {new} vs {old} | {split} | {g.only_a} / {g.only_b} of {g.n}, p = {g.p_value:.3g} | "
-            if a.policy and b.policy:
-                s = mcnemar_exact(
-                    {str(k): r["score"]["exact"] for k, r in a.policy.items()},
-                    {str(k): r["score"]["exact"] for k, r in b.policy.items()},
-                )
-                line += f"{s.only_a} / {s.only_b} of {s.n}, p = {s.p_value:.3g} |"
-            else:
-                line += "— |"
-            out.append(line)
+    for a, b in comparisons(cells):
+        g = mcnemar_exact(_exact(a.greedy), _exact(b.greedy))
+        line = f"| {a.tag} | {b.tag} | {g.only_a} / {g.only_b} of {g.n}, p = {g.p_value:.3g} | "
+        if a.policy and b.policy:
+            s = mcnemar_exact(_exact(a.policy), _exact(b.policy))
+            line += f"{s.only_a} / {s.only_b} of {s.n}, p = {s.p_value:.3g} |"
+        else:
+            line += "— |"
+        out.append(line)
     return out
+
+
+def moved_tasks(cells: list[CellRead]) -> list[str]:
+    """Per comparison, the tasks it moved: greedy passes gained and lost, and each task whose
+    policy samples pass a different number of times (old → new of its samples)."""
+    out = ["| new | old | greedy gained | greedy lost | sampled passes per task, old → new |", "|---|---|---|---|---|"]
+    for a, b in comparisons(cells):
+        ga, gb = _exact(a.greedy), _exact(b.greedy)
+        both = sorted(set(ga) & set(gb))
+        gained = [t for t in both if ga[t] and not gb[t]]
+        lost = [t for t in both if gb[t] and not ga[t]]
+        counts = [(t, _passes(b, t), _passes(a, t)) for t in both]
+        shifted = [f"{t} {o}→{n}/{k}" for t, (o, k), (n, _) in counts if k and o != n]
+        if gained or lost or shifted:
+            out.append(
+                f"| {a.tag} | {b.tag} | {', '.join(gained) or '—'} | {', '.join(lost) or '—'} | {', '.join(shifted) or '—'} |"
+            )
+    if len(out) == 2:
+        out.append("| — | | nothing moved | | |")
+    return out
+
+
+def _passes(c: CellRead, task: str) -> tuple[int, int]:
+    """(passing, drawn) policy samples of `task` in `c`."""
+    mine = [r for (t, _), r in c.policy.items() if t == task]
+    return sum(bool(r["score"]["exact"]) for r in mine), len(mine)
 
 
 def curves(adapters: Path) -> list[str]:
@@ -166,6 +217,7 @@ def curves(adapters: Path) -> list[str]:
                 "samples/truncated_frac",
                 "kl/reference",
                 "groups/zero_variance_frac",
+                "mem/rss_mb",
             )
             if k in rows[0]
         ]
@@ -194,6 +246,9 @@ def reading(results: Path, adapters: Path, tasks_path: Path) -> str:
         "",
         "### Did a step of training move it (exact McNemar, two-sided)",
         *paired_tests(cells),
+        "",
+        "### Which tasks it moved",
+        *moved_tasks(cells),
         "",
         "### Training curves (means over fifths of the steps)",
         *curves(adapters),
