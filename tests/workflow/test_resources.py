@@ -103,6 +103,8 @@ def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_pat
     # the merged copy GRPO samples from: SmolLM2's 134.5 M parameters once more, in bf16 or float32
     copy = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, sampling_copy=True) - shared
     assert 200 <= copy <= 700
+    cast = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, cast_copy=True) - shared
+    assert 200 <= cast <= 400  # autocast's bfloat16 casts of the weights
     # eval: grouped-query attention keeps 3 of 9 heads' keys and values; the estimate follows the KV heads
     shape = BUILTIN_SHAPES["smollm2"]
     assert shape.kv_width == 2 * 3 * 64

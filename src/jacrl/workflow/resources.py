@@ -4,7 +4,8 @@
 
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
     weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses;
-                  + the sampling copy at the eval precision for a GRPO job under `grpo.sampler: merged`)
+                  + the sampling copy at the eval precision for a GRPO job under `grpo.sampler: merged`,
+                  + a bfloat16 copy under `grpo.autocast`: autocast keeps each weight's cast for the step)
     activations = training: tokens × layers × hidden × bytes × (17, or 2 with gradient
                   checkpointing) + the attention scores (heads × query × key positions × bytes,
                   per layer, or one layer's with checkpointing) + the completion logits (rows ×
@@ -115,10 +116,12 @@ def mem_mb(
     root: str | Path = ".",
     prompts: int = 0,
     sampling_copy: bool = False,
+    cast_copy: bool = False,
 ) -> int:
     """Host memory (MB) of a `kind` job: the spec's `mem_mb[kind]`, else the estimate above.
     `prompts` > 0: the rows share that many prompts, each scored once (a GRPO step); `sampling_copy`:
-    the job also holds the merged copy it samples from (`grpo.sampler: merged`)."""
+    the job also holds the merged copy it samples from (`grpo.sampler: merged`); `cast_copy`: the
+    bfloat16 casts of its weights that autocast keeps for a step (`grpo.autocast`)."""
     if kind in spec.mem_mb:
         return spec.mem_mb[kind]
     shape = model_shape(spec, root)
@@ -128,6 +131,8 @@ def mem_mb(
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
     if sampling_copy:
         weights += shape.parameters * load_bytes(spec, shape.parameters, "eval")
+    if cast_copy:
+        weights += shape.parameters * 2
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
@@ -179,8 +184,9 @@ def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = "."
     rows, seq, completion = job_tokens(cfg, kind)
     prompts = cfg.grpo.prompts_per_step if kind == "grpo" else 0
     copy = kind == "grpo" and cfg.grpo.sampler == "merged"
+    cast = kind == "grpo" and cfg.grpo.autocast
     return {
-        "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts, copy),
+        "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts, copy, cast),
         "runtime": runtime_min(spec, kind),
         "gpu": spec.gpu_count,
     }
