@@ -20,7 +20,10 @@ def _score(compiles: bool, runs: bool, exact: bool, ratio: float = 0.0) -> dict:
 
 
 def _cell(path, greedy: dict, policy: dict | None = None) -> None:
-    recs = [{"task_id": t, "kind": "greedy", "index": 0, "truncated": False, "score": s} for t, s in greedy.items()]
+    recs = [
+        {"task_id": t, "kind": "greedy", "index": 0, "truncated": False, "score": s, "completion": f"x = {s['exact']};"}
+        for t, s in greedy.items()
+    ]
     for (t, i), ok in (policy or {}).items():
         recs.append({"task_id": t, "kind": "policy", "index": i, "truncated": True, "score": _score(ok, ok, ok)})
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,6 +60,7 @@ def test_read_reports_stages_passes_and_paired_tests(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| rall/m/sft/gen | 3 | 100.0 % [43.9, 100.0] | 66.7 % [20.8, 93.9] | 33.3 % [6.1, 79.2] | 33.3 %" in out
     assert "| shared/m/base/gen | 3 | 0.0 % [0.0, 56.1]" in out
+    assert out.count("| 0.00 | 1 |") == 3 and "| 0.00 | 2 |" in out  # distinct greedy completions per cell
     assert "| rall/m/sft/gen | a | graphs | 1 | yes |" in out  # the one greedy pass, object-spatial, one line
     assert "| rall/m/sft/gen | 1/1 | 0/2 | 1/2 | 0/0 | 0/1 |" in out  # osp, non-osp, ≤5, 6–12, >12 lines
     assert "| rall/m/sft/gen | shared/m/base/gen | 1 / 0 of 3, p = 1 |" in out

@@ -68,8 +68,9 @@ def pct(k: int, n: int) -> str:
 def stages_table(cells: list[CellRead]) -> list[str]:
     """Per cell, the greedy completion's fate: compiles, runs, near-pass, pass; and the policy samples' pass."""
     out = [
-        "| cell | tasks | compiles | runs | near-pass (output ≥ 0.9 alike) | greedy pass | sampled pass | truncated |",
-        "|---|---:|---|---|---|---|---|---:|",
+        "| cell | tasks | compiles | runs | near-pass (output ≥ 0.9 alike) | greedy pass | sampled pass | truncated "
+        "| distinct greedy completions |",
+        "|---|---:|---|---|---|---|---|---:|---:|",
     ]
     for c in cells:
         g = list(c.greedy.values())
@@ -80,9 +81,15 @@ def stages_table(cells: list[CellRead]) -> list[str]:
         out.append(
             f"| {c.tag} | {n} | {pct(sum(x['compiles'] for x in s), n)} | "
             f"{pct(sum(x['runs'] for x in s), n)} | {pct(near, n)} | {pct(sum(x['exact'] for x in s), n)} | "
-            f"{sampled} | {fmean(r['truncated'] for r in g):.2f} |"
+            f"{sampled} | {fmean(r['truncated'] for r in g):.2f} | {_distinct(g)} |"
         )
     return out
+
+
+def _distinct(greedy: list[dict]) -> int:
+    """Distinct greedy completions, whitespace aside: a model that answers every prompt with one
+    memorised body compiles wherever that body does, without having learnt to write the others."""
+    return len({" ".join(r.get("completion", "").split()) for r in greedy})
 
 
 def passing_tasks(cells: list[CellRead], tasks: dict[str, Task]) -> list[str]:
