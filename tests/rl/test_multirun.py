@@ -17,7 +17,7 @@ from jacrl.rl.multirun import RunSpec, check_run_losses, train_grpo_runs
 from jacrl.training.metrics import read_metrics
 
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.04}]}
-TIMES = ("time/", "tokens_per_s")
+TIMES = ("time/", "tokens_per_s", "mem/")  # what differs between runs of the same steps
 
 
 @pytest.fixture(scope="module")
