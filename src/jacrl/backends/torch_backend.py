@@ -133,9 +133,9 @@ class TorchBackend(Backend):
         """The merged sampling copy (`sample_merged`), None when sampling from the policy itself."""
         self._copy_stale = False
         self._live = 0
+        """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._autocast = False
         """Scoring and training forwards under bfloat16 autocast (`train_autocast`)."""
-        """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self.max_batch_rows = max_batch_rows
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -337,10 +337,12 @@ class TorchBackend(Backend):
 
     def train_autocast(self) -> bool:
         """Scoring and training forwards in bfloat16 autocast from now on, where the device multiplies
-        bfloat16 natively and the weights are float32 (on SmolLM2's GRPO step on an AVX512-BF16 CPU,
-        two thirds of float32's training time: docs/results.md). The output layer stays float32."""
+        bfloat16 natively and the weights are float32 (SmolLM2's GRPO training on an AVX512-BF16 CPU:
+        0.76× float32's time, docs/results.md). The output layer stays float32."""
         import torch
 
+        if self._autocast:
+            return True
         if self.device == "cpu":
             native = cpu_computes_bf16() and not is_strict()  # strict: the same numbers on every CPU
         else:
