@@ -214,10 +214,10 @@ def report(a: argparse.Namespace) -> None:
             res[prec].update(run_part(a, "nll", prec, res[prec]["adapter"]))
     if "autocast" in res and "float32" in res:
         res["autocast"].update({k: res["float32"][k] for k in ("eval_s_per_task", "greedy")})
-    print_table(a, res)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     first = res[next(iter(res))]
     agree = {p: agreement(first["greedy"], r["greedy"]) for p, r in res.items()}
+    print_table(a, res, agree)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     for r in res.values():
         r.pop("greedy", None)
     Path(a.out).write_text(
@@ -225,10 +225,9 @@ def report(a: argparse.Namespace) -> None:
     )
 
 
-def print_table(a: argparse.Namespace, res: dict[str, dict]) -> None:
-    """One column per precision, ratios against the first."""
+def print_table(a: argparse.Namespace, res: dict[str, dict], agree: dict[str, tuple[float, int]]) -> None:
+    """One column per precision, ratios against the first; `agree`: each one's greedy agreement with it."""
     names = list(res)
-    first = res[names[0]]
     print(f"| measure | {' | '.join(names)} | {' | '.join(f'{n} / {names[0]}' for n in names[1:])} |")
     print("|---|" + "---:|" * (2 * len(names) - 1))
     for label, key in (
@@ -240,7 +239,7 @@ def print_table(a: argparse.Namespace, res: dict[str, dict]) -> None:
         print(
             f"| {label} | {' | '.join(f'{v:.2f}' for v in vals)} | {' | '.join(f'{v / vals[0]:.2f}' for v in vals[1:])} |"
         )
-    shares = [agreement(first["greedy"], res[n]["greedy"]) for n in names]
+    shares = [agree[n] for n in names]
     print(
         f"| greedy-token agreement with {names[0]} ({a.prompts} prompts) | "
         + " | ".join(f"{s:.3f} ({k} identical)" for s, k in shares)

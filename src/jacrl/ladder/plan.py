@@ -164,16 +164,16 @@ def grpo_room(cell: dict) -> int | None:
 def with_room(elbow: Elbow, mem: dict[str, dict]) -> Elbow:
     """`elbow` moved up to the smallest rung from it whose own tasks leave GRPO room (ELBOW_RULE's
     last step); unchanged when its mem cell has room or took no policy samples."""
-    order = sorted(mem, key=rung_sort_key)
-    if elbow.rung not in mem or grpo_room(mem[elbow.rung]) != 0:
+    room = {r: grpo_room(mem[r]) for r in sorted(mem, key=rung_sort_key)}
+    if room.get(elbow.rung) != 0:
         return elbow
     saturated = f"every policy sample of r{elbow.rung}'s own tasks passes on mem (no room for GRPO there)"
-    up = next((r for r in order[order.index(elbow.rung) + 1 :] if grpo_room(mem[r])), None)
+    larger = list(room)[list(room).index(elbow.rung) + 1 :]
+    up = next((r for r in larger if room[r]), None)
     if up is None:
         why = f"{saturated}, nor at any larger rung: GRPO at r{elbow.rung} will see zero-variance groups"
         return replace(elbow, reason=f"{elbow.reason}; {why}")
-    room = grpo_room(mem[up])
-    why = f"{saturated}: moved to r{up}, the smallest larger rung with room ({room}/{mem[up]['tasks']} tasks)"
+    why = f"{saturated}: moved to r{up}, the smallest larger rung with room ({room[up]}/{mem[up]['tasks']} tasks)"
     return replace(elbow, rung=up, reason=f"{elbow.reason}; {why}", metric=f"{elbow.metric}, then GRPO room on mem")
 
 

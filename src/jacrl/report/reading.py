@@ -190,8 +190,10 @@ def moved_tasks(cells: list[CellRead]) -> list[str]:
         both = sorted(set(ga) & set(gb))
         gained = [t for t in both if ga[t] and not gb[t]]
         lost = [t for t in both if gb[t] and not ga[t]]
-        counts = [(t, _passes(b, t), _passes(a, t)) for t in both]
-        shifted = [f"{t} {o}→{n}/{k}" for t, (o, k), (n, _) in counts if k and o != n]
+        old, new = _passes(b), _passes(a)
+        shifted = [
+            f"{t} {old[t][0]}→{new.get(t, (0, 0))[0]}/{old[t][1]}" for t in both if t in old and old[t] != new.get(t)
+        ]
         if gained or lost or shifted:
             out.append(
                 f"| {a.tag} | {b.tag} | {', '.join(gained) or '—'} | {', '.join(lost) or '—'} | {', '.join(shifted) or '—'} |"
@@ -201,10 +203,13 @@ def moved_tasks(cells: list[CellRead]) -> list[str]:
     return out
 
 
-def _passes(c: CellRead, task: str) -> tuple[int, int]:
-    """(passing, drawn) policy samples of `task` in `c`."""
-    mine = [r for (t, _), r in c.policy.items() if t == task]
-    return sum(bool(r["score"]["exact"]) for r in mine), len(mine)
+def _passes(c: CellRead) -> dict[str, tuple[int, int]]:
+    """Per task, (passing, drawn) policy samples in `c`."""
+    out: dict[str, tuple[int, int]] = {}
+    for (t, _), r in c.policy.items():
+        passed, drawn = out.get(t, (0, 0))
+        out[t] = (passed + bool(r["score"]["exact"]), drawn + 1)
+    return out
 
 
 def curves(adapters: Path) -> list[str]:
