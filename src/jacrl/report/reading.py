@@ -191,9 +191,8 @@ def moved_tasks(cells: list[CellRead]) -> list[str]:
         gained = [t for t in both if ga[t] and not gb[t]]
         lost = [t for t in both if gb[t] and not ga[t]]
         old, new = _passes(b), _passes(a)
-        shifted = [
-            f"{t} {old[t][0]}→{new.get(t, (0, 0))[0]}/{old[t][1]}" for t in both if t in old and old[t] != new.get(t)
-        ]
+        moved = {t: (old[t], new.get(t, (0, 0))[0]) for t in both if t in old}
+        shifted = [f"{t} {o}→{n}/{k}" for t, ((o, k), n) in moved.items() if o != n]
         if gained or lost or shifted:
             out.append(
                 f"| {a.tag} | {b.tag} | {', '.join(gained) or '—'} | {', '.join(lost) or '—'} | {', '.join(shifted) or '—'} |"
