@@ -32,6 +32,7 @@ from jacrl.backends.base import (
 from jacrl.backends.cpu import auto_cpu_dtype, cpu_computes_bf16
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.backends.shared_prefix import PrefixKV, decoding_with
 from jacrl.progress import Progress
@@ -136,6 +137,8 @@ class TorchBackend(Backend):
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._autocast = False
         """Scoring and training forwards under bfloat16 autocast (`train_autocast`)."""
+        self._reference_prompts = ReferencePrompts()
+        """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
         self.max_batch_rows = max_batch_rows
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -396,13 +399,15 @@ class TorchBackend(Backend):
         completion_ids: Sequence[Sequence[int]],
         temperature: float,
         dists: bool = False,
+        kept: ReferencePrompts | None = None,
     ) -> tuple[Any, Any, Any]:
         """[B, T] logprobs of the completion tokens (graph kept if grad is enabled), the mask, and
         with `dists` the [B, T, V] log-distributions they were taken from (else None).
 
         Rows that share a prompt (a GRPO or RFT group) run it once: a driver prompt is many times
         a completion, so a group costs a fraction of its padded rows (docs/design.md#measured-facts).
-        Batches whose prompts are all distinct (SFT) keep the one padded forward."""
+        Batches whose prompts are all distinct (SFT) keep the one padded forward. With `kept` (the
+        reference pass) a shared prompt's cache is taken from there when it holds it."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError("prompt_ids and completion_ids differ in length")
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -412,7 +417,7 @@ class TorchBackend(Backend):
             if len(groups) == len(prompt_ids):
                 lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
             else:
-                lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists)
+                lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists, kept)
         mask = self._completion_mask(completion_ids)
         if log_dists is not None:
             log_dists = log_dists * mask[..., None]
@@ -457,22 +462,21 @@ class TorchBackend(Backend):
         completion_ids: Sequence[Sequence[int]],
         temperature: float,
         dists: bool,
+        kept: ReferencePrompts | None = None,
     ) -> tuple[Any, Any]:
         """Per distinct prompt: one forward of the prompt, its KV cache repeated once per row, then
         the rows' completions (right-padded) on top of it. Gradients reach the prompt's forward
         through the cache, so LoRA weights see the same graph as with padded rows."""
         import torch
-        from transformers import DynamicCache
 
         lm = self._causal_lm()
         T = max(len(c) for c in completion_ids)
         rows: list[Any] = [None] * len(completion_ids)
         dist_rows: list[Any] = [None] * len(completion_ids)
         for head, index in groups.items():
-            cache = DynamicCache(config=lm.config)
+            cache, logits = self._prompt_forward(lm, head, kept)
             kw = {_cache_kwarg(lm): cache, "use_cache": True}
-            x = torch.tensor([list(head)], device=self.device)
-            logits = self.model(input_ids=x, logits_to_keep=1, **kw).logits.float()  # predicts token 0
+            logits = logits.float()  # predicts token 0
             tails = torch.tensor(pad_right([completion_ids[i] for i in index], self.pad_token_id), device=self.device)
             n = tails.shape[1]
             logits = logits.expand(len(index), -1, -1)
@@ -488,6 +492,23 @@ class TorchBackend(Backend):
                 if dists:
                     dist_rows[i] = torch.nn.functional.pad(logits[r] - lse[r, :, None], (0, 0, 0, T - lp.shape[1]))
         return torch.stack(rows), torch.stack(dist_rows) if dists else None
+
+    def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> tuple[Any, Any]:
+        """A `DynamicCache` holding `head` and the logits of its last position: from `kept` when it
+        holds them for the current reference and precision, else by a forward (then kept there)."""
+        import torch
+        from transformers import DynamicCache
+
+        owner = (self._reference, self._autocast)
+        entry = kept.get(owner, head) if kept is not None else None
+        if entry is not None:
+            return entry.cache(lm.config), entry.logits
+        cache = DynamicCache(config=lm.config)
+        x = torch.tensor([list(head)], device=self.device)
+        logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
+        if kept is not None:
+            kept.put(owner, head, PromptKV.of(cache, logits))
+        return cache, logits
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
         import torch
@@ -542,7 +563,7 @@ class TorchBackend(Backend):
         ref, t0 = None, time.perf_counter()
         if reference:
             with torch.no_grad(), self.reference_policy():
-                ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
+                ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature, kept=self._reference_prompts)
         timing = {"time/reference_s": time.perf_counter() - t0} if reference else {}
         self.model.train()
         lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
@@ -659,6 +680,7 @@ class TorchBackend(Backend):
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
         self._copy = None
+        self._reference_prompts.clear()  # the base the reference stood on has changed
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:

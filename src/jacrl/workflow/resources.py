@@ -13,7 +13,8 @@
                   with seq² scores each; a GRPO step's rows share their group's prompt (the
                   torch backend runs it once): per prompt its tokens and their scores, per row
                   its completion's tokens, their scores against the whole sequence, and its
-                  copy of the prompt's KV cache;
+                  copy of the prompt's KV cache; and the reference pass's kept prompt caches
+                  (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
                   eval: the KV cache twice (each prompt's own, and the padded static cache decoding
                   writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each) + one
                   prompt's float32 logits (seq × vocab × 4)
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import auto_cpu_dtype
+from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
 from jacrl.backends.sampling import MAX_BATCH_ROWS
 
 if TYPE_CHECKING:
@@ -139,6 +141,7 @@ def mem_mb(
         activations = 2 * rows * seq * shape.layers * shape.kv_width * nbytes + seq * shape.vocab * 4
     else:
         activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
+        activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
     return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
 
 

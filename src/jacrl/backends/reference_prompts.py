@@ -1,0 +1,96 @@
+"""The reference policy's prompt caches, kept from one GRPO step to the next.
+
+The reference pass scores each step's group under a policy that does not change during a run (the
+adapter `keep_reference` kept, or the frozen base), and a rung's few tasks are drawn again and again
+(100 steps over rung 10 draw each of its prompts about ten times). A driver prompt is as many tokens
+as the whole group's completions, so half of every reference forward recomputed keys and values it
+had already computed. Kept here per prompt, the reference pass runs the completions only.
+
+An entry belongs to one reference: the cache empties itself when asked for another (a multi-run
+swap, a new `keep_reference`) or for another precision. It holds at most `budget` bytes, the least
+recently used prompts leaving first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+BUDGET_BYTES = 1 << 30
+"""At most 1 GiB of kept prompts: rung 10's ten ~1.5k-token SmolLM2 prompts are 0.7 GB in float32."""
+
+
+@dataclass(frozen=True)
+class PromptKV:
+    """One prompt's keys and values per layer ([1, kv_heads, tokens, head_dim]) and the logits its last
+    position gives (before any temperature), which predict the completion's first token."""
+
+    keys: tuple[Any, ...]
+    values: tuple[Any, ...]
+    logits: Any
+
+    @property
+    def nbytes(self) -> int:
+        tensors = (*self.keys, *self.values, self.logits)
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def cache(self, config: Any) -> Any:
+        """A new transformers `DynamicCache` holding this prompt; extending it leaves this one as it is
+        (the cache's layers concatenate into new tensors)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=config)
+        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+            cache.update(k, v, layer)
+        return cache
+
+    @classmethod
+    def of(cls, cache: Any, logits: Any) -> PromptKV:
+        """From a `DynamicCache` that holds exactly one prompt, before it is extended."""
+        keys = tuple(layer.keys for layer in cache.layers)
+        values = tuple(layer.values for layer in cache.layers)
+        return cls(keys, values, logits.detach())
+
+
+class ReferencePrompts:
+    """Kept prompt caches of one reference policy at one precision (see the module docstring)."""
+
+    def __init__(self, budget: int = BUDGET_BYTES):
+        self.budget = budget
+        self._owner: tuple[Any, ...] | None = None
+        self._entries: OrderedDict[tuple[int, ...], PromptKV] = OrderedDict()
+        self._bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    def _belong_to(self, owner: tuple[Any, ...]) -> None:
+        # Identity, not equality: a kept reference is a dict of tensors replaced whole, never edited.
+        if self._owner is None or len(owner) != len(self._owner) or any(a is not b for a, b in zip(owner, self._owner)):
+            self.clear()
+            self._owner = owner
+
+    def get(self, owner: tuple[Any, ...], prompt: tuple[int, ...]) -> PromptKV | None:
+        """The kept cache of `prompt` under `owner` (the reference's weights object and the precision)."""
+        self._belong_to(owner)
+        entry = self._entries.get(prompt)
+        if entry is None:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(prompt)
+        self.hits += 1
+        return entry
+
+    def put(self, owner: tuple[Any, ...], prompt: tuple[int, ...], entry: PromptKV) -> None:
+        self._belong_to(owner)
+        if entry.nbytes > self.budget or prompt in self._entries:
+            return
+        while self._entries and self._bytes + entry.nbytes > self.budget:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+        self._entries[prompt] = entry
+        self._bytes += entry.nbytes
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
