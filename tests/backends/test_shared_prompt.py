@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from jacrl.backends import load_backend
-from jacrl.backends.base import TokenLogprobs
+from jacrl.backends.base import BUCKET_OVERHEAD_ROWS, TokenLogprobs, length_buckets
 from jacrl.backends.lora_format import LoraSpec
 
 
@@ -190,3 +190,31 @@ def test_whole_distributions_agree_with_the_token_logprobs(backend, distinct):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in backend.model.parameters())
     backend.backward(prompts, completions, 0.7, lambda t: (seen.append(t) or t.logprobs.sum(), {}))
     assert seen[-1].log_dists is None  # not asked for: not built
+
+
+def test_rows_of_very_different_lengths_go_in_runs_of_their_own():
+    assert length_buckets([80, 82, 79, 81, 192, 80, 78, 83]) == [[6, 2, 0, 5, 3, 1, 7], [4]]
+    assert length_buckets([100, 101, 99, 102]) == [[2, 0, 1, 3]]  # a split would save less than a forward
+    assert length_buckets([5]) == [[0]]
+    tokens = lambda runs, ls: sum(len(r) * max(ls[i] for i in r) + BUCKET_OVERHEAD_ROWS for r in runs)  # noqa: E731
+    lengths = [3, 190, 40, 41, 120, 118, 2, 192]
+    runs = length_buckets(lengths)
+    assert sorted(i for r in runs for i in r) == list(range(8)) and len(runs) > 1
+    assert tokens(runs, lengths) < tokens([list(range(8))], lengths)
+
+
+def test_rows_in_runs_match_rows_run_whole(backend):
+    """A group with one long completion among short ones goes in two runs: the same logprobs and
+    gradients as each row run whole."""
+    prompt = backend.encode("walker Visit {")
+    short = [backend.encode(t) for t in [" report here;", " x = 1;", " visit [-->];"]]
+    completions = [*short, backend.encode(" can go with entry { visit [-->]; report here; } " * 8)]
+    assert len(length_buckets([len(c) for c in completions])) == 2
+    prompts = [prompt] * len(completions)
+    weights = weights_for(completions)
+    [(lp_s, _)], grads_s = trained(backend, [(prompts, completions, weights)], 1.0)
+    seen, grads_w = trained(backend, alone(prompts, completions, weights), 1.0)
+    lp_w = torch.stack([torch.nn.functional.pad(lp[0], (0, lp_s.shape[1] - lp.shape[1])) for lp, _ in seen])
+    assert torch.allclose(lp_s, lp_w, atol=1e-5), (lp_s - lp_w).abs().max()
+    for name, g in grads_w.items():
+        assert (grads_s[name] - g).norm() <= 1e-4 * g.norm(), name

@@ -35,22 +35,23 @@ class PromptKV:
         tensors = (*self.keys, *self.values, self.logits)
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def cache(self, config: Any) -> Any:
-        """A new transformers `DynamicCache` holding this prompt; extending it leaves this one as it is
-        (the cache's layers concatenate into new tensors)."""
+    def cache(self, config: Any, rows: int = 1) -> Any:
+        """A new transformers `DynamicCache` holding this prompt once for each of `rows` rows;
+        extending it leaves this one as it is (the cache's layers concatenate into new tensors), and
+        gradients reach this one's tensors through it."""
         from transformers import DynamicCache
 
         cache = DynamicCache(config=config)
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            cache.update(k, v, layer)
+            cache.update(k.repeat_interleave(rows, dim=0), v.repeat_interleave(rows, dim=0), layer)
         return cache
 
     @classmethod
     def of(cls, cache: Any, logits: Any) -> PromptKV:
-        """From a `DynamicCache` that holds exactly one prompt, before it is extended."""
+        """From a `DynamicCache` that holds exactly one prompt, before it is extended (its graph kept)."""
         keys = tuple(layer.keys for layer in cache.layers)
         values = tuple(layer.values for layer in cache.layers)
-        return cls(keys, values, logits.detach())
+        return cls(keys, values, logits)
 
 
 class ReferencePrompts:

@@ -24,6 +24,7 @@ from jacrl.backends.base import (
     TokenRows,
     TrainingState,
     check_draws,
+    length_buckets,
     pad_right,
     require_model_dir,
     safetensors_parameters,
@@ -464,9 +465,11 @@ class TorchBackend(Backend):
         dists: bool,
         kept: ReferencePrompts | None = None,
     ) -> tuple[Any, Any]:
-        """Per distinct prompt: one forward of the prompt, its KV cache repeated once per row, then
-        the rows' completions (right-padded) on top of it. Gradients reach the prompt's forward
-        through the cache, so LoRA weights see the same graph as with padded rows."""
+        """Per distinct prompt: one forward of the prompt, then its rows' completions on top of its KV
+        cache, repeated once per row. Rows of very different lengths go in runs of similar length
+        (`length_buckets`), each padded to its own longest: a group's one completion cut at the cap
+        would otherwise pad every row to it. Gradients reach the prompt's forward through the cache
+        from every run, so LoRA weights see the same graph as with padded rows."""
         import torch
 
         lm = self._causal_lm()
@@ -474,41 +477,53 @@ class TorchBackend(Backend):
         rows: list[Any] = [None] * len(completion_ids)
         dist_rows: list[Any] = [None] * len(completion_ids)
         for head, index in groups.items():
-            cache, logits = self._prompt_forward(lm, head, kept)
-            kw = {_cache_kwarg(lm): cache, "use_cache": True}
-            logits = logits.float()  # predicts token 0
-            tails = torch.tensor(pad_right([completion_ids[i] for i in index], self.pad_token_id), device=self.device)
-            n = tails.shape[1]
-            logits = logits.expand(len(index), -1, -1)
-            if n > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
-                cache.batch_repeat_interleave(len(index))
-                logits = torch.cat([logits, self.model(input_ids=tails[:, :-1], **kw).logits.float()], dim=1)
-            logits = logits[:, :n]
-            logits = at_temperature(logits, temperature)
-            lse = torch.logsumexp(logits, dim=-1)
-            lp = logits.gather(-1, tails[..., None])[..., 0] - lse
-            for r, i in enumerate(index):
-                rows[i] = torch.nn.functional.pad(lp[r], (0, T - lp.shape[1]))
-                if dists:
-                    dist_rows[i] = torch.nn.functional.pad(logits[r] - lse[r, :, None], (0, 0, 0, T - lp.shape[1]))
+            prompt = self._prompt_forward(lm, head, kept)
+            for run in length_buckets([len(completion_ids[i]) for i in index]):
+                members = [index[r] for r in run]
+                lp, log_dists = self._rows_on_prompt(
+                    lm, prompt, [completion_ids[i] for i in members], temperature, dists
+                )
+                for r, i in enumerate(members):
+                    rows[i] = torch.nn.functional.pad(lp[r], (0, T - lp.shape[1]))
+                    if dists:
+                        dist_rows[i] = torch.nn.functional.pad(log_dists[r], (0, 0, 0, T - lp.shape[1]))
         return torch.stack(rows), torch.stack(dist_rows) if dists else None
 
-    def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> tuple[Any, Any]:
-        """A `DynamicCache` holding `head` and the logits of its last position: from `kept` when it
-        holds them for the current reference and precision, else by a forward (then kept there)."""
+    def _rows_on_prompt(
+        self, lm: Any, prompt: PromptKV, tails: Sequence[Sequence[int]], temperature: float, dists: bool
+    ) -> tuple[Any, Any]:
+        """[rows, n] logprobs of `tails` after `prompt` (right-padded to the longest, n tokens), and with
+        `dists` their [rows, n, V] log-distributions."""
+        import torch
+
+        x = torch.tensor(pad_right(tails, self.pad_token_id), device=self.device)
+        n = x.shape[1]
+        logits = prompt.logits.float().expand(len(tails), -1, -1)  # predicts token 0
+        if n > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
+            kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=len(tails)), "use_cache": True}
+            logits = torch.cat([logits, self.model(input_ids=x[:, :-1], **kw).logits.float()], dim=1)
+        logits = at_temperature(logits[:, :n], temperature)
+        lse = torch.logsumexp(logits, dim=-1)
+        lp = logits.gather(-1, x[..., None])[..., 0] - lse
+        return lp, (logits - lse[..., None]) if dists else None
+
+    def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
+        """`head`'s keys and values and the logits of its last position: from `kept` when it holds them
+        for the current reference and precision, else by a forward (then kept there)."""
         import torch
         from transformers import DynamicCache
 
         owner = (self._reference, self._autocast)
         entry = kept.get(owner, head) if kept is not None else None
         if entry is not None:
-            return entry.cache(lm.config), entry.logits
+            return entry
         cache = DynamicCache(config=lm.config)
         x = torch.tensor([list(head)], device=self.device)
         logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
+        entry = PromptKV.of(cache, logits)
         if kept is not None:
-            kept.put(owner, head, PromptKV.of(cache, logits))
-        return cache, logits
+            kept.put(owner, head, entry)
+        return entry
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
         import torch
