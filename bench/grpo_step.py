@@ -2,13 +2,14 @@
 or, with --smollm2, our step on SmolLM2 under each way to sample and train (`grpo.sampler`, `grpo.autocast`).
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
-    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR] \
+    .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR [--sft-only]] \
         [--variants policy,merged,merged+autocast]
 
 --smollm2: configs/smollm2-cpu.yaml over config.yaml (group 8 × 192 tokens, one prompt a step, T 0.6,
 ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt is nearest 1404 tokens by a characters-a-token estimate (rt_dv_converge, 1548)
-every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter. Prints each
-step's split (sampling / reward / training, the reference forward inside training), its loss, reward,
+every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter (--sft-only: that
+adapter alone). Prints each step's split (sampling / reward / training, the reference forward inside
+training), the completions' mean and longest length (what the training forward pads to), its loss, reward,
 the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training.
@@ -127,22 +128,23 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
     return read_metrics(out / "metrics.jsonl")
 
 
-def smollm2(steps: int, adapter: Path | None, variants: list[str]) -> None:
+def smollm2(steps: int, adapter: Path | None, variants: list[str], sft_only: bool = False) -> None:
     keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
     print(f"GRPO on SmolLM2, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     print(
-        "| start | variant | step | total s | sampling | reward | training | of which reference | loss | reward "
-        "| mismatch KL | DPPO-masked |"
+        "| start | variant | step | total s | sampling | reward | training | of which reference | tokens mean / max "
+        "| loss | reward | mismatch KL | DPPO-masked |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-smollm2-") as d:
-        for start in [None, adapter] if adapter else [None]:
+        for start in ([] if sft_only else [None]) + ([adapter] if adapter else []):
             for variant in variants:
                 for r in smollm2_steps(Path(d), variant, start, steps):
                     t = [r.get(k, 0.0) for k in keys]
                     print(
                         f"| {'SFT adapter' if start else 'fresh LoRA'} | {variant} | {r['step']} | {sum(t[:3]):.1f} | "
                         + " | ".join(f"{x:.1f}" for x in t)
+                        + f" | {r.get('samples/completion_tokens', 0):.0f} / {r.get('samples/completion_tokens_max', 0):.0f}"
                         + f" | {r.get('loss/total', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} | "
                         f"{r.get('loss/rl/mismatch_kl', float('nan')):.2e} | {r.get('loss/rl/masked_frac', float('nan')):.3f} |",
                         flush=True,
@@ -153,6 +155,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, variant by variant")
     p.add_argument("--sft-adapter", type=Path, help="with --smollm2: also start from this adapter")
+    p.add_argument("--sft-only", action="store_true", help="with --sft-adapter: start from that adapter alone")
     p.add_argument(
         "--variants", default="policy,merged,merged+autocast", help="with --smollm2: which variants, in this order"
     )
@@ -162,7 +165,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
     if args.smollm2:
-        smollm2(args.steps, args.sft_adapter, args.variants.split(","))
+        if args.sft_only and not args.sft_adapter:
+            p.error("--sft-only needs --sft-adapter")
+        smollm2(args.steps, args.sft_adapter, args.variants.split(","), args.sft_only)
         return 0
     try:
         cli.require("mlx_lm_lora", "bench", "bench/grpo_step.py")

@@ -173,6 +173,7 @@ class Orchestrator:
             "samples/truncated_masked": float(masked),
             "samples/truncated_masked_frac": masked / len(completions),
             "samples/completion_tokens": fmean(len(c.token_ids) for c in completions),
+            "samples/completion_tokens_max": float(max(len(c.token_ids) for c in completions)),
         }
 
     def _demonstration(self, task: Task, env: str) -> Rollout:
