@@ -115,3 +115,36 @@ rule show_ladder:
         mem_mb=1000,
     script:
         "../scripts/show_ladder.py"
+
+
+# The pivot of the cells built so far, between the stages of a staged run: the same rows from every
+# cell on disk the config would build (after the smart plan's gate: at least the SFT curve), without
+# building the rest — `snakemake results/so_far/ladder.md` after stage 1 or 2 of a smart run.
+use rule rl_ladder as rl_ladder_so_far with:
+    input:
+        cells=after_the_gate(curve_keys()) if SMART else [],
+    output:
+        "results/so_far/rl_ladder.jsonl",
+    log:
+        "logs/rl_ladder_so_far.log",
+    benchmark:
+        "benchmarks/rl_ladder_so_far.tsv"
+    params:
+        root=lambda wc, output: str(Path(output[0]).parent.with_name("cells")),
+        expected=expected_cells(),
+        rungs=[str(r) for r in CFG.rungs],
+        selected=CFG.ladder_rungs,
+
+
+use rule show_ladder as show_ladder_so_far with:
+    input:
+        rows="results/so_far/rl_ladder.jsonl",
+        plan="results/plan.json" if SMART else [],
+    output:
+        md="results/so_far/ladder.md",
+        csv="results/so_far/ladder.csv",
+        png="results/so_far/ladder.png",
+    log:
+        "logs/show_ladder_so_far.log",
+    benchmark:
+        "benchmarks/show_ladder_so_far.tsv"

@@ -156,6 +156,22 @@ def test_the_smart_plan_runs_grpo_only_at_the_elbow_it_chose(smart):
     assert f"- **tiny: elbow r{elbow}** (mem, placed by sft mem pass@1) — " in md
 
 
+def test_the_table_so_far_holds_the_cells_built_and_builds_no_more(smart, tmp_path):
+    """Between stages (here: the raw control's cells not yet built) results/so_far/ holds the pivot of
+    what is on disk, and asking for it runs no model."""
+    work = tmp_path / "work"
+    shutil.copytree(smart[0], work, symlinks=True)  # copy2 keeps the mtimes the DAG is judged by
+    for f in (work / "results/cells/r1/tiny/raw_grpo").iterdir():
+        f.unlink()
+    console = snakemake(work, "results/so_far/ladder.md", "--rerun-triggers", "mtime")
+    assert not set(jobs_run(console)) & set(MODEL_RULES)
+    lines = (work / "results/so_far/rl_ladder.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["tag"] for line in lines) == sorted(
+        r["tag"] for r in rows(work) if "/raw_grpo/" not in r["tag"]
+    )
+    assert (work / "results/so_far/ladder.md").read_text().startswith("# The Jac RL ladder\n\n## The plan")
+
+
 def test_the_gate_stops_the_run_with_its_message(tmp_path_factory):
     work = workdir(tmp_path_factory, "gate", sft={"iters": 1})  # one SFT step cannot memorise a body
     console = snakemake(work, *TARGETS, "--config", 'ladder={"plan": "smart"}', ok=False)
