@@ -163,7 +163,9 @@ def test_the_table_so_far_holds_the_cells_built_and_builds_no_more(smart, tmp_pa
     shutil.copytree(smart[0], work, symlinks=True)  # copy2 keeps the mtimes the DAG is judged by
     for f in (work / "results/cells/r1/tiny/raw_grpo").iterdir():
         f.unlink()
-    console = snakemake(work, "results/so_far/ladder.md", "--rerun-triggers", "mtime")
+    console = snakemake(
+        work, "results/so_far/ladder.md", "--rerun-triggers", "mtime", "--config", 'ladder={"plan": "smart"}'
+    )
     assert not set(jobs_run(console)) & set(MODEL_RULES)
     lines = (work / "results/so_far/rl_ladder.jsonl").read_text().splitlines()
     assert sorted(json.loads(line)["tag"] for line in lines) == sorted(
