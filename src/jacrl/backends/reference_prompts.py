@@ -63,7 +63,7 @@ class ReferencePrompts:
         self._entries: OrderedDict[tuple[int, ...], PromptKV] = OrderedDict()
         self._bytes = 0
         self.hits = 0
-        self.misses = 0
+        """Prompts served from the cache (what a bench or test reads to see it work)."""
 
     def _belong_to(self, owner: tuple[Any, ...]) -> None:
         # Identity, not equality: a kept reference is a dict of tensors replaced whole, never edited.
@@ -76,7 +76,6 @@ class ReferencePrompts:
         self._belong_to(owner)
         entry = self._entries.get(prompt)
         if entry is None:
-            self.misses += 1
             return None
         self._entries.move_to_end(prompt)
         self.hits += 1
