@@ -43,7 +43,9 @@ class PromptKV:
 
         cache = DynamicCache(config=config)
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            cache.update(k.repeat_interleave(rows, dim=0), v.repeat_interleave(rows, dim=0), layer)
+            cache.update(k, v, layer)
+        if rows > 1:  # one copy of the one-row cache per row, as the cache's own repeat makes it
+            cache.batch_repeat_interleave(rows)
         return cache
 
     @classmethod
@@ -59,20 +61,21 @@ class ReferencePrompts:
 
     def __init__(self, budget: int = BUDGET_BYTES):
         self.budget = budget
-        self._owner: tuple[Any, ...] | None = None
+        self._owner: tuple[Any, bool] | None = None
         self._entries: OrderedDict[tuple[int, ...], PromptKV] = OrderedDict()
         self._bytes = 0
         self.hits = 0
         """Prompts served from the cache (what a bench or test reads to see it work)."""
 
-    def _belong_to(self, owner: tuple[Any, ...]) -> None:
-        # Identity, not equality: a kept reference is a dict of tensors replaced whole, never edited.
-        if self._owner is None or len(owner) != len(self._owner) or any(a is not b for a, b in zip(owner, self._owner)):
+    def _belong_to(self, owner: tuple[Any, bool]) -> None:
+        # The reference by identity, not equality: a kept reference is a dict of tensors replaced
+        # whole, never edited (None, the frozen base, is one object too).
+        if self._owner is None or owner[0] is not self._owner[0] or owner[1] != self._owner[1]:
             self.clear()
             self._owner = owner
 
-    def get(self, owner: tuple[Any, ...], prompt: tuple[int, ...]) -> PromptKV | None:
-        """The kept cache of `prompt` under `owner` (the reference's weights object and the precision)."""
+    def get(self, owner: tuple[Any, bool], prompt: tuple[int, ...]) -> PromptKV | None:
+        """The kept cache of `prompt` under `owner` (the reference's weights object, autocast on or off)."""
         self._belong_to(owner)
         entry = self._entries.get(prompt)
         if entry is None:
@@ -81,15 +84,16 @@ class ReferencePrompts:
         self.hits += 1
         return entry
 
-    def put(self, owner: tuple[Any, ...], prompt: tuple[int, ...], entry: PromptKV) -> None:
+    def put(self, owner: tuple[Any, bool], prompt: tuple[int, ...], entry: PromptKV) -> None:
         self._belong_to(owner)
-        if entry.nbytes > self.budget or prompt in self._entries:
+        size = entry.nbytes
+        if size > self.budget or prompt in self._entries:
             return
-        while self._entries and self._bytes + entry.nbytes > self.budget:
+        while self._entries and self._bytes + size > self.budget:
             _, old = self._entries.popitem(last=False)
             self._bytes -= old.nbytes
         self._entries[prompt] = entry
-        self._bytes += entry.nbytes
+        self._bytes += size
 
     def clear(self) -> None:
         self._entries.clear()
