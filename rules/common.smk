@@ -258,8 +258,26 @@ def ladder_keys(wc=None):
     checkpoint has run: results/plan.json)."""
     if not SMART:
         return grid(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder.conditions, CFG.ladder.splits)
-    with open(checkpoints.elbow.get().output[0], encoding="utf-8") as fh:
+    return plan_keys(checkpoints.elbow.get().output[0])
+
+
+def plan_keys(path):
+    with open(path, encoding="utf-8") as fh:
         return [CellKey(*k) for k in json.load(fh)["cells"]]
+
+
+PLAN = "results/plan.json"
+
+
+def built_cells(wc):
+    """The ladder's cells already on disk (under the smart plan, once its plan is): inputs of the table
+    so far, so it is rebuilt when a cell is added or rebuilt, without asking for a missing one (the
+    plan is read from disk, not through its checkpoint, for the same reason)."""
+    if SMART:
+        keys = plan_keys(PLAN) if Path(PLAN).exists() else []
+    else:
+        keys = ladder_keys()
+    return [f for f in cell_json(keys) if Path(f).exists()]
 
 
 def cell_json(keys):

@@ -102,7 +102,7 @@ rule rl_ladder:
 rule show_ladder:
     input:
         rows="results/rl_ladder.jsonl",
-        plan="results/plan.json" if SMART else [],  # the smart plan goes at the head of ladder.md
+        plan=PLAN if SMART else [],  # the smart plan goes at the head of ladder.md
     output:
         md=report("results/ladder.md", category="Ladder"),
         csv="results/ladder.csv",
@@ -119,10 +119,12 @@ rule show_ladder:
 
 # The pivot of the cells built so far, between the stages of a staged run: the same rows from every
 # cell on disk the config would build (after the smart plan's gate: at least the SFT curve), without
-# building the rest — `snakemake results/so_far/ladder.md` after stage 1 or 2 of a smart run.
+# building the rest — `snakemake results/so_far/ladder.md` after stage 1 or 2 of a smart run. The
+# cells on disk are its inputs: a cell built since (the next stage's) brings the table up to date.
 use rule rl_ladder as rl_ladder_so_far with:
     input:
         cells=after_the_gate(curve_keys()) if SMART else [],
+        built=built_cells,
     output:
         "results/so_far/rl_ladder.jsonl",
     log:
@@ -139,7 +141,7 @@ use rule rl_ladder as rl_ladder_so_far with:
 use rule show_ladder as show_ladder_so_far with:
     input:
         rows="results/so_far/rl_ladder.jsonl",
-        plan="results/plan.json" if SMART else [],
+        plan=PLAN if SMART else [],
     output:
         md="results/so_far/ladder.md",
         csv="results/so_far/ladder.csv",

@@ -29,7 +29,7 @@ checkpoint elbow:
     input:
         after_the_gate([k for k in curve_keys() if k.cond == "sft"]),
     output:
-        "results/plan.json",
+        PLAN,
     log:
         "logs/elbow.log",
     benchmark:

@@ -172,6 +172,15 @@ def test_the_table_so_far_holds_the_cells_built_and_builds_no_more(smart, tmp_pa
         r["tag"] for r in rows(work) if "/raw_grpo/" not in r["tag"]
     )
     assert (work / "results/so_far/ladder.md").read_text().startswith("# The Jac RL ladder\n\n## The plan")
+    # the next stage builds the raw control's cells: the table so far takes them in, still running no model
+    for f in (smart[0] / "results/cells/r1/tiny/raw_grpo").iterdir():
+        shutil.copy(f, work / "results/cells/r1/tiny/raw_grpo" / f.name)  # copy, not copy2: built now
+    console = snakemake(
+        work, "results/so_far/ladder.md", "--rerun-triggers", "mtime", "--config", 'ladder={"plan": "smart"}'
+    )
+    assert jobs_run(console) == {"rl_ladder_so_far": 1, "show_ladder_so_far": 1}
+    lines = (work / "results/so_far/rl_ladder.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["tag"] for line in lines) == sorted(r["tag"] for r in rows(work))
 
 
 def test_the_gate_stops_the_run_with_its_message(tmp_path_factory):
