@@ -12,7 +12,8 @@ adapter alone). Prints each step's split (sampling / reward / training, the refe
 training), the completions' mean and longest length (what the training forward pads to), its loss, reward,
 the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
-copy), `+autocast` adding `grpo.autocast: true`, without it float32 training.
+copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
+`compile_decode: true` (its first step carries the compile).
 
 Group 4, 2 prompts per step, max completion 128, LoRA on every layer, the `jac_behavioral` reward for
 mlx_lm_lora (its reward-functions file is ours). mlx_lm_lora's per-step time is the difference between a
@@ -101,12 +102,12 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
 
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
     cfg = load_config(deep_merge(base, over))
-    sampler, _, autocast = variant.partition("+")
-    if sampler not in ("policy", "merged") or autocast not in ("", "autocast"):
-        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, optionally +autocast")
-    update = {"iters": steps, "sampler": sampler, "autocast": autocast == "autocast", "save_every": 1000}
+    sampler, *flags = variant.split("+")
+    if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile"}:
+        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile or both")
+    update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)
-    spec = next(m for m in cfg.models if m.name == "smollm2")
+    spec = next(m for m in cfg.models if m.name == "smollm2").model_copy(update={"compile_decode": "compile" in flags})
     tok = AutoTokenizer.from_pretrained(spec.model_dir())
     pool = read_tasks("dataset/rl/trainpool.jsonl")
     size = lambda t: len(tok.apply_chat_template([{"role": "user", "content": t.prompt}], tokenize=False))  # noqa: E731

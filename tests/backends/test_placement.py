@@ -46,6 +46,9 @@ def test_spec_gpus_and_validation():
         ModelSpec(name="t", builtin="tiny", mem_mb={"train": 100})
     spec = ModelSpec(name="t", builtin="tiny", device="cpu", dtype="bfloat16", gradient_checkpointing=True)
     assert Placement.of(spec) == Placement("cpu", "bfloat16", True)
+    assert Placement.of(spec.model_copy(update={"compile_decode": True})).compile_decode
+    with pytest.raises(ValidationError, match="compile_decode is the torch backend's"):
+        ModelSpec(name="t", builtin="tiny", backend="mlx", compile_decode=True)
 
 
 def test_explicit_dtype_reaches_the_weights(tiny_model):

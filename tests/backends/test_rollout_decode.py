@@ -104,3 +104,18 @@ def _same(a, b) -> None:
         assert [c.token_ids for c in x] == [c.token_ids for c in y]
         for c, d in zip(x, y, strict=True):
             assert c.logprobs == pytest.approx(d.logprobs, abs=1e-4)
+
+
+@pytest.mark.slow  # inductor compiles the step: about a minute on 2 cores
+def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2)
+    draws = [Draw(1, GREEDY), Draw(4, SAMPLED)]
+    eager = b.generate_draws(PROMPTS, draws, progress=False)
+    b.compile_decode = True
+    for _ in range(2):  # the second decode reuses the first's graphs
+        compiled = b.generate_draws(PROMPTS, draws, progress=False)
+        for d in range(2):
+            for i in range(len(PROMPTS)):
+                assert [c.token_ids for c in compiled[d][i]] == [c.token_ids for c in eager[d][i]], (d, i)
+                for a, c in zip(compiled[d][i], eager[d][i], strict=True):
+                    assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)

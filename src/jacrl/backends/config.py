@@ -80,6 +80,13 @@ class ModelSpec(StrictModel):
         "of keeping them: about a third more compute for activation memory that grows with layers × "
         "tokens instead of with every intermediate. For long sequences or big groups on a GPU.",
     )
+    compile_decode: bool = Field(
+        False,
+        json_schema_extra=RESULT_FREE,  # as threads: the same computation, summed in another order
+        description="Decode steps of several rows after a shared prompt (GRPO's groups, eval's policy "
+        "samples) through `torch.compile` (torch backend): fused kernels and no per-op Python in the "
+        "step, for a compile of a few minutes per job (docs/design.md#backends).",
+    )
     gpus: int | None = Field(
         None,
         ge=0,
@@ -124,6 +131,8 @@ class ModelSpec(StrictModel):
             raise ValueError(
                 f"model {self.name!r}: device {self.device!r} is a torch device; the mlx backend takes auto or cpu"
             )
+        if self.backend == "mlx" and self.compile_decode:
+            raise ValueError(f"model {self.name!r}: compile_decode is the torch backend's; the mlx backend has none")
         return self
 
     @property

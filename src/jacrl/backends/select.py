@@ -17,17 +17,18 @@ from jacrl.backends.config import BackendName, ModelSpec
 @dataclass(frozen=True)
 class Placement:
     """Where and in what precision the torch backend runs a model (a `ModelSpec`'s `device`,
-    `dtype`, `gradient_checkpointing`, and whether the job trains: `dtype: auto` trains in
-    float32 on CPU); the MLX backend runs on MLX's default device in the folder's own precision."""
+    `dtype`, `gradient_checkpointing`, `compile_decode`, and whether the job trains: `dtype: auto`
+    trains in float32 on CPU); the MLX backend runs on MLX's default device in the folder's own precision."""
 
     device: str = "auto"
     dtype: str = "auto"
     gradient_checkpointing: bool = False
     training: bool = False
+    compile_decode: bool = False
 
     @classmethod
     def of(cls, spec: ModelSpec, training: bool = False) -> Placement:
-        return cls(spec.device, spec.dtype, spec.gradient_checkpointing, training)
+        return cls(spec.device, spec.dtype, spec.gradient_checkpointing, training, spec.compile_decode)
 
 
 def resolve_backend(name: BackendName | str = "auto") -> str:
@@ -64,6 +65,7 @@ def load_backend(
             dtype=placement.dtype,
             gradient_checkpointing=placement.gradient_checkpointing,
             training=placement.training,
+            compile_decode=placement.compile_decode,
         )
     from jacrl.backends.mlx_backend import MLXBackend
 

@@ -38,8 +38,12 @@ class PrefixKV:
     own_keys: list[Any]
     """Per layer [rows, kv_heads, max_new, head_dim]: the rows' decoded tokens, written as they come."""
     own_values: list[Any]
-    step: int = 0
-    """Tokens each row has fed so far: the slot this step's key and value go to."""
+    slot: Any
+    """[1] long: tokens each row has fed so far, the slot this step's key and value go to. A tensor
+    set in place, and every own slot attended under a mask, so each step has the same shapes and
+    the same Python values (one compiled graph serves every step: `next_logits`)."""
+    slots: Any
+    """[max_new] long: 0, 1, …, the own slots' positions."""
 
     @classmethod
     def of(cls, caches: list[Any], lengths: list[int], rows_per_prompt: int, max_new: int) -> PrefixKV:
@@ -64,7 +68,9 @@ class PrefixKV:
             bias = bias.masked_fill(padded, float("-inf"))[:, None, None, :]
         rows = len(lengths) * rows_per_prompt
         own = [k.new_zeros((rows, k.shape[1], max_new, k.shape[3])) for k in keys]
-        return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own])
+        slot = torch.zeros(1, dtype=torch.long, device=keys[0].device)
+        slots = torch.arange(max_new, device=keys[0].device)
+        return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots)
 
 
 def shared_prefix_attention(
@@ -79,9 +85,10 @@ def shared_prefix_attention(
     kv: PrefixKV | None = kwargs.pop("prefix_kv", None)
     if kv is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    layer, t = module.layer_idx, kv.step
-    kv.own_keys[layer][:, :, t : t + 1] = key
-    kv.own_values[layer][:, :, t : t + 1] = value
+    layer = module.layer_idx
+    own_k, own_v = kv.own_keys[layer], kv.own_values[layer]
+    own_k.index_copy_(2, kv.slot, key.float())
+    own_v.index_copy_(2, kv.slot, value.float())
     rows, heads, _, d = query.shape
     r = kv.rows_per_prompt
     prompts, kv_heads = rows // r, key.shape[1]
@@ -98,13 +105,32 @@ def shared_prefix_attention(
     prefix = by_prompt(q) @ kv.keys[layer].transpose(-1, -2)  # one read of the prompt's cache
     if kv.pad_bias is not None:
         prefix = prefix + kv.pad_bias
-    own_k, own_v = kv.own_keys[layer][:, :, : t + 1], kv.own_values[layer][:, :, : t + 1]
-    own = by_prompt(q @ own_k.transpose(-1, -2))
+    own = by_prompt((q @ own_k.transpose(-1, -2)).masked_fill(kv.slots > kv.slot, float("-inf")))
     probs = torch.softmax(torch.cat([prefix, own], dim=-1), dim=-1)
     width = prefix.shape[-1]
     out = probs[..., :width] @ kv.values[layer] + by_prompt(by_row(probs[..., width:]) @ own_v)
     out = by_row(out)  # [rows, kv_heads, group, d]
     return out.reshape(rows, 1, heads, d).to(query.dtype), None
+
+
+def next_logits(model: Any, kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+    """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
+    out = model(input_ids=tokens, position_ids=positions, prefix_kv=kv, use_cache=False)
+    return out.logits[:, -1, :].float()
+
+
+_compiled: Any = None
+
+
+def compiled_next_logits() -> Any:
+    """`next_logits` through `torch.compile`, one per process: every decode's steps (and every
+    decode with the same shapes) reuse its graphs."""
+    global _compiled
+    if _compiled is None:
+        import torch
+
+        _compiled = torch.compile(next_logits)
+    return _compiled
 
 
 _registered = False

@@ -35,7 +35,7 @@ from jacrl.backends.determinism import is_strict
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
-from jacrl.backends.shared_prefix import PrefixKV, decoding_with
+from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decoding_with, next_logits
 from jacrl.progress import Progress
 
 SMALL_MODEL_PARAMS = 50_000_000
@@ -110,6 +110,7 @@ class TorchBackend(Backend):
         max_batch_rows: int = MAX_BATCH_ROWS,
         gradient_checkpointing: bool = False,
         training: bool = False,
+        compile_decode: bool = False,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -141,6 +142,8 @@ class TorchBackend(Backend):
         self._reference_prompts = ReferencePrompts()
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
         self.max_batch_rows = max_batch_rows
+        self.compile_decode = compile_decode
+        """A prompt's rows decoded through `torch.compile` (`jacrl.backends.shared_prefix.compiled_next_logits`)."""
         if adapter_path is not None:
             self.load_adapter(adapter_path)
 
@@ -233,11 +236,12 @@ class TorchBackend(Backend):
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
 
+        forward = compiled_next_logits() if self.compile_decode else next_logits
+
         def step(tok: Any, t: int) -> Any:
-            kv.step = t
+            kv.slot.fill_(t)
             with decoding_with(lm):
-                out = model(input_ids=tok[:, None].to(self.device), position_ids=(lens + t)[:, None], prefix_kv=kv)
-            return out.logits[:, -1, :].float()
+                return forward(model, kv, tok[:, None].to(self.device), (lens + t)[:, None])
 
         return step
 
