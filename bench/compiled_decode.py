@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
 
-from engines import pick_prompt, read_seconds  # noqa: E402
+from engines import cpu_model, forced_backend, pick_prompt, read_seconds  # noqa: E402
 
 
 def main() -> int:
@@ -34,15 +33,9 @@ def main() -> int:
     p.add_argument("--group", type=int, default=8)
     a = p.parse_args()
     from jacrl.backends import LoraSpec, SamplingParams
-    from jacrl.backends.torch_backend import TorchBackend
-
-    never = 49151  # forced length: an id the model never reaches stands for EOS
-
-    class Forced(TorchBackend):
-        eos_token_ids = property(lambda self: {never})
 
     prompt = pick_prompt(a.model, 1404)
-    b = Forced(a.model, dtype="float32", threads=2, training=True)
+    b = forced_backend(a.model, dtype="float32", threads=2, training=True)
     b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=-1), seed=0)
     b.sample_merged()
     n_bytes = 2 * sum(x.numel() for x in b._sampling_model().parameters())
@@ -54,8 +47,9 @@ def main() -> int:
         b.generate_ids([prompt], a.group, params, progress=False)
         return time.perf_counter() - t0
 
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    print(f"{cpu}, 2 threads; prompt {len(prompt)} tokens, group {a.group} × {a.tokens}; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"{cpu_model()}, 2 threads; prompt {len(prompt)} tokens, group {a.group} × {a.tokens}; load {os.getloadavg()[0]:.1f}"
+    )
     group(False)
     t0 = time.perf_counter()
     group(True)

