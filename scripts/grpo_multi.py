@@ -20,6 +20,7 @@ with logged(snakemake):
     ]
     model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(snakemake.params.model_dir))
-    reward = next(iter(configs.values())).reward  # the reward section is shared by every arm
+    first = next(iter(configs.values()))  # every arm trains on one reward (checked when the config loads)
+    reward = first.grpo.training_reward(first.reward)
     with RewardScorer(reward, threads=snakemake.threads, special_tokens=special) as scorer:
         train_grpo_runs(model, runs, scorer, threads=snakemake.threads)

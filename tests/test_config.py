@@ -215,6 +215,19 @@ def test_multi_run_refuses_an_arm_whose_losses_differ_naming_it():
     load_config({"grpo_arms": {"same": {"grpo": {"lr": 1e-5}}}, "ladder": {"multi_run": True}})
 
 
+def test_an_arm_trains_on_its_floor_share_while_the_cells_judge_with_the_reward():
+    cfg = load_config({"grpo_arms": {"floor": {"grpo": {"floor_share": 0.5}}}})
+    job = load_config(cfg.grpo_job_config("floor"))  # what the GRPO job of sft_grpo@floor reads
+    trained = job.grpo.training_reward(job.reward)
+    assert trained.tiered.floor_share == 0.5 and job.reward.tiered.floor_share == 0.0
+    assert trained.model_dump(exclude={"tiered"}) == job.reward.model_dump(exclude={"tiered"})
+    assert reward_config_digest(trained) != reward_config_digest(job.reward)  # its scores cache apart
+    default = load_config(cfg.grpo_job_config(None))
+    assert default.grpo.training_reward(default.reward) is default.reward
+    with pytest.raises(ConfigError, match=r"grpo.floor_share differs between arms \(default arm: None, floor: 0.5\)"):
+        load_config({**cfg.model_dump(mode="json"), "ladder": {"multi_run": True}})
+
+
 def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog):
     caplog.set_level(logging.INFO, logger="jacrl.config")
     said = lambda: [r.getMessage() for r in caplog.records if r.name == "jacrl.config"]  # noqa: E731

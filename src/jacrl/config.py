@@ -193,6 +193,19 @@ class Config(LossFrameworkConfig):
         return self
 
     @model_validator(mode="after")
+    def _one_training_reward_per_multi_job(self) -> Config:
+        """A grpo_multi job scores every run's groups with one scorer, so its arms train on one reward."""
+        if not self.ladder.multi_run:
+            return self
+        shares = {"default arm": self.grpo.floor_share} | {a: arm.grpo.floor_share for a, arm in self.grpo_arms.items()}
+        if len(set(shares.values())) > 1:
+            raise ValueError(
+                f"ladder.multi_run trains every arm in one job on one reward, but grpo.floor_share differs "
+                f"between arms ({', '.join(f'{a}: {v}' for a, v in shares.items())}): set it alike or turn multi_run off"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _opd_terms_fit(self) -> Config:
         """The opd job's own terms load beside the run's other loss keys (the envs' `enabled_losses` name
         terms): refused here, at `snakemake -n`, not when the job starts. Checked only where the opd

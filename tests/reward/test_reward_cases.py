@@ -87,3 +87,36 @@ def test_empty_completion_scores_zero(tasks, tiered_scorer, dense_scorer):
     for scorer in (tiered_scorer, dense_scorer):
         s = scorer.score("fx_visit_city", "```jac\n```")
         assert s.score == 0.0 and s.extract == "empty" and s.body_sim == 0.0
+
+
+@pytest.fixture(scope="module")
+def floored_scorer(tasks):
+    from jacrl.reward.batch import RewardScorer
+
+    s = RewardScorer({"cache": False, "workers": 2, "scheme": "tiered", "tiered": {"floor_share": 0.5}})
+    s.tasks.update(tasks)
+    yield s.warm()
+    s.close()
+
+
+def test_a_stub_earns_part_of_a_floor_under_floor_share(tasks, tiered_scorer, floored_scorer):
+    """The exit GRPO found at a high learning rate: a two-line stub parses (or runs) where an attempt at
+    the whole unit often does not, and each tier's floor paid it in full. Under floor_share the stub
+    earns its share of the gold's code; an attempt of the gold's length keeps the whole floor."""
+    t = tasks["fx_total_population"]
+    comps = [
+        fence("return s;"),  # parses, fails at run time (s undefined)
+        fence("return 0;"),  # runs, wrong output
+        fence("s = 0;\nfor c in cities {\n    s += c.populaton;\n}\nreturn s;"),  # parses, fails at run time
+        fence("s = 0;\nfor c in cities {\n    s += 1;\n}\nreturn s;"),  # runs, wrong output
+    ]
+    plain = tiered_scorer.score_batch([t.id] * 4, comps)
+    floored = floored_scorer.score_batch([t.id] * 4, comps)
+    assert [(s.compiles, s.runs, s.exact) for s in floored] == [(True, False, False), (True, True, False)] * 2
+    assert plain[0].score >= 0.2 and plain[1].score >= 0.4  # whole floors for the stubs: the exit
+    stub_parse, stub_run, whole_parse, whole_run = floored
+    assert stub_parse.share < 0.25 and stub_run.share < 0.25 and whole_parse.share >= 0.5 and whole_run.share >= 0.5
+    assert stub_parse.score < 0.2 * stub_parse.share / 0.5 + 0.15 * stub_parse.body_sim + 1e-9
+    assert stub_run.score < 0.4 and stub_run.score < whole_run.score
+    assert stub_parse.score < whole_parse.score
+    assert (whole_parse.score, whole_run.score) == (plain[2].score, plain[3].score)

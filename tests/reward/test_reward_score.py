@@ -9,7 +9,15 @@ from pydantic import ValidationError
 
 from jacrl.reward.config import RewardConfig, TieredWeights, load_reward_config
 from jacrl.reward.runner import RunResult
-from jacrl.reward.score import body_similarity, idiom_score, line_fraction, output_ratio, score_run, tiered
+from jacrl.reward.score import (
+    body_similarity,
+    code_share,
+    idiom_score,
+    line_fraction,
+    output_ratio,
+    score_run,
+    tiered,
+)
 
 EXPECTED = "a\nb\nc\n"
 
@@ -54,6 +62,28 @@ def test_tiered_tiers():
     assert fail.score == pytest.approx(0.15 * fail.body_sim)
     slow = score("tiered", "return y;", gold, run("a\nb\nc\n", exit_code=-9, compiles=True, timed_out=True))
     assert slow.timed_out and not slow.runs and slow.score == pytest.approx(comp.score)
+
+
+def test_floor_share_scales_the_floors_by_the_bodys_share_of_the_gold():
+    w = TieredWeights(floor_share=0.5)
+    kw = dict(exact=False, line_frac=0.5, sim=0.2)
+    assert tiered(w, compiles=True, runs=False, share=0.1, **kw) == pytest.approx(0.2 * 0.2 + 0.15 * 0.2)
+    assert tiered(w, compiles=True, runs=True, share=0.25, **kw) == pytest.approx(0.4 * 0.5 + 0.25 * 0.5 + 0.15 * 0.2)
+    assert tiered(w, compiles=True, runs=True, share=3.0, **kw) == tiered(
+        TieredWeights(), compiles=True, runs=True, **kw
+    )
+    assert tiered(w, compiles=False, runs=False, share=0.1, **kw) == pytest.approx(0.15 * 0.2)  # no floor to scale
+    assert tiered(w, compiles=True, runs=True, exact=True, line_frac=1, sim=0, share=0.01) == 1.0  # never an exact pass
+
+
+def test_code_share_counts_code_not_comments_or_strings():
+    gold = "s = 0;\nfor c in cities {\n    s += c.population;\n}\nreturn s;"
+    assert code_share(gold, gold) == 1.0
+    stub = "return s;"
+    padded = "return s;  # " + "padding " * 50 + '\nx = "' + "y" * 400 + '";'
+    assert code_share(stub, gold) == pytest.approx(3 / 20)
+    assert code_share(padded, gold) == pytest.approx((3 + 5) / 20)  # x = "" ; — the comment and the letters add nothing
+    assert code_share(stub, "") == 1.0
 
 
 def test_exact_needs_a_clean_exit():

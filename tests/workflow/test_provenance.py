@@ -44,6 +44,9 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"tasks": {"timeout": 5}}, ALL),
         ({"splits": {"holdout_size": 7}}, ALL),
         ({"reward": {"tiered": {"exact": 2.0}}}, ALL),
+        ({"reward": {"tiered": {"floor_share": 0.0}}, "grpo": {"floor_share": None}}, set()),  # added knobs at default
+        ({"reward": {"tiered": {"floor_share": 0.5}}}, ALL),
+        ({"grpo": {"floor_share": 0.5}}, GRPO),  # the training reward only: the judge is unchanged
         ({"tiny": {"depth": 2}}, ALL),
         ({"models": [{"name": "tiny", "builtin": "tiny", "dtype": "float32"}]}, ALL),
         ({"eval": {"max_tokens": 99}}, ALL),

@@ -8,6 +8,10 @@ body_sim is computed for every completion so an all-failing group still has vari
 tiered (monotone): exact pass → exact; runs with wrong output → runs_base + runs_lines·
 line_frac + runs_sim·body_sim; parses only → compiles_base + compiles_sim·body_sim; else
 fail_sim·body_sim. Each tier's ceiling is below the next tier's floor (validated in config).
+With `floor_share` set, the two floors are scaled by min(1, share / floor_share), share = the
+body's code tokens over the gold body's: GRPO at a high learning rate found that a two-line stub
+(`return other;`) parses or runs far more often than an attempt at the whole unit, and a whole
+floor for it outbid every honest failure (docs/results/smollm2-cpu-smart/README.md).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class Score:
     line_frac: float = 0.0  # share of expected lines matched in place
     idiom: float = 0.0  # min(weighted OSP token count / norm, 1), of the body (0 unless it runs)
     body_sim: float = 0.0  # difflib ratio(body, gold body), normalized
+    share: float = 0.0  # the body's code tokens over the gold body's (comments and string contents not counted)
     timed_out: bool = False
     killed: str = ""
     exit_code: int | None = None
@@ -85,6 +90,16 @@ def idiom_score(body: str, norm: float = 8.0) -> float:
     code = mask(body).text
     total = sum(w * len(p.findall(code)) for p, w in IDIOM_TOKENS)
     return min(total / norm, 1.0)
+
+
+CODE_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def code_share(body: str, gold: str) -> float:
+    """The body's code tokens (words and punctuation; comments and string contents masked, so
+    padding with either adds nothing) over the gold body's."""
+    gold_tokens = len(CODE_TOKEN.findall(mask(gold).text))
+    return len(CODE_TOKEN.findall(mask(body).text)) / gold_tokens if gold_tokens else 1.0
 
 
 def body_similarity(body: str, gold: str) -> float:
@@ -122,13 +137,16 @@ def dense_v2(
     )
 
 
-def tiered(w: TieredWeights, *, compiles: bool, runs: bool, exact: bool, line_frac: float, sim: float) -> float:
+def tiered(
+    w: TieredWeights, *, compiles: bool, runs: bool, exact: bool, line_frac: float, sim: float, share: float = 1.0
+) -> float:
     if runs and exact:
         return w.exact
+    floor = min(1.0, share / w.floor_share) if w.floor_share else 1.0
     if runs:
-        return w.runs_base + w.runs_lines * line_frac + w.runs_sim * sim
+        return floor * w.runs_base + w.runs_lines * line_frac + w.runs_sim * sim
     if compiles:
-        return w.compiles_base + w.compiles_sim * sim
+        return floor * w.compiles_base + w.compiles_sim * sim
     return w.fail_sim * sim
 
 
@@ -161,15 +179,17 @@ def with_body(cfg: RewardConfig, s: Score, *, body: str, gold: str) -> Score:
     """`s` with its per-completion text terms (body_sim, idiom, flags) taken from `body`, and its
     value from those and its run terms: what lets completions whose programs mean the same share
     one run (batch.py) and still score exactly as if each had run its own."""
-    sim = body_similarity(body, gold)
+    sim, share = body_similarity(body, gold), code_share(body, gold)
     idiom = idiom_score(body, cfg.dense_v2.idiom_norm) if s.runs else 0.0
     if cfg.scheme == "dense_v2":
         value = dense_v2(
             cfg.dense_v2, compiles=s.compiles, runs=s.runs, exact=s.exact, ratio=s.output_ratio, idiom=idiom, sim=sim
         )
     else:
-        value = tiered(cfg.tiered, compiles=s.compiles, runs=s.runs, exact=s.exact, line_frac=s.line_frac, sim=sim)
-    return replace(s, score=value, body_sim=sim, idiom=idiom, flags=audit_flags(body))
+        value = tiered(
+            cfg.tiered, compiles=s.compiles, runs=s.runs, exact=s.exact, line_frac=s.line_frac, sim=sim, share=share
+        )
+    return replace(s, score=value, body_sim=sim, share=share, idiom=idiom, flags=audit_flags(body))
 
 
 def zero_score(cfg: RewardConfig, *, extract: str, rejected: str = "", task_id: str = "") -> Score:

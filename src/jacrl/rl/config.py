@@ -9,7 +9,8 @@ from pydantic import Field, field_validator, model_validator
 
 from jacrl.ladder.config import Rung
 from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, OpdLossConfig, check_terms, dump_losses
-from jacrl.strict import RESULT_FREE, StrictModel
+from jacrl.reward.config import RewardConfig
+from jacrl.strict import HASHED_WHEN_SET, RESULT_FREE, StrictModel
 
 FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
 """The knobs only a fresh adapter reads (raw_grpo); sft_grpo continues the SFT adapter."""
@@ -94,6 +95,22 @@ class GRPOConfig(StrictModel):
         description="Checkpoint (adapter + optimiser + step) every N steps; a restarted run resumes from the last one.",
     )
     seed: int = Field(0, description="Seed of prompt order and sampling.")
+    floor_share: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        json_schema_extra=HASHED_WHEN_SET,
+        description="The training reward's `reward.tiered.floor_share` (a stub earns part of a tier's floor, not "
+        "all); None = the reward's own. The eval cells keep judging with `reward` as it is, so an arm that trains "
+        "on a shaped reward is measured on the same scale as the others.",
+    )
+
+    def training_reward(self, reward: RewardConfig) -> RewardConfig:
+        """The reward this run trains on: `reward`, with this config's `floor_share` where it sets one."""
+        if self.floor_share is None:
+            return reward
+        tiered = reward.tiered.model_copy(update={"floor_share": self.floor_share})
+        return reward.model_copy(update={"tiered": tiered})
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> GRPOConfig:

@@ -161,7 +161,8 @@ def code_version() -> str:
 def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
     """A training rule's run (`grpo`, `opd`) from its params, input and output: the model from the folder
     the rule names (a builtin's build, an RFT warm start), the rung's tasks, the start (`input.init`, if
-    any); with the reward's settings and the model tokenizer's special tokens, cut out of completions."""
+    any); with the reward it trains on (`grpo.training_reward`) and the model tokenizer's special tokens, cut
+    out of completions."""
     from transformers import AutoTokenizer
 
     from jacrl.backends.config import ModelSpec
@@ -181,4 +182,4 @@ def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
         threads=smk.threads,
     )
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(smk.params.model_dir))
-    return run, cfg.reward, special
+    return run, cfg.grpo.training_reward(cfg.reward), special
