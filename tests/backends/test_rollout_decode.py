@@ -116,3 +116,44 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
         compiled = b.generate_draws(PROMPTS, draws, progress=False)
         for d in range(2):
             _same(compiled[d], eager[d])
+
+
+def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(tiny_model, monkeypatch):
+    """Greedy eval rows (one per prompt) stop being decoded as they end: every row's tokens and
+    log-probs are what decoding every row to the longest one's end gives, sampled rows included."""
+    from collections import Counter
+
+    from jacrl.backends import static_rows
+
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.shared_prefix = False  # sampled rows on the static cache too
+    prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
+    draws = [Draw(1, GREEDY), Draw(2, SAMPLED)]
+    decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
+    monkeypatch.setattr(static_rows, "NARROW_SHARE", 2.0)  # never narrow: every row to the end
+    plain = decoded()
+    # an end token the rows reach at different steps, so the batch narrows several times
+    firsts = Counter(t for d in plain for p in d for c in p for t in set(c.token_ids[1:-1]))
+    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
+    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
+    whole = decoded()
+    narrowed = []
+    monkeypatch.setattr(static_rows, "NARROW_SHARE", 0.25)
+    monkeypatch.setattr(static_rows.StaticRows, "narrow", _spy(static_rows.StaticRows.narrow, narrowed))
+    cut = decoded()
+    assert len(narrowed) >= 2 and narrowed == sorted(narrowed, reverse=True), narrowed
+    lengths = {len(c.token_ids) for d in whole for p in d for c in p}
+    assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
+    for d in range(len(draws)):
+        for i in range(len(prompts)):
+            assert [c.token_ids for c in cut[d][i]] == [c.token_ids for c in whole[d][i]], (d, i)
+            for a, c in zip(cut[d][i], whole[d][i], strict=True):
+                assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
+
+
+def _spy(narrow, calls: list[int]):
+    def spied(self, keep):
+        calls.append(len(keep))
+        return narrow(self, keep)
+
+    return spied

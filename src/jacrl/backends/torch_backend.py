@@ -36,6 +36,7 @@ from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decoding_with, next_logits
+from jacrl.backends.static_rows import StaticRows, rows_to_keep
 from jacrl.progress import Progress
 
 SMALL_MODEL_PARAMS = 50_000_000
@@ -205,7 +206,8 @@ class TorchBackend(Backend):
             if rows > 1 and self.shared_prefix:
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens)
             else:
-                step = self._static_cache_step(model, caches, prompts, rows, max_tokens)
+                lm = _causal_lm_of(model)
+                step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
             with self._decode_threads(len(prompts) * rows):
                 tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
         return tokens.tolist(), logps.tolist()
@@ -245,59 +247,33 @@ class TorchBackend(Backend):
 
         return step
 
-    def _static_cache_step(
-        self, model: Any, caches: list[Any], prompts: list[list[int]], rows: int, max_tokens: int
-    ) -> Callable[[Any, int], Any]:
-        """As `_shared_prefix_step`, with the caches left-padded with zeros, copied once per row into
-        one preallocated `StaticCache` (a growing cache copies itself at every step) under a mask that
-        spans it, left padding and not-yet-written slots 0: what one row per prompt takes."""
-        import torch
-        from torch.nn.functional import pad
-        from transformers import StaticCache
-
-        lm = _causal_lm_of(model)
-        width = max(map(len, prompts))
-        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        mask = torch.zeros((len(lens), width + max_tokens), dtype=torch.long, device=self.device)
-        mask[:, :width] = torch.arange(width, device=self.device)[None, :] >= (width - lens)[:, None]
-        cache = StaticCache(config=lm.config, max_cache_len=width + max_tokens)
-        for i, layer in enumerate(cache.layers):
-            keys, values = (
-                torch.cat(
-                    [pad(getattr(c.layers[i], f), (0, 0, width - len(p), 0)) for c, p in zip(caches, prompts)]
-                ).repeat_interleave(rows, dim=0)
-                for f in ("keys", "values")
-            )
-            layer.update(keys, values)
-        kw = {_cache_kwarg(lm): cache, "use_cache": True}
-
-        def step(tok: Any, t: int) -> Any:
-            mask[:, width + t] = 1
-            out = model(
-                input_ids=tok[:, None].to(self.device), attention_mask=mask, position_ids=(lens + t)[:, None], **kw
-            )
-            return out.logits[:, -1, :].float()
-
-        return step
-
     def _decode(
         self, logits: Any, step: Callable[[Any, int], Any], max_tokens: int, choose: RowChooser
     ) -> tuple[Any, Any]:
+        """Every row's tokens and their log-probs, to each row's end or `max_tokens`. A `StaticRows`
+        step stops decoding rows as they end (`rows_to_keep`); the chooser still sees every row (an
+        ended row's logits stay as they were), so each sampled row draws what it would have."""
         import torch
 
         rows = logits.shape[0]
         eos = torch.tensor(sorted(self.eos_token_ids))
         tokens, logps = [], []
         done = torch.zeros(rows, dtype=torch.bool)
+        live = torch.arange(rows)  # the rows `step` decodes, in its order
+        logits = logits.cpu()
         for t in range(max_tokens):
-            tok, lp = choose(logits.cpu())  # on the CPU, from CPU generators: see RowChooser
+            tok, lp = choose(logits)  # on the CPU, from CPU generators: see RowChooser
             tok = torch.where(done, eos[0], tok)
             tokens.append(tok)
             logps.append(lp)
             done |= torch.isin(tok, eos)
             if bool(done.all()) or t == max_tokens - 1:
                 break
-            logits = step(tok, t)
+            keep = rows_to_keep(done[live]) if isinstance(step, StaticRows) else None
+            if keep is not None:
+                step.narrow(keep)
+                live = live[keep]
+            logits[live] = step(tok[live], t).cpu()
         if not tokens:
             return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
