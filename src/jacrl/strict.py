@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 RESULT_FREE = {"result_free": True}
 """`json_schema_extra` of a field that changes how a job runs (threads, memory, checkpoint cadence,
 caching) but not what it computes: `StrictModel.result_settings` leaves it out, so changing it
 changes no cell's config hash."""
 
-HASHED_WHEN_SET = {"hashed_when_set": True}
-"""`json_schema_extra` of a field added after cells were built: `StrictModel.result_settings` leaves it
-out while it holds its default, so the cells built before it existed keep their config hashes. Such a
-field's default must never change (a cell built under the old default would pass for the new one)."""
+ADDED_LATER = {"added_later": True}
+"""`json_schema_extra` of a field added after runs were made with the config: every dump of its section
+(a rule's `params`, a cell's config parts and hash) leaves it out while it holds its default, so the jobs
+and cells built before it existed are neither rerun by Snakemake's params trigger nor dropped from the
+table. Such a field's default must never change (what was built under the old default would pass for
+the new one). Combine with RESULT_FREE as `{**RESULT_FREE, **ADDED_LATER}`."""
 
 
 class StrictModel(BaseModel):
@@ -23,17 +25,29 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
+    @model_serializer(mode="wrap")
+    def _without_later_defaults(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Every dump, without the `ADDED_LATER` fields that hold their default."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for name, field in type(self).model_fields.items():
+                if _marked(field, "added_later") and getattr(self, name) == field.get_default(
+                    call_default_factory=True
+                ):
+                    data.pop(field.alias if info.by_alias and field.alias else name, None)
+        return data
+
     def result_settings(self) -> dict[str, Any]:
-        """The JSON form of the fields that determine results: all but the `RESULT_FREE` ones and the
-        `HASHED_WHEN_SET` ones at their default, nested sections likewise."""
+        """The JSON form of the fields that determine results: all but the `RESULT_FREE` ones (and the
+        `ADDED_LATER` ones at their default, as in every dump), nested sections likewise."""
         dumped = self.model_dump(mode="json")
         out: dict[str, Any] = {}
         for name, field in type(self).model_fields.items():
             if _marked(field, "result_free"):
                 continue
-            value = getattr(self, name)
-            if _marked(field, "hashed_when_set") and value == field.get_default(call_default_factory=True):
+            if name not in dumped:  # ADDED_LATER at its default
                 continue
+            value = getattr(self, name)
             if isinstance(value, StrictModel):
                 out[name] = value.result_settings()
             elif isinstance(value, list) and value and all(isinstance(v, StrictModel) for v in value):

@@ -16,7 +16,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, model_validator
 
-from jacrl.strict import RESULT_FREE, StrictModel
+from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 
 BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
@@ -82,7 +82,7 @@ class ModelSpec(StrictModel):
     )
     compile_decode: bool = Field(
         False,
-        json_schema_extra=RESULT_FREE,  # as threads: the same computation, summed in another order
+        json_schema_extra={**RESULT_FREE, **ADDED_LATER},  # as threads: the same computation, summed in another order
         description="Decode steps of several rows after a shared prompt (GRPO's groups, eval's policy "
         "samples) through `torch.compile` (torch backend): a group's decode in ~0.8x the time on CPU, for "
         "~1-2 min of compiling per job on a fresh machine; for long GRPO runs (docs/design.md#backends).",

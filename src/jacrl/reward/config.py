@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from jacrl.strict import HASHED_WHEN_SET, RESULT_FREE, StrictModel
+from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 
 
 class DenseV2Weights(StrictModel):
@@ -53,7 +53,7 @@ class TieredWeights(StrictModel):
         0.0,
         ge=0,
         le=1,
-        json_schema_extra=HASHED_WHEN_SET,
+        json_schema_extra=ADDED_LATER,
         description="The compiles and runs floors (compiles_base, runs_base) are paid in full to a body with at "
         "least this share of the gold body's code tokens (comments and string contents not counted), and in "
         "proportion below it: a two-line stub that parses or runs does not earn a whole floor. An exact pass is "

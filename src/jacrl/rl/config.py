@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from jacrl.ladder.config import Rung
 from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, OpdLossConfig, check_terms, dump_losses
 from jacrl.reward.config import RewardConfig
-from jacrl.strict import HASHED_WHEN_SET, RESULT_FREE, StrictModel
+from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 
 FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
 """The knobs only a fresh adapter reads (raw_grpo); sft_grpo continues the SFT adapter."""
@@ -99,7 +99,7 @@ class GRPOConfig(StrictModel):
         None,
         ge=0,
         le=1,
-        json_schema_extra=HASHED_WHEN_SET,
+        json_schema_extra=ADDED_LATER,
         description="The training reward's `reward.tiered.floor_share` (a stub earns part of a tier's floor, not "
         "all); None = the reward's own. The eval cells keep judging with `reward` as it is, so an arm that trains "
         "on a shaped reward is measured on the same scale as the others.",

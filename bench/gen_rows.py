@@ -1,0 +1,69 @@
+"""A gen cell's greedy pass with and without dropping the rows that ended (`StaticRows.narrow`),
+alternating in one process: the seconds of each, their ratio, and whether every row decoded the
+same tokens.
+
+    .venv/bin/python bench/gen_rows.py [--model models/smollm2] [--adapter DIR] [--limit 101] [--rounds 2]
+
+The cell's settings: the holdout's prompts through the chat template, greedy, `eval.max_tokens`
+192, the eval job's model (the adapter merged, the model's dtype: bf16 on a CPU that computes it),
+2 threads. Off = `NARROW_SHARE` above 1 (every row to the longest one's end, as before narrowing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engines import cpu_model  # noqa: E402
+
+from jacrl.backends import SamplingParams, static_rows  # noqa: E402
+from jacrl.backends.base import Draw  # noqa: E402
+from jacrl.backends.select import load_backend  # noqa: E402
+from jacrl.tasks.record import read_tasks  # noqa: E402
+
+
+NARROWED = static_rows.NARROW_SHARE
+
+
+def greedy_pass(backend, prompts: list[str], share: float) -> tuple[float, list[list[int]]]:
+    static_rows.NARROW_SHARE = share
+    start = time.perf_counter()
+    [done] = backend.generate_draws(prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=192))], progress=False)
+    return time.perf_counter() - start, [c[0].token_ids for c in done]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="models/smollm2")
+    ap.add_argument("--adapter")
+    ap.add_argument("--tasks", default="dataset/rl/holdout.jsonl")
+    ap.add_argument("--limit", type=int, default=101)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)
+    backend.merge_adapter()
+    prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
+    print(f"{cpu_model()}; {len(prompts)} prompts, greedy, 192 tokens at most; load {os.getloadavg()[0]:.1f}")
+    times: dict[str, list[float]] = {"all rows": [], "narrowed": []}
+    tokens: dict[str, list[list[int]]] = {}
+    for r in range(args.rounds):
+        for name, share in (("all rows", 2.0), ("narrowed", NARROWED)):
+            seconds, tokens[name] = greedy_pass(backend, prompts, share)
+            times[name].append(seconds)
+            print(f"round {r + 1} {name:>9}: {seconds:7.1f} s", flush=True)
+    lengths = [len(t) for t in tokens["narrowed"]]
+    same = sum(a == b for a, b in zip(tokens["all rows"], tokens["narrowed"]))
+    print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= 192 for n in lengths)}")
+    print(f"rows with the same tokens both ways: {same} of {len(prompts)}")
+    ratio = statistics.median(times["narrowed"]) / statistics.median(times["all rows"])
+    print(f"narrowed / all rows (medians): {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
