@@ -27,7 +27,6 @@ from jacrl.backends.base import Draw  # noqa: E402
 from jacrl.backends.select import load_backend  # noqa: E402
 from jacrl.tasks.record import read_tasks  # noqa: E402
 
-
 NARROWED = static_rows.NARROW_SHARE
 
 

@@ -228,6 +228,20 @@ def test_an_arm_trains_on_its_floor_share_while_the_cells_judge_with_the_reward(
         load_config({**cfg.model_dump(mode="json"), "ladder": {"multi_run": True}})
 
 
+def test_a_knob_added_later_is_left_out_of_every_dump_at_its_default():
+    """A rule's params are the dumped config: a knob added after jobs ran must not change their params
+    (Snakemake's params trigger would rerun them) nor the cells' hashes, until it is set."""
+    cfg = load_config({"models": [{"name": "m", "builtin": "tiny"}]})
+    job = cfg.grpo_job_config(None)
+    assert "floor_share" not in job["grpo"] and "floor_share" not in job["reward"]["tiered"]
+    assert "compile_decode" not in cfg.model("m").model_dump(mode="json")
+    assert load_config(job).grpo == cfg.grpo  # what a job reads back is the same config
+    set_ = load_config({"grpo": {"floor_share": 0.5}, "reward": {"tiered": {"floor_share": 0.3}}})
+    job = set_.grpo_job_config(None)
+    assert (job["grpo"]["floor_share"], job["reward"]["tiered"]["floor_share"]) == (0.5, 0.3)
+    assert set_.reward.result_settings()["weights"]["floor_share"] == 0.3
+
+
 def test_an_unset_policy_temperature_is_grpos_and_the_config_says_so_once(caplog):
     caplog.set_level(logging.INFO, logger="jacrl.config")
     said = lambda: [r.getMessage() for r in caplog.records if r.name == "jacrl.config"]  # noqa: E731

@@ -262,3 +262,46 @@ def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_
     assert rows[True]["reward/mean"] == rows[False]["reward/mean"]
     assert rows[True]["loss/total"] != rows[False]["loss/total"]
     assert rows[True]["loss/total"] == pytest.approx(rows[False]["loss/total"], abs=0.02)
+
+
+class _LiveTensors:
+    """A tracker that counts, after each step, the tensors Python can still reach and their bytes."""
+
+    def __init__(self):
+        self.after_step: list[tuple[int, int]] = []
+
+    def log(self, row):
+        import gc
+
+        import torch
+
+        storages = {}
+        for o in gc.get_objects():
+            if isinstance(o, torch.Tensor) and not o.is_meta:
+                s = o.untyped_storage()
+                storages[s.data_ptr()] = s.nbytes()
+        self.after_step.append((len(storages), sum(storages.values())))
+
+    def close(self):
+        pass
+
+
+def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
+    """What a long GRPO run must not do: keep a step's tensors (samples, caches, a refolded sampling copy,
+    the graph) into the next. One task, so the reference's kept prompt and the optimiser's state are all
+    in place after the first step; from then on the live tensors are the same in number and bytes."""
+    probe = _LiveTensors()
+    train_grpo(
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=tasks[:1],
+            out=tmp_path / "grpo",
+            cfg=grpo_cfg(iters=6, save_every=100),
+            losses=load_config(LOSSES),
+        ),
+        scorer,
+        tracker=probe,
+        progress=False,
+    )
+    assert len(probe.after_step) == 6
+    assert len(set(probe.after_step[1:])) == 1, probe.after_step
