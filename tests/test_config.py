@@ -226,6 +226,8 @@ def test_an_arm_trains_on_its_floor_share_while_the_cells_judge_with_the_reward(
     assert default.grpo.training_reward(default.reward) is default.reward
     with pytest.raises(ConfigError, match=r"grpo.floor_share differs between arms \(default arm: None, floor: 0.5\)"):
         load_config({**cfg.model_dump(mode="json"), "ladder": {"multi_run": True}})
+    with pytest.raises(ConfigError, match=r"grpo.floor_share \(floor\) scales the tiered scheme's floors, but reward"):
+        load_config({**cfg.model_dump(mode="json"), "reward": {"scheme": "dense_v2"}})
 
 
 def test_a_knob_added_later_is_left_out_of_every_dump_at_its_default():

@@ -193,12 +193,17 @@ class Config(LossFrameworkConfig):
         return self
 
     @model_validator(mode="after")
-    def _one_training_reward_per_multi_job(self) -> Config:
-        """A grpo_multi job scores every run's groups with one scorer, so its arms train on one reward."""
-        if not self.ladder.multi_run:
-            return self
+    def _training_rewards_fit(self) -> Config:
+        """`grpo.floor_share` scales the tiered scheme's floors (dense_v2 has none); and a grpo_multi job
+        scores every run's groups with one scorer, so its arms train on one reward."""
         shares = {"default arm": self.grpo.floor_share} | {a: arm.grpo.floor_share for a, arm in self.grpo_arms.items()}
-        if len(set(shares.values())) > 1:
+        set_by = [a for a, v in shares.items() if v is not None]
+        if set_by and self.reward.scheme != "tiered":
+            raise ValueError(
+                f"grpo.floor_share ({', '.join(set_by)}) scales the tiered scheme's floors, "
+                f"but reward.scheme is {self.reward.scheme!r}"
+            )
+        if self.ladder.multi_run and len(set(shares.values())) > 1:
             raise ValueError(
                 f"ladder.multi_run trains every arm in one job on one reward, but grpo.floor_share differs "
                 f"between arms ({', '.join(f'{a}: {v}' for a, v in shares.items())}): set it alike or turn multi_run off"
