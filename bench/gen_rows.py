@@ -28,12 +28,15 @@ from jacrl.backends.select import load_backend  # noqa: E402
 from jacrl.tasks.record import read_tasks  # noqa: E402
 
 NARROWED = static_rows.NARROW_SHARE
+MAX_TOKENS = 192  # the SmolLM2 configs' eval.max_tokens
 
 
 def greedy_pass(backend, prompts: list[str], share: float) -> tuple[float, list[list[int]]]:
     static_rows.NARROW_SHARE = share
     start = time.perf_counter()
-    [done] = backend.generate_draws(prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=192))], progress=False)
+    [done] = backend.generate_draws(
+        prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS))], progress=False
+    )
     return time.perf_counter() - start, [c[0].token_ids for c in done]
 
 
@@ -48,7 +51,7 @@ def main() -> None:
     backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)
     backend.merge_adapter()
     prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
-    print(f"{cpu_model()}; {len(prompts)} prompts, greedy, 192 tokens at most; load {os.getloadavg()[0]:.1f}")
+    print(f"{cpu_model()}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most; load {os.getloadavg()[0]:.1f}")
     times: dict[str, list[float]] = {"all rows": [], "narrowed": []}
     tokens: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):
@@ -58,7 +61,7 @@ def main() -> None:
             print(f"round {r + 1} {name:>9}: {seconds:7.1f} s", flush=True)
     lengths = [len(t) for t in tokens["narrowed"]]
     same = sum(a == b for a, b in zip(tokens["all rows"], tokens["narrowed"]))
-    print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= 192 for n in lengths)}")
+    print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= MAX_TOKENS for n in lengths)}")
     print(f"rows with the same tokens both ways: {same} of {len(prompts)}")
     ratio = statistics.median(times["narrowed"]) / statistics.median(times["all rows"])
     print(f"narrowed / all rows (medians): {ratio:.2f}x")

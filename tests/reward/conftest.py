@@ -16,24 +16,28 @@ def tasks() -> dict[str, Task]:
     return load_tasks(FIXTURES / "tasks.jsonl")
 
 
-def _scorer(**cfg) -> RewardScorer:
-    return RewardScorer({"cache": False, "workers": 2, **cfg})
+def _warm_scorer(tasks: dict[str, Task], **cfg):
+    """A scorer of the fixture tasks with its fork servers started, closed after the session."""
+    s = RewardScorer({"cache": False, "workers": 2, **cfg})
+    s.tasks.update(tasks)
+    yield s.warm()
+    s.close()
 
 
 @pytest.fixture(scope="session")
 def tiered_scorer(tasks):
-    s = _scorer(scheme="tiered")
-    s.tasks.update(tasks)
-    yield s.warm()
-    s.close()
+    yield from _warm_scorer(tasks, scheme="tiered")
 
 
 @pytest.fixture(scope="session")
 def dense_scorer(tasks):
-    s = _scorer(scheme="dense_v2")
-    s.tasks.update(tasks)
-    yield s.warm()
-    s.close()
+    yield from _warm_scorer(tasks, scheme="dense_v2")
+
+
+@pytest.fixture(scope="session")
+def floored_scorer(tasks):
+    """tiered with `floor_share` 0.5: a stub earns its share of a tier's floor."""
+    yield from _warm_scorer(tasks, scheme="tiered", tiered={"floor_share": 0.5})
 
 
 @pytest.fixture(scope="session")

@@ -89,16 +89,6 @@ def test_empty_completion_scores_zero(tasks, tiered_scorer, dense_scorer):
         assert s.score == 0.0 and s.extract == "empty" and s.body_sim == 0.0
 
 
-@pytest.fixture(scope="module")
-def floored_scorer(tasks):
-    from jacrl.reward.batch import RewardScorer
-
-    s = RewardScorer({"cache": False, "workers": 2, "scheme": "tiered", "tiered": {"floor_share": 0.5}})
-    s.tasks.update(tasks)
-    yield s.warm()
-    s.close()
-
-
 def test_a_stub_earns_part_of_a_floor_under_floor_share(tasks, tiered_scorer, floored_scorer):
     """The exit GRPO found at a high learning rate: a two-line stub parses (or runs) where an attempt at
     the whole unit often does not, and each tier's floor paid it in full. Under floor_share the stub

@@ -176,7 +176,7 @@ def score_run(
 
 
 def with_body(cfg: RewardConfig, s: Score, *, body: str, gold: str) -> Score:
-    """`s` with its per-completion text terms (body_sim, idiom, flags) taken from `body`, and its
+    """`s` with its per-completion text terms (body_sim, share, idiom, flags) taken from `body`, and its
     value from those and its run terms: what lets completions whose programs mean the same share
     one run (batch.py) and still score exactly as if each had run its own."""
     sim, share = body_similarity(body, gold), code_share(body, gold)
