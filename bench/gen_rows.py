@@ -1,12 +1,16 @@
-"""A gen cell's greedy pass with and without dropping the rows that ended (`StaticRows.narrow`),
-alternating in one process: the seconds of each, their ratio, and whether every row decoded the
-same tokens.
+"""A gen cell's greedy pass two ways, alternating in one process: the seconds of each, their ratio, and
+whether every row decoded the same tokens.
 
-    .venv/bin/python bench/gen_rows.py [--model models/smollm2] [--adapter DIR] [--limit 101] [--rounds 2]
+    .venv/bin/python bench/gen_rows.py [--model models/smollm2] [--adapter DIR] [--limit 101] [--rounds 2] \
+        [--compare narrow|packed]
 
-The cell's settings: the holdout's prompts through the chat template, greedy, `eval.max_tokens`
+`--compare narrow`: every row to the longest one's end (`NARROW_SHARE` above 1, as before narrowing)
+against dropping the rows that ended (`StaticRows.narrow`). `--compare packed`: both narrowed, the decode's
+linear layers unpacked (`pack_decode = False`) against packed for oneDNN (`jacrl.backends.packed`, the
+default). The cell's settings: the holdout's prompts through the chat template, greedy, `eval.max_tokens`
 192, the eval job's model (the adapter merged, the model's dtype: bf16 on a CPU that computes it),
-2 threads. Off = `NARROW_SHARE` above 1 (every row to the longest one's end, as before narrowing).
+2 threads, idle threads spinning as the workflow's jobs do unless the environment says otherwise
+(rules/common.smk).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if "OMP_WAIT_POLICY" not in os.environ:  # the workflow's jobs' setting (rules/common.smk)
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engines import cpu_model  # noqa: E402
 
@@ -29,10 +34,14 @@ from jacrl.tasks.record import read_tasks  # noqa: E402
 
 NARROWED = static_rows.NARROW_SHARE
 MAX_TOKENS = 192  # the SmolLM2 configs' eval.max_tokens
+WAYS = {  # --compare: (name, NARROW_SHARE, pack_decode) for each way
+    "narrow": (("all rows", 2.0, None), ("narrowed", NARROWED, None)),
+    "packed": (("unpacked", NARROWED, False), ("packed", NARROWED, None)),
+}
 
 
-def greedy_pass(backend, prompts: list[str], share: float) -> tuple[float, list[list[int]]]:
-    static_rows.NARROW_SHARE = share
+def greedy_pass(backend, prompts: list[str], share: float, pack: bool | None) -> tuple[float, list[list[int]]]:
+    static_rows.NARROW_SHARE, backend.pack_decode = share, pack
     start = time.perf_counter()
     [done] = backend.generate_draws(
         prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS))], progress=False
@@ -47,24 +56,28 @@ def main() -> None:
     ap.add_argument("--tasks", default="dataset/rl/holdout.jsonl")
     ap.add_argument("--limit", type=int, default=101)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--compare", choices=sorted(WAYS), default="narrow")
     args = ap.parse_args()
+    ways = WAYS[args.compare]
     backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)
     backend.merge_adapter()
     prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
-    print(f"{cpu_model()}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most; load {os.getloadavg()[0]:.1f}")
-    times: dict[str, list[float]] = {"all rows": [], "narrowed": []}
+    policy = os.environ.get("OMP_WAIT_POLICY") or f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}"
+    print(f"{cpu_model()}, {policy}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most")
+    times: dict[str, list[float]] = {name: [] for name, _, _ in ways}
     tokens: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):
-        for name, share in (("all rows", 2.0), ("narrowed", NARROWED)):
-            seconds, tokens[name] = greedy_pass(backend, prompts, share)
+        for name, share, pack in ways:
+            seconds, tokens[name] = greedy_pass(backend, prompts, share, pack)
             times[name].append(seconds)
             print(f"round {r + 1} {name:>9}: {seconds:7.1f} s", flush=True)
-    lengths = [len(t) for t in tokens["narrowed"]]
-    same = sum(a == b for a, b in zip(tokens["all rows"], tokens["narrowed"]))
+    (before, _, _), (after, _, _) = ways
+    lengths = [len(t) for t in tokens[after]]
+    same = sum(a == b for a, b in zip(tokens[before], tokens[after]))
     print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= MAX_TOKENS for n in lengths)}")
     print(f"rows with the same tokens both ways: {same} of {len(prompts)}")
-    ratio = statistics.median(times["narrowed"]) / statistics.median(times["all rows"])
-    print(f"narrowed / all rows (medians): {ratio:.2f}x")
+    ratio = statistics.median(times[after]) / statistics.median(times[before])
+    print(f"{after} / {before} (medians): {ratio:.2f}x")
 
 
 if __name__ == "__main__":

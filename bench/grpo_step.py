@@ -13,7 +13,10 @@ training), the completions' mean and longest length (what the training forward p
 the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
-`compile_decode: true` (its first step carries the compile).
+`compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
+step with unpacked weights (`TorchBackend.pack_decode = False`: the sampler before the fast decode step).
+OpenMP's wait policy is read when torch loads: run the bench once per setting (the workflow's jobs
+spin `GOMP_SPINCOUNT` before they sleep, rules/common.smk).
 
 Group 4, 2 prompts per step, max completion 128, LoRA on every layer, the `jac_behavioral` reward for
 mlx_lm_lora (its reward-functions file is ours). mlx_lm_lora's per-step time is the difference between a
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from jacrl import cli
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.torch_backend import TorchBackend
 from jacrl.config import load_config
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.losses.config import deep_merge
@@ -103,8 +107,9 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
     cfg = load_config(deep_merge(base, over))
     sampler, *flags = variant.split("+")
-    if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile"}:
-        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile or both")
+    if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile", "unpacked"}:
+        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked")
+    TorchBackend.pack_decode = False if "unpacked" in flags else None
     update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)
     spec = next(m for m in cfg.models if m.name == "smollm2").model_copy(update={"compile_decode": "compile" in flags})

@@ -6,9 +6,14 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-# Idle torch/OpenMP threads sleep instead of spinning (spinning threads made 2-thread jobs 5–25×
-# slower whenever another job shared the cores); inherited by every job's script.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Idle torch/OpenMP threads spin a short while, then sleep; inherited by every job's script. A job
+# owns the cores it declares (Snakemake runs no more threads than --cores; SLURM gives each job its
+# own), and a decode step opens hundreds of parallel regions: threads that slept at once
+# (OMP_WAIT_POLICY=PASSIVE) woke for each, a SmolLM2 group's decode 1.3x slower. Threads that spin
+# where another process shares the cores slow both (2.6x), hence a bound, and the user's own
+# setting of either variable wins (docs/design.md#measured-facts).
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 

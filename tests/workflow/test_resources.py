@@ -13,11 +13,13 @@ from safetensors.torch import load_file
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
 from jacrl.config import load_config, load_config_file
+from jacrl.workflow import resources
 from jacrl.workflow.resources import (
     BASE_MB,
     BUILTIN_SHAPES,
     DEFAULT_RUNTIME_MIN,
     FALLBACK_MB,
+    decodes_packed,
     job_resources,
     mem_mb,
     model_shape,
@@ -110,6 +112,18 @@ def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_pat
     assert shape.kv_width == 2 * 3 * 64
     kv_mb = 2 * 64 * 2592 * shape.layers * shape.kv_width * 2 / 2**20
     assert mem_mb(smol, "eval", 64, 2592, 192, tmp_path) > BASE_MB + kv_mb
+
+
+def test_a_job_that_decodes_on_cpu_holds_the_packed_weights_too(tmp_path, monkeypatch):
+    smol = ModelSpec(name="s", builtin="smollm2", dtype="bfloat16", device="cpu")
+    jobs = {"eval": (64, 2592, 192), "sft": (4, 2400, 2400)}
+    packed = {kind: mem_mb(smol, kind, *shape, tmp_path) for kind, shape in jobs.items()}
+    assert not decodes_packed(smol.model_copy(update={"device": "cuda"}), 10**9)
+    monkeypatch.setattr(resources, "PACKED_MIN_PARAMS", 10**12)  # as a model too small to pack
+    unpacked = {kind: mem_mb(smol, kind, *shape, tmp_path) for kind, shape in jobs.items()}
+    packed_mb = BUILTIN_SHAPES["smollm2"].parameters * 2 / 2**20
+    assert packed_mb - 100 <= packed["eval"] - unpacked["eval"] <= packed_mb + 100
+    assert packed["sft"] == unpacked["sft"]  # SFT does not decode
 
 
 def test_kv_heads_are_read_from_the_model_config(tiny_model):

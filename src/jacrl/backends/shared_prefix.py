@@ -79,13 +79,20 @@ def shared_prefix_attention(
     """One decode step's attention of `query` [rows, heads, 1, d] over its prompt's cache and its own
     tokens (this step's `key` / `value` appended first); [rows, 1, heads, d] as transformers' sdpa
     returns it. Other calls (no `prefix_kv`: prefill, scoring) go to sdpa."""
-    import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     kv: PrefixKV | None = kwargs.pop("prefix_kv", None)
     if kv is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    layer = module.layer_idx
+    return attend(kv, module.layer_idx, query, key, value, scaling), None
+
+
+def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: float) -> Any:
+    """Layer `layer`'s attention of one decode step: `query` [rows, heads, 1, d] over its prompt's cache
+    and its own tokens, this step's `key` / `value` [rows, kv_heads, 1, d] written to its own slot
+    first; [rows, 1, heads, d] in the query's dtype."""
+    import torch
+
     own_k, own_v = kv.own_keys[layer], kv.own_values[layer]
     own_k.index_copy_(2, kv.slot, key.float())
     own_v.index_copy_(2, kv.slot, value.float())
@@ -110,7 +117,7 @@ def shared_prefix_attention(
     width = prefix.shape[-1]
     out = probs[..., :width] @ kv.values[layer] + by_prompt(by_row(probs[..., width:]) @ own_v)
     out = by_row(out)  # [rows, kv_heads, group, d]
-    return out.reshape(rows, 1, heads, d).to(query.dtype), None
+    return out.reshape(rows, 1, heads, d).to(query.dtype)
 
 
 def next_logits(model: Any, kv: PrefixKV, tokens: Any, positions: Any) -> Any:

@@ -32,7 +32,9 @@ from jacrl.backends.base import (
 )
 from jacrl.backends.cpu import auto_cpu_dtype, cpu_computes_bf16
 from jacrl.backends.determinism import is_strict
+from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decoding_with, next_logits
@@ -99,6 +101,9 @@ class TorchBackend(Backend):
     shared_prefix = True
     """Decode a prompt's rows over its one cache (`jacrl.backends.shared_prefix`); False copies it per
     row into a static cache, as one row per prompt always does (what `bench/engines.py` compares)."""
+    pack_decode: bool | None = None
+    """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
+    `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
 
     def __init__(
         self,
@@ -198,17 +203,21 @@ class TorchBackend(Backend):
         rows when it has several (`jacrl.backends.shared_prefix`), else one static cache of every row."""
         import torch
 
-        rows = layout.block
+        rows, n = layout.block, len(prompts) * layout.block
         choose = RowChooser(layout, seeded, len(prompts))
         model = self._sampling_model()
+        lm = _causal_lm_of(model)
+        packs = self._packs()
         with torch.inference_mode():
             caches, logits = self._prefill(model, prompts)
+            fast = None
             if rows > 1 and self.shared_prefix:
-                step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens)
+                fast = FastDecoder.of(lm, n) if packs else None
+                step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
-                lm = _causal_lm_of(model)
                 step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
-            with self._decode_threads(len(prompts) * rows):
+            packed = packed_linears(model, n) if packs and fast is None else nullcontext()
+            with self._decode_threads(n), packed:
                 tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
         return tokens.tolist(), logps.tolist()
 
@@ -228,10 +237,16 @@ class TorchBackend(Backend):
         return caches, torch.cat(last)
 
     def _shared_prefix_step(
-        self, model: Any, caches: list[Any], prompts: list[list[int]], rows: int, max_tokens: int
+        self,
+        model: Any,
+        caches: list[Any],
+        prompts: list[list[int]],
+        rows: int,
+        max_tokens: int,
+        fast: FastDecoder | None,
     ) -> Callable[[Any, int], Any]:
         """The next logits of every row given its token fed at step t, each prompt's cache read once
-        for all its rows."""
+        for all its rows: through `fast` where given, else through transformers."""
         import torch
 
         lm = _causal_lm_of(model)
@@ -242,8 +257,11 @@ class TorchBackend(Backend):
 
         def step(tok: Any, t: int) -> Any:
             kv.slot.fill_(t)
+            tokens, positions = tok[:, None].to(self.device), (lens + t)[:, None]
+            if fast is not None:
+                return fast(kv, tokens, positions)
             with decoding_with(lm):
-                return forward(model, kv, tok[:, None].to(self.device), (lens + t)[:, None])
+                return forward(model, kv, tokens, positions)
 
         return step
 
@@ -277,6 +295,20 @@ class TorchBackend(Backend):
         if not tokens:
             return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def _params(self) -> int:
+        if self._n_params is None:
+            self._n_params = sum(p.numel() for p in self._causal_lm().parameters())
+        return self._n_params
+
+    def _packs(self) -> bool:
+        """Whether decodes pack their linear layers for oneDNN (`jacrl.backends.packed`) and take
+        the fast decode step where the model has one (`jacrl.backends.fast_decode`): where that is
+        the default for this model and device, or where `pack_decode` asks for it; never under
+        `compile_decode`, which compiles transformers' own step."""
+        if self.compile_decode:
+            return False
+        return packs(self.device, self._params()) if self.pack_decode is None else self.pack_decode
 
     def sample_merged(self, dtype: str = "auto") -> bool:
         """From now on sample from a copy of the policy with its adapter folded into the weights, in
@@ -360,9 +392,7 @@ class TorchBackend(Backend):
         are shared with other jobs (docs/design.md#measured-facts). Wide batches keep them all."""
         import torch
 
-        if self._n_params is None:
-            self._n_params = sum(p.numel() for p in self._causal_lm().parameters())
-        small = self.device == "cpu" and self._n_params < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
+        small = self.device == "cpu" and self._params() < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
         if not small or torch.get_num_threads() == 1:
             yield
             return
@@ -477,15 +507,15 @@ class TorchBackend(Backend):
         import torch
 
         x = torch.tensor(pad_right(tails, self.pad_token_id), device=self.device)
-        n = x.shape[1]
-        logits = prompt.logits.float().expand(len(tails), -1, -1)  # predicts token 0
-        if n > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
+        parts = [_log_probs(prompt.logits.float().expand(len(tails), -1, -1), x[:, :1], temperature, dists)]
+        if x.shape[1] > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
             kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=len(tails)), "use_cache": True}
-            logits = torch.cat([logits, self.model(input_ids=x[:, :-1], **kw).logits.float()], dim=1)
-        logits = at_temperature(logits[:, :n], temperature)
-        lse = torch.logsumexp(logits, dim=-1)
-        lp = logits.gather(-1, x[..., None])[..., 0] - lse
-        return lp, (logits - lse[..., None]) if dists else None
+            logits = self.model(input_ids=x[:, :-1], **kw).logits.float()
+            parts.append(_log_probs(logits, x[:, 1:], temperature, dists))
+        # joined per token, not as logits: a [rows, n, vocab] copy of the group's logits costs a
+        # memory pass forward and one back
+        lp = torch.cat([p for p, _ in parts], dim=1)
+        return lp, torch.cat([d for _, d in parts], dim=1) if dists else None
 
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` when it holds them
@@ -780,6 +810,17 @@ def _float32_output_layer(lm: Any) -> None:
             return plain(hidden.float())
 
     head.forward = forward
+
+
+def _log_probs(logits: Any, targets: Any, temperature: float, dists: bool) -> tuple[Any, Any]:
+    """[rows, n] log-probs of `targets` under `logits` [rows, n, vocab] at `temperature`, and with
+    `dists` the [rows, n, vocab] log-distributions."""
+    import torch
+
+    logits = at_temperature(logits, temperature)
+    lse = torch.logsumexp(logits, dim=-1)
+    lp = logits.gather(-1, targets[..., None])[..., 0] - lse
+    return lp, (logits - lse[..., None]) if dists else None
 
 
 def _causal_lm_of(model: Any) -> Any:

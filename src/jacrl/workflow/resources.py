@@ -5,7 +5,9 @@
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
     weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses;
                   + the sampling copy at the eval precision for a GRPO job under `grpo.sampler: merged`,
-                  + a bfloat16 copy under `grpo.autocast`: autocast keeps each weight's cast for the step)
+                  + a bfloat16 copy under `grpo.autocast`: autocast keeps each weight's cast for the step;
+                  + for a job that decodes on CPU a model of ≥ 50 M parameters, the decode's copy of the
+                  weights packed for oneDNN, at the precision it decodes in: `jacrl.backends.packed`)
     activations = training: tokens × layers × hidden × bytes × (17, or 2 with gradient
                   checkpointing) + the attention scores (heads × query × key positions × bytes,
                   per layer, or one layer's with checkpointing) + the completion logits (rows ×
@@ -42,6 +44,7 @@ from typing import TYPE_CHECKING
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import auto_cpu_dtype
+from jacrl.backends.packed import MIN_PARAMS as PACKED_MIN_PARAMS
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
 from jacrl.backends.sampling import MAX_BATCH_ROWS
 
@@ -135,6 +138,8 @@ def mem_mb(
         weights += shape.parameters * load_bytes(spec, shape.parameters, "eval")
     if cast_copy:
         weights += shape.parameters * 2
+    if kind != "sft" and decodes_packed(spec, shape.parameters):
+        weights += shape.parameters * (load_bytes(spec, shape.parameters, "eval") if sampling_copy else nbytes)
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
@@ -143,6 +148,13 @@ def mem_mb(
         activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
         activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
     return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
+
+
+def decodes_packed(spec: ModelSpec, parameters: int) -> bool:
+    """Whether the model's decodes may pack its weights (`jacrl.backends.packed.packs`, decided
+    without torch: a torch model on a CPU, or on `auto` that may find none)."""
+    on_cpu = spec.backend != "mlx" and not spec.gpu_count and spec.device in ("cpu", "auto")
+    return on_cpu and parameters >= PACKED_MIN_PARAMS
 
 
 def training_bytes(

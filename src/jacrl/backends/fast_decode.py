@@ -1,0 +1,106 @@
+"""A decode step of a Llama-family model (Llama, Qwen2) over `PrefixKV`, written out for CPU.
+
+Through transformers a SmolLM2 decode step of a GRPO group (8 rows) runs ~70 operators a layer,
+each a Python module call or a dispatch, and seven matmuls whose weights the default CPU path
+re-lays out on every call. Here a layer is its two norms, two packed matmuls for its projections
+(q | k | v fused, gate | up fused: `jacrl.backends.packed`) and two for its outputs, the rotary
+embedding in three operators, and the shared-prefix attention (`shared_prefix.attend`). The
+numbers are transformers' own up to the order of floating-point sums: the norms are the model's
+modules, the rotary tables its `rotary_emb`, and bf16 matmuls give the same values packed or not.
+
+Serves a model only when every piece it replaces is the plain one (`FastDecoder.of` says None
+otherwise, and the decode goes through transformers): a listed family, SiLU gated MLP, full
+attention in every layer, plain `nn.Linear` projections (no unmerged LoRA layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jacrl.backends.packed import pack
+from jacrl.backends.shared_prefix import PrefixKV, attend
+
+FAMILIES = ("llama", "qwen2")
+
+
+@dataclass
+class _Layer:
+    norm_in: Any
+    qkv: Any
+    o: Any
+    norm_mid: Any
+    gate_up: Any
+    down: Any
+
+
+class FastDecoder:
+    """`next_logits(kv, tokens, positions)` for one model, its projections packed for `rows` rows.
+    Built per decode: packing reads the weights as they are now (GRPO refolds its sampling copy
+    between decodes)."""
+
+    def __init__(self, lm: Any, rows: int):
+        attn0 = lm.model.layers[0].self_attn
+        self.lm, self.scaling = lm, attn0.scaling
+        self.heads, self.kv_heads = lm.config.num_attention_heads, lm.config.num_key_value_heads
+        self.head_dim = attn0.head_dim
+        self.layers = [_packed_layer(layer, rows) for layer in lm.model.layers]
+        self.head = pack(lm.lm_head, rows)
+
+    @classmethod
+    def of(cls, lm: Any, rows: int) -> FastDecoder | None:
+        """The decoder of `lm` (a transformers CausalLM), or None where it is not one this serves."""
+        import torch
+
+        cfg = lm.config
+        if cfg.model_type not in FAMILIES or getattr(cfg, "hidden_act", None) != "silu":
+            return None
+        if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or ()):
+            return None
+        linears = [lm.lm_head]
+        for layer in lm.model.layers:
+            a, m = layer.self_attn, layer.mlp
+            if set(a._modules) != {"q_proj", "k_proj", "v_proj", "o_proj"}:  # qk norms, sinks: not ours
+                return None
+            linears += [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
+        if any(type(x) is not torch.nn.Linear or "forward" in x.__dict__ for x in linears):
+            return None
+        return cls(lm, rows)
+
+    def __call__(self, kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+        """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
+        import torch
+
+        x = self.lm.model.embed_tokens(tokens[:, 0])  # [rows, hidden]
+        cos, sin = (t[:, 0] for t in self.lm.model.rotary_emb(x, positions))  # [rows, head_dim]
+        rows, d = x.shape[0], self.head_dim
+        q_width, k_width = self.heads * d, self.kv_heads * d
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(layer.norm_in(x)).split([q_width, k_width, k_width], dim=-1)
+            q = _rotated(q.view(rows, self.heads, d), cos, sin)
+            k = _rotated(k.view(rows, self.kv_heads, d), cos, sin)
+            out = attend(kv, i, q[:, :, None], k[:, :, None], v.view(rows, self.kv_heads, 1, d), self.scaling)
+            x = x + layer.o(out.reshape(rows, q_width))
+            gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
+            x = x + layer.down(torch.nn.functional.silu(gate) * up)
+        return self.head(self.lm.model.norm(x)).float()
+
+
+def _rotated(x: Any, cos: Any, sin: Any) -> Any:
+    """The rotary embedding as transformers applies it (x·cos + rotate_half(x)·sin), x [rows, heads, d]."""
+    import torch
+
+    half = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin[:, None]
+
+
+def _packed_layer(layer: Any, rows: int) -> _Layer:
+    a, m = layer.self_attn, layer.mlp
+    return _Layer(
+        layer.input_layernorm,
+        pack([a.q_proj, a.k_proj, a.v_proj], rows),
+        pack(a.o_proj, rows),
+        layer.post_attention_layernorm,
+        pack([m.gate_proj, m.up_proj], rows),
+        pack(m.down_proj, rows),
+    )
