@@ -4,7 +4,7 @@ one seeded generator, and its logprob is the one it was drawn at."""
 import torch
 
 from jacrl.backends.base import SamplingParams
-from jacrl.backends.sampling import _choose
+from jacrl.backends.sampling import _choose, _inverse_cdf
 
 
 def _draws(logits: torch.Tensor, params: SamplingParams, n: int) -> torch.Tensor:
@@ -32,3 +32,12 @@ def test_top_p_never_draws_the_cut_tail_and_a_seed_repeats_its_tokens():
     assert torch.equal(draws, _draws(logits, params, 5_000))
     tok, logp = _choose(logits, params, torch.Generator().manual_seed(0))
     assert logp[0] == torch.log_softmax(logits, dim=-1)[0, tok[0]]
+
+
+def test_a_uniform_rounded_up_to_the_total_takes_the_last_token_allowed(monkeypatch):
+    """u = rand · total can round up to the total itself: the search then runs off the end of the
+    cumulative sums, and the draw is the last token of positive probability, never a cut one."""
+    probs = torch.tensor([[0.25, 0.5, 0.25, 0.0, 0.0], [0.0, 0.6, 0.4, 0.0, 0.0]])
+    for rand, want in ((1.0, [2, 2]), (0.3, [1, 1]), (0.0, [0, 1])):
+        monkeypatch.setattr(torch, "rand", lambda shape, rand=rand, **kw: torch.full(shape, rand))
+        assert _inverse_cdf(probs, None).tolist() == want, rand

@@ -76,9 +76,10 @@ class FastDecoder:
         rows, d = x.shape[0], self.head_dim
         q_width, k_width = self.heads * d, self.kv_heads * d
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(layer.norm_in(x)).split([q_width, k_width, k_width], dim=-1)
-            q = _rotated(q.view(rows, self.heads, d), cos, sin)
-            k = _rotated(k.view(rows, self.kv_heads, d), cos, sin)
+            qk, v = layer.qkv(layer.norm_in(x)).split([q_width + k_width, k_width], dim=-1)
+            q, k = _rotated(qk.view(rows, self.heads + self.kv_heads, d), cos, sin).split(
+                [self.heads, self.kv_heads], 1
+            )
             out = attend(kv, i, q[:, :, None], k[:, :, None], v.view(rows, self.kv_heads, 1, d), self.scaling)
             x = x + layer.o(out.reshape(rows, q_width))
             gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
@@ -87,7 +88,8 @@ class FastDecoder:
 
 
 def _rotated(x: Any, cos: Any, sin: Any) -> Any:
-    """The rotary embedding as transformers applies it (x·cos + rotate_half(x)·sin), x [rows, heads, d]."""
+    """The rotary embedding as transformers applies it (x·cos + rotate_half(x)·sin), x [rows, heads, d]:
+    the query's and the key's heads side by side, one position a row."""
     import torch
 
     half = x.shape[-1] // 2

@@ -136,5 +136,10 @@ def _inverse_cdf(probs: Any, gen: Any) -> Any:
     cum = probs.cumsum(-1)
     u = torch.rand((probs.shape[0], 1), generator=gen, dtype=cum.dtype) * cum[:, -1:]
     tok = torch.searchsorted(cum, u, right=True)[:, 0]  # first entry whose cumulative sum passes u
-    last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # the last token allowed
-    return torch.minimum(tok, last)
+    # u below the total finds a token of positive probability; only a product rounded up to the total
+    # runs off the end, and takes the last token allowed
+    over = tok >= probs.shape[-1]
+    if bool(over.any()):
+        last = probs.shape[-1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)
+        tok = torch.where(over, last, tok)
+    return tok

@@ -29,8 +29,9 @@ class PrefixKV:
     """The prompts' caches, one per prompt, and the rows' own, for one decode."""
 
     keys: list[Any]
-    """Per layer [prompts, kv_heads, width, head_dim]: each prompt's cache, left-padded to `width`, in
-    float32 (scores and sums in float32, as sdpa's CPU kernel takes them from bf16 inputs)."""
+    """Per layer [prompts, kv_heads, head_dim, width]: each prompt's cache, left-padded to `width`, in
+    float32 (scores and sums in float32, as sdpa's CPU kernel takes them from bf16 inputs), stored
+    transposed: every step multiplies by it as such."""
     values: list[Any]
     pad_bias: Any
     """[prompts, 1, 1, width] float: 0 on a prompt's tokens, -inf on its left padding (None: none padded)."""
@@ -58,7 +59,7 @@ class PrefixKV:
             parts = [pad(getattr(c.layers[layer], field), (0, 0, width - n, 0)) for c, n in zip(caches, lengths)]
             return torch.cat(parts).float()
 
-        keys = [stacked(i, "keys") for i in range(n_layers)]
+        keys = [stacked(i, "keys").transpose(-1, -2).contiguous() for i in range(n_layers)]
         values = [stacked(i, "values") for i in range(n_layers)]
         bias = None
         if min(lengths) < width:
@@ -67,7 +68,7 @@ class PrefixKV:
             bias = torch.zeros(padded.shape, dtype=torch.float32, device=keys[0].device)
             bias = bias.masked_fill(padded, float("-inf"))[:, None, None, :]
         rows = len(lengths) * rows_per_prompt
-        own = [k.new_zeros((rows, k.shape[1], max_new, k.shape[3])) for k in keys]
+        own = [v.new_zeros((rows, v.shape[1], max_new, v.shape[3])) for v in values]
         slot = torch.zeros(1, dtype=torch.long, device=keys[0].device)
         slots = torch.arange(max_new, device=keys[0].device)
         return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots)
@@ -109,7 +110,7 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
 
     # the heads that share a key head side by side, and a prompt's rows as extra query positions
     q = query.reshape(rows, kv_heads, group, d).float() * scaling
-    prefix = by_prompt(q) @ kv.keys[layer].transpose(-1, -2)  # one read of the prompt's cache
+    prefix = by_prompt(q) @ kv.keys[layer]  # one read of the prompt's cache
     if kv.pad_bias is not None:
         prefix = prefix + kv.pad_bias
     own = by_prompt((q @ own_k.transpose(-1, -2)).masked_fill(kv.slots > kv.slot, float("-inf")))
