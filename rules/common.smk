@@ -11,7 +11,7 @@ from pathlib import Path
 # own), and a decode step opens hundreds of parallel regions: threads that slept at once
 # (OMP_WAIT_POLICY=PASSIVE) woke for each, a SmolLM2 group's decode 1.3x slower. Threads that spin
 # where another process shares the cores slow both (2.6x), hence a bound, and the user's own
-# setting of either variable wins (docs/design.md#measured-facts).
+# setting of either variable wins (docs/design.md#backends).
 if "OMP_WAIT_POLICY" not in os.environ:
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 

@@ -207,16 +207,16 @@ class TorchBackend(Backend):
         choose = RowChooser(layout, seeded, len(prompts))
         model = self._sampling_model()
         lm = _causal_lm_of(model)
-        packs = self._packs()
+        packing = self._packs()
         with torch.inference_mode():
             caches, logits = self._prefill(model, prompts)
             fast = None
             if rows > 1 and self.shared_prefix:
-                fast = FastDecoder.of(lm, n) if packs else None
+                fast = FastDecoder.of(lm, n) if packing else None
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
                 step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
-            packed = packed_linears(model, n) if packs and fast is None else nullcontext()
+            packed = packed_linears(model, n) if packing and fast is None else nullcontext()
             with self._decode_threads(n), packed:
                 tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
         return tokens.tolist(), logps.tolist()
