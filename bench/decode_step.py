@@ -18,7 +18,6 @@ loads: run once per setting (`GOMP_SPINCOUNT=10000` is the workflow's, rules/com
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
 
-from engines import cpu_model, forced_backend, pick_prompt, read_seconds  # noqa: E402
+from engines import cpu_model, forced_backend, pick_prompt, read_seconds, thread_policy  # noqa: E402
 
 WAYS = {"fast": (None, False), "transformers": (False, False), "compiled": (False, True)}
 """way: (pack_decode, compile_decode)"""
@@ -59,9 +58,7 @@ def main() -> int:
         out = b.generate_ids([prompt], a.group, params, progress=False)
         return time.perf_counter() - t0, [c.token_ids for c in out[0]]
 
-    policy = os.environ.get("GOMP_SPINCOUNT") and f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}"
-    policy = policy or f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
-    print(f"{cpu_model()}, 2 threads, {policy}; prompt {len(prompt)} tokens, group {a.group} × {a.tokens}")
+    print(f"{cpu_model()}, 2 threads, {thread_policy()}; prompt {len(prompt)} tokens, group {a.group} × {a.tokens}")
     for way in ways:  # warm-up; the compiled way's first decode is its compile
         print(f"first decode, {way}: {group(way)[0]:.1f} s", flush=True)
     print("| round | one read ms | " + " | ".join(f"{w} s | {w} reads a token | same rows" for w in ways) + " |")

@@ -127,6 +127,13 @@ def forced_backend(model: Path, **kw):
     return Forced(model, **kw)
 
 
+def thread_policy() -> str:
+    """How this process's idle OpenMP threads wait, as its environment says (read when torch loads)."""
+    if "GOMP_SPINCOUNT" in os.environ:
+        return f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}"
+    return f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
+
+
 def cpu_model() -> str:
     return next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 if "OMP_WAIT_POLICY" not in os.environ:  # the workflow's jobs' setting (rules/common.smk)
     os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engines import cpu_model  # noqa: E402
+from engines import cpu_model, thread_policy  # noqa: E402
 
 from jacrl.backends import SamplingParams, static_rows  # noqa: E402
 from jacrl.backends.base import Draw  # noqa: E402
@@ -62,8 +62,7 @@ def main() -> None:
     backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)
     backend.merge_adapter()
     prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
-    policy = os.environ.get("OMP_WAIT_POLICY") or f"GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']}"
-    print(f"{cpu_model()}, {policy}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most")
+    print(f"{cpu_model()}, {thread_policy()}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most")
     times: dict[str, list[float]] = {name: [] for name, _, _ in ways}
     tokens: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):

@@ -119,7 +119,7 @@ def test_a_job_that_decodes_on_cpu_holds_the_packed_weights_too(tmp_path, monkey
     jobs = {"eval": (64, 2592, 192), "sft": (4, 2400, 2400)}
     packed = {kind: mem_mb(smol, kind, *shape, tmp_path) for kind, shape in jobs.items()}
     assert not decodes_packed(smol.model_copy(update={"device": "cuda"}), 10**9)
-    monkeypatch.setattr(resources, "PACKED_MIN_PARAMS", 10**12)  # as a model too small to pack
+    monkeypatch.setattr(resources, "SMALL_MODEL_PARAMS", 10**12)  # as a model too small to pack
     unpacked = {kind: mem_mb(smol, kind, *shape, tmp_path) for kind, shape in jobs.items()}
     packed_mb = BUILTIN_SHAPES["smollm2"].parameters * 2 / 2**20
     assert packed_mb - 100 <= packed["eval"] - unpacked["eval"] <= packed_mb + 100

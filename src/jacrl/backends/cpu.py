@@ -27,6 +27,10 @@ from jacrl.backends.determinism import is_strict
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """/proc/cpuinfo flags of native bfloat16 arithmetic: x86 AVX512-BF16 and AMX-BF16, Arm's FEAT_BF16."""
 MAC_BF16_KEY = "hw.optional.arm.FEAT_BF16"
+SMALL_MODEL_PARAMS = 50_000_000
+"""A model below this many parameters is small on CPU: its decode steps' matmuls are too small for a
+second thread (`TorchBackend._decode_threads`) or a packed weight layout (`jacrl.backends.packed`) to
+pay for itself."""
 BF16_MIN_PARAMS = 50_000_000
 """`dtype: auto` picks bfloat16 on CPU only for models at least this large: below it a step's
 matmuls are too small for bf16 to pay, and float32 keeps a small model's run (the default

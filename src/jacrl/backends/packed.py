@@ -18,20 +18,19 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-MIN_PARAMS = 50_000_000
-"""Models below this many parameters decode unpacked by default: their layers' matmuls are too
-small for the layout to matter, and packing is a cost paid per decode."""
+from jacrl.backends.cpu import SMALL_MODEL_PARAMS
 
 
 def packs(device: str, n_params: int) -> bool:
-    """Whether a decode of a model of `n_params` on `device` packs its linear layers by default (not
-    under strict determinism, whose numbers must not depend on which kernels a CPU has)."""
+    """Whether a decode of a model of `n_params` on `device` packs its linear layers by default: not a
+    small one (packing is paid per decode), not under strict determinism (whose numbers must not
+    depend on which kernels a CPU has)."""
     import torch
 
     from jacrl.backends.determinism import is_strict
 
     on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
-    return on_cpu and n_params >= MIN_PARAMS and not is_strict()
+    return on_cpu and n_params >= SMALL_MODEL_PARAMS and not is_strict()
 
 
 def pack(linears: Any, rows: int) -> Any:

@@ -30,7 +30,7 @@ from jacrl.backends.base import (
     safetensors_parameters,
     set_threads,
 )
-from jacrl.backends.cpu import auto_cpu_dtype, cpu_computes_bf16
+from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype, cpu_computes_bf16
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
@@ -41,7 +41,6 @@ from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decodin
 from jacrl.backends.static_rows import StaticRows, rows_to_keep
 from jacrl.progress import Progress
 
-SMALL_MODEL_PARAMS = 50_000_000
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
@@ -253,15 +252,17 @@ class TorchBackend(Backend):
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
 
-        forward = compiled_next_logits() if self.compile_decode else next_logits
+        through = compiled_next_logits() if self.compile_decode else next_logits
+
+        def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+            with decoding_with(lm):
+                return through(model, kv, tokens, positions)
+
+        forward = fast or transformers_step
 
         def step(tok: Any, t: int) -> Any:
             kv.slot.fill_(t)
-            tokens, positions = tok[:, None].to(self.device), (lens + t)[:, None]
-            if fast is not None:
-                return fast(kv, tokens, positions)
-            with decoding_with(lm):
-                return forward(model, kv, tokens, positions)
+            return forward(kv, tok[:, None].to(self.device), (lens + t)[:, None])
 
         return step
 

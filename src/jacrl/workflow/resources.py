@@ -43,8 +43,7 @@ from typing import TYPE_CHECKING
 
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
-from jacrl.backends.cpu import auto_cpu_dtype
-from jacrl.backends.packed import MIN_PARAMS as PACKED_MIN_PARAMS
+from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
 from jacrl.backends.sampling import MAX_BATCH_ROWS
 
@@ -154,7 +153,7 @@ def decodes_packed(spec: ModelSpec, parameters: int) -> bool:
     """Whether the model's decodes may pack its weights (`jacrl.backends.packed.packs`, decided
     without torch: a torch model on a CPU, or on `auto` that may find none)."""
     on_cpu = spec.backend != "mlx" and not spec.gpu_count and spec.device in ("cpu", "auto")
-    return on_cpu and parameters >= PACKED_MIN_PARAMS
+    return on_cpu and parameters >= SMALL_MODEL_PARAMS
 
 
 def training_bytes(
