@@ -508,15 +508,34 @@ class TorchBackend(Backend):
         import torch
 
         x = torch.tensor(pad_right(tails, self.pad_token_id), device=self.device)
-        parts = [_log_probs(prompt.logits.float().expand(len(tails), -1, -1), x[:, :1], temperature, dists)]
+        first = at_temperature(prompt.logits.float(), temperature).expand(len(tails), -1, -1)
+        parts = [_log_probs(first, x[:, :1], dists)]
         if x.shape[1] > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
-            kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=len(tails)), "use_cache": True}
-            logits = self.model(input_ids=x[:, :-1], **kw).logits.float()
-            parts.append(_log_probs(logits, x[:, 1:], temperature, dists))
+            parts.append(_log_probs(self._logits_after(lm, prompt, x[:, :-1], temperature), x[:, 1:], dists))
         # joined per token, not as logits: a [rows, n, vocab] copy of the group's logits costs a
         # memory pass forward and one back
         lp = torch.cat([p for p, _ in parts], dim=1)
         return lp, torch.cat([d for _, d in parts], dim=1) if dists else None
+
+    def _logits_after(self, lm: Any, prompt: PromptKV, x: Any, temperature: float) -> Any:
+        """[rows, n, vocab] float32 logits at `temperature` of the right-padded rows `x` after `prompt`:
+        on CPU through `prompt_rows` (the rows' attention over the prompt in one kernel call), else on
+        top of a cache that repeats the prompt per row. Not under activation checkpointing, whose
+        recompute runs after the attention implementation is restored."""
+        import torch
+
+        from jacrl.backends import prompt_rows
+
+        if prompt_rows.serves(lm) and not _checkpointing(lm):
+            start = prompt.keys[0].shape[2]
+            positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
+            with prompt_rows.attending(lm):
+                out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
+            # the temperature divides the hidden states (576 wide), not the logits (49k): the output
+            # layer is linear without a bias (`prompt_rows.serves`)
+            return lm.get_output_embeddings()(at_temperature(out.last_hidden_state, temperature)).float()
+        kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
+        return at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature)
 
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` when it holds them
@@ -813,15 +832,20 @@ def _float32_output_layer(lm: Any) -> None:
     head.forward = forward
 
 
-def _log_probs(logits: Any, targets: Any, temperature: float, dists: bool) -> tuple[Any, Any]:
-    """[rows, n] log-probs of `targets` under `logits` [rows, n, vocab] at `temperature`, and with
-    `dists` the [rows, n, vocab] log-distributions."""
+def _log_probs(logits: Any, targets: Any, dists: bool) -> tuple[Any, Any]:
+    """[rows, n] log-probs of `targets` under `logits` [rows, n, vocab], and with `dists` the
+    [rows, n, vocab] log-distributions."""
     import torch
 
-    logits = at_temperature(logits, temperature)
-    lse = torch.logsumexp(logits, dim=-1)
-    lp = logits.gather(-1, targets[..., None])[..., 0] - lse
-    return lp, (logits - lse[..., None]) if dists else None
+    # one fused log-softmax pass forward and one back (a logsumexp takes four of each)
+    log_dists = torch.log_softmax(logits, dim=-1)
+    return log_dists.gather(-1, targets[..., None])[..., 0], log_dists if dists else None
+
+
+def _checkpointing(lm: Any) -> bool:
+    """Whether `lm` recomputes activations in its backward (transformers ≥ 5.2x's name, else the old one)."""
+    flag = getattr(lm, "is_activation_checkpointing", None)
+    return bool(lm.is_gradient_checkpointing if flag is None else flag)
 
 
 def _causal_lm_of(model: Any) -> Any:

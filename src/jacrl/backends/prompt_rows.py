@@ -1,0 +1,143 @@
+"""Scoring many rows after one prompt on CPU: the rows' attention over the prompt in one kernel call.
+
+A GRPO group's training forward (and its reference pass) runs the prompt once and the group's
+completions on top of its cache. Through transformers each row's attention reads the prompt's keys
+and values copied for the row and for every query head of a key head, under a [n, prompt + n] mask,
+and the backward sums those copies back. Here a layer's attention is taken in two parts, as the
+decode's `shared_prefix.attend` takes it: every row's queries (the heads that share a key head side
+by side, the rows as more query positions) against the prompt's keys in one unmasked flash-attention
+call, and each row against its own tokens causally; the parts joined by their log-sum-exps. The
+backward runs the kernel's own backward on each part with the joined output and log-sum-exp (the
+split softmax of ring attention), which is exact: each part's probabilities are recomputed against
+the joint normaliser. On SmolLM2's group (8 rows of 170 tokens after 1549) a layer's forward and
+backward take 0.7× of sdpa's (`bench/prompt_rows.py`).
+
+CPU only (the flash kernel's CPU entry points, which return the log-sum-exp), and only for the
+families whose attention is plain softmax attention over every position (`serves`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from jacrl.backends.reference_prompts import PromptKV
+
+ATTENTION = "jacrl_prompt_rows"
+FAMILIES = ("llama", "qwen2", "qwen3")
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+def serves(lm: Any) -> bool:
+    """Whether `lm` (a transformers CausalLM) on CPU attends as this module computes: full softmax
+    attention in every layer of a listed family without attention dropout, reached through
+    transformers' attention interface; and its output layer has no bias (a caller may divide the
+    hidden states by the temperature instead of the logits)."""
+    cfg = lm.config
+    if lm.device.type != "cpu" or cfg.model_type not in FAMILIES or getattr(cfg, "attention_dropout", 0.0):
+        return False
+    if getattr(lm.get_output_embeddings(), "bias", None) is not None:
+        return False
+    return all(t == "full_attention" for t in getattr(cfg, "layer_types", None) or ())
+
+
+class _Rows:
+    """The shape of one call: `rows` rows of `n` positions, `kv_heads` key heads of `group` query heads."""
+
+    def __init__(self, query: Any, kv_heads: int):
+        self.rows, heads, self.n, self.d = query.shape
+        self.kv_heads, self.group = kv_heads, heads // kv_heads
+
+    def fold(self, x: Any) -> Any:
+        """[rows, heads, n, …] → [1, kv_heads, rows·group·n, …]: the rows as more query positions."""
+        tail = x.shape[3:]
+        x = x.reshape(self.rows, self.kv_heads, self.group, self.n, *tail)
+        return x.transpose(0, 1).reshape(1, self.kv_heads, -1, *tail)
+
+    def unfold(self, x: Any) -> Any:
+        """The inverse of `fold`."""
+        tail = x.shape[3:]
+        x = x.reshape(self.kv_heads, self.rows, self.group, self.n, *tail)
+        return x.transpose(0, 1).reshape(self.rows, self.kv_heads * self.group, self.n, *tail)
+
+
+class RowsOnPrompt(torch.autograd.Function):
+    """Attention of `query` [rows, heads, n, d] over one prompt's `keys` / `values` [1, kv_heads, p, d]
+    and each row's own `own_keys` / `own_values` [rows, kv_heads, n, d] (causal); [rows, heads, n, d]."""
+
+    @staticmethod
+    def forward(ctx: Any, query: Any, keys: Any, values: Any, own_keys: Any, own_values: Any, scale: float) -> Any:
+        shape = _Rows(query, keys.shape[1])
+        # the rows' own part in float32: a few keys a query, where the kernel's bf16 path costs more
+        # than its float32 one, and the join then rounds one part to bf16, not two
+        own_keys = own_keys.float().repeat_interleave(shape.group, 1)
+        own_values = own_values.float().repeat_interleave(shape.group, 1)
+        out_p, lse_p = _flash(shape.fold(query), keys, values, 0.0, False, scale=scale)
+        out_o, lse_o = _flash(query.float(), own_keys, own_values, 0.0, True, scale=scale)
+        out_p, lse_p = shape.unfold(out_p), shape.unfold(lse_p)
+        lse = torch.logaddexp(lse_p, lse_o)
+        out = out_p.float() * (lse_p - lse).exp()[..., None] + out_o * (lse_o - lse).exp()[..., None]
+        ctx.save_for_backward(query, keys, values, own_keys, own_values, out, lse)
+        out = out.to(query.dtype)
+        ctx.scale, ctx.shape = scale, shape
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        query, keys, values, own_keys, own_values, out, lse = ctx.saved_tensors
+        shape: _Rows = ctx.shape
+        grad = grad.contiguous()
+        fold = shape.fold
+        dq_p, dk, dv = _flash_backward(
+            fold(grad), fold(query), keys, values, fold(out.to(query.dtype)), fold(lse), 0.0, False, scale=ctx.scale
+        )
+        dq_o, dk_o, dv_o = _flash_backward(
+            grad.float(), query.float(), own_keys, own_values, out, lse, 0.0, True, scale=ctx.scale
+        )
+        heads = (shape.rows, shape.kv_heads, shape.group, shape.n, shape.d)
+        dk_o, dv_o = dk_o.reshape(heads).sum(2), dv_o.reshape(heads).sum(2)
+        dq = (shape.unfold(dq_p).float() + dq_o).to(query.dtype)
+        return dq, dk, dv, dk_o.to(query.dtype), dv_o.to(query.dtype), None
+
+
+def prompt_rows_attention(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, **kwargs: Any
+) -> tuple[Any, None]:
+    """transformers' attention call for rows after `prompt_kv` (their own `key` / `value`, right-padded:
+    causal attention never reads a pad before a real token); [rows, n, heads, d] as sdpa returns it.
+    Calls that pass no `prompt_kv` (the prompt's own forward) go to sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    prompt: PromptKV | None = kwargs.pop("prompt_kv", None)
+    if prompt is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
+    layer = module.layer_idx
+    parts = (query, prompt.keys[layer], prompt.values[layer], key, value)
+    out = RowsOnPrompt.apply(*(x.to(dtype) for x in parts), scaling)
+    return out.transpose(1, 2), None
+
+
+_registered = False
+
+
+@contextmanager
+def attending(lm: Any) -> Iterator[None]:
+    """Inside the block `lm` attends with `prompt_rows_attention`: a forward given `prompt_kv` (and the
+    rows' `position_ids`, no cache) scores rows after that prompt; others still get sdpa."""
+    global _registered
+    from transformers import AttentionInterface
+
+    if not _registered:
+        AttentionInterface.register(ATTENTION, prompt_rows_attention)
+        _registered = True
+    before = lm.config._attn_implementation
+    lm.config._attn_implementation = ATTENTION
+    try:
+        yield
+    finally:
+        lm.config._attn_implementation = before

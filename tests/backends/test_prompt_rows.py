@@ -1,0 +1,105 @@
+"""Rows scored after one shared prompt through `jacrl.backends.prompt_rows` get the attention, the
+gradients and the log-probs that attention over the prompt and the row together gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacrl.backends import LoraSpec, load_backend
+from jacrl.backends import prompt_rows as pr
+from jacrl.backends.base import TokenLogprobs
+
+ROWS, HEADS, KV_HEADS, N, P, D = 3, 6, 2, 5, 9, 8
+
+
+def _inputs(dtype):
+    gen = torch.Generator().manual_seed(0)
+    shapes = [
+        (ROWS, HEADS, N, D),
+        (1, KV_HEADS, P, D),
+        (1, KV_HEADS, P, D),
+        (ROWS, KV_HEADS, N, D),
+        (ROWS, KV_HEADS, N, D),
+    ]
+    return [torch.randn(s, generator=gen, dtype=torch.float64).to(dtype).requires_grad_() for s in shapes]
+
+
+def _whole(q, keys, values, own_keys, own_values, scale):
+    """Every row over the prompt and its own tokens in one masked softmax, key heads repeated."""
+    group = q.shape[1] // keys.shape[1]
+    k = torch.cat([keys.expand(ROWS, -1, -1, -1), own_keys], 2).repeat_interleave(group, 1)
+    v = torch.cat([values.expand(ROWS, -1, -1, -1), own_values], 2).repeat_interleave(group, 1)
+    mask = torch.ones(N, P + N, dtype=torch.bool).tril(P)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def test_the_split_attention_and_its_gradients_are_the_whole_softmaxs():
+    scale = 0.3
+    ref = _inputs(torch.float64)
+    out_ref = _whole(*ref, scale)
+    grad = torch.randn(out_ref.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out_ref.backward(grad)
+    ours = _inputs(torch.float32)
+    out = pr.RowsOnPrompt.apply(*ours, scale)
+    out.backward(grad.float())
+    assert torch.allclose(out.double(), out_ref, atol=1e-5)
+    for mine, theirs in zip(ours, ref, strict=True):
+        assert torch.allclose(mine.grad.double(), theirs.grad, atol=1e-5), (
+            (mine.grad.double() - theirs.grad).abs().max()
+        )
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # B starts at zero, which would leave A without a gradient
+        for name, p in b.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return b
+
+
+def _scored(backend, prompt, tails):
+    """The rows' log-probs and the LoRA gradients of their sum."""
+    backend.model.zero_grad(set_to_none=True)
+    seen = []
+
+    def loss(t: TokenLogprobs):
+        seen.append(t.logprobs.detach())
+        return (t.logprobs * torch.linspace(-1, 1, t.logprobs.numel()).reshape(t.logprobs.shape)).sum(), {}
+
+    backend.backward([prompt] * len(tails), tails, 0.7, loss)
+    return seen[0], {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
+
+
+def test_the_backend_scores_rows_through_it_as_through_a_repeated_cache(backend, monkeypatch):
+    prompt = backend.encode("node Room { has name: str; } walker Visit {")
+    tails = [backend.encode(t) for t in ["can go with entry", " visit [-->];", " report here;"]]
+    calls = []
+    apply = pr.RowsOnPrompt.apply
+    monkeypatch.setattr(pr.RowsOnPrompt, "apply", lambda *a: calls.append(1) or apply(*a))
+    lp, grads = _scored(backend, prompt, tails)
+    assert len(calls) == backend.model.config.num_hidden_layers  # one length bucket: each layer once
+    monkeypatch.setattr(pr, "serves", lambda lm: False)
+    lp_cache, grads_cache = _scored(backend, prompt, tails)
+    assert len(calls) == backend.model.config.num_hidden_layers
+    assert torch.allclose(lp, lp_cache, atol=1e-5)
+    assert set(grads) == set(grads_cache) and grads
+    for name, g in grads_cache.items():
+        assert (grads[name] - g).norm() <= 1e-4 * g.norm(), name
+
+
+def test_it_serves_plain_attention_on_cpu_only(backend, monkeypatch):
+    lm = backend._causal_lm()
+    assert pr.serves(lm)
+    monkeypatch.setattr(lm.config, "attention_dropout", 0.1)
+    assert not pr.serves(lm)
+    monkeypatch.setattr(lm.config, "attention_dropout", 0.0)
+    monkeypatch.setattr(lm.config, "layer_types", ["sliding_attention"] * lm.config.num_hidden_layers)
+    assert not pr.serves(lm)
+    monkeypatch.setattr(lm.config, "layer_types", None)
+    monkeypatch.setattr(lm.config, "model_type", "gemma2")
+    assert not pr.serves(lm)
