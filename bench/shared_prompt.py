@@ -1,12 +1,15 @@
 """A GRPO train step's forward + backward (and its reference forward): every row padded whole vs one
-prompt forward per group with the KV cache repeated per row. Same rows, side by side in one run.
+prompt forward per group with its rows on top. Same rows, side by side in one run.
 
     .venv/bin/python bench/shared_prompt.py [--backend torch|mlx] [--model models/tiny] \
         [--adapter adapters/r3/tiny/sft] [--tasks dataset/rl/rungs/r3/train.jsonl] [--group 8] [--prompts 3] \
-        [--repeats 3] [--threads 1]
+        [--repeats 3] [--threads 1] [--autocast] [--paths padded,cache,shared]
 
-On MLX the whole-row path is the one its backend took before it shared prompts: each row run whole,
-a gradient per row; the shared path is its backend's now: a gradient per group.
+On torch `shared` is the backend's path (on CPU the rows attend to the prompt through
+`jacrl.backends.prompt_rows`), `cache` the rows on a KV cache that repeats the prompt per row;
+`--autocast` scores under bf16 autocast, as GRPO's CPU config trains. On MLX the whole-row path is
+the one its backend took before it shared prompts: each row run whole, a gradient per row; the
+shared path is its backend's now: a gradient per group (`cache` is torch's only).
 
 The rows are real: each task's chat-rendered prompt and `--group` completions sampled from the model
 at T 0.8 (cap 128 tokens). Each repeat times both paths on the same rows, alternating which goes
@@ -21,8 +24,10 @@ import statistics
 import time
 
 import torch
+from engines import cpu_model, thread_policy
 
 from jacrl.backends import SamplingParams, load_backend
+from jacrl.backends.select import Placement
 from jacrl.tasks.record import read_tasks
 
 
@@ -40,7 +45,8 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    if path == "shared":  # groups rows by prompt
+    backend.prompt_rows = path == "shared"
+    if path in ("shared", "cache"):  # groups rows by prompt
         score = backend._token_logprobs
     else:
 
@@ -98,33 +104,41 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--autocast", action="store_true", help="score under bf16 autocast where the CPU has it")
+    p.add_argument("--paths", default="padded,shared", help="of padded, cache, shared (the first is the ratios' base)")
     a = p.parse_args()
+    paths = a.paths.split(",")
     from jacrl.backends.lora_format import LoraSpec
 
-    backend = load_backend(a.model, a.backend, threads=a.threads)
+    backend = load_backend(a.model, a.backend, threads=a.threads, placement=Placement(training=True))
     if a.adapter:
         backend.load_adapter(a.adapter, trainable=True)
     else:
         backend.attach_lora(LoraSpec(rank=8), seed=0)
+    if a.autocast:
+        print("bf16 autocast:", backend.train_autocast())
     heads, tails = rows(backend, read_tasks(a.tasks)[: a.prompts], a.group)
-    times: dict[str, list[float]] = {"padded": [], "shared": []}
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    lps: dict[str, torch.Tensor] = {}
     for r in range(a.repeats):
-        order = ["padded", "shared"] if r % 2 == 0 else ["shared", "padded"]
-        lps = {}
-        for path in order:
+        for path in paths if r % 2 == 0 else paths[::-1]:
             seconds, lps[path] = (mlx_step if a.backend == "mlx" else step)(backend, path, heads, tails)
             times[path].append(seconds)
-    diff = float((lps["padded"] - lps["shared"]).abs().max())
-    padded, shared = (statistics.median(times[k]) for k in ("padded", "shared"))
     prompt_tokens = sum(len(h) for h in heads) // len(heads)
     completion_tokens = sum(map(len, tails)) / len(tails)
     print(
         f"{a.model} ({a.backend}): {a.prompts} prompts × {a.group} rows, prompt {prompt_tokens} tokens, "
-        f"completions {completion_tokens:.0f} tokens on average, {a.threads} thread(s)"
+        f"completions {completion_tokens:.0f} tokens on average, {a.threads} thread(s), {cpu_model()}, "
+        f"{thread_policy()}"
     )
-    print(f"padded rows  {padded:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['padded'])})")
-    print(f"shared prompt {shared:7.2f} s/step   ({', '.join(f'{t:.2f}' for t in times['shared'])})")
-    print(f"ratio shared / padded = {shared / padded:.3f}; largest logprob difference {diff:.2e}")
+    base = paths[0]
+    for path in paths:
+        median = statistics.median(times[path])
+        diff = float((lps[base] - lps[path]).abs().max())
+        print(
+            f"{path:7s} {median:7.2f} s/step ({', '.join(f'{t:.2f}' for t in times[path])}); "
+            f"/ {base} {median / statistics.median(times[base]):.3f}; largest logprob difference {diff:.2e}"
+        )
 
 
 if __name__ == "__main__":

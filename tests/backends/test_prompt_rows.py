@@ -83,7 +83,7 @@ def test_the_backend_scores_rows_through_it_as_through_a_repeated_cache(backend,
     monkeypatch.setattr(pr.RowsOnPrompt, "apply", lambda *a: calls.append(1) or apply(*a))
     lp, grads = _scored(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers  # one length bucket: each layer once
-    monkeypatch.setattr(pr, "serves", lambda lm: False)
+    monkeypatch.setattr(backend, "prompt_rows", False)
     lp_cache, grads_cache = _scored(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers
     assert torch.allclose(lp, lp_cache, atol=1e-5)

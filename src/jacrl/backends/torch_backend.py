@@ -100,6 +100,9 @@ class TorchBackend(Backend):
     shared_prefix = True
     """Decode a prompt's rows over its one cache (`jacrl.backends.shared_prefix`); False copies it per
     row into a static cache, as one row per prompt always does (what `bench/engines.py` compares)."""
+    prompt_rows = True
+    """Score a shared prompt's rows through `jacrl.backends.prompt_rows` where it serves; False puts
+    them on a cache that repeats the prompt per row (what `bench/shared_prompt.py` compares)."""
     pack_decode: bool | None = None
     """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
     `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
@@ -526,7 +529,7 @@ class TorchBackend(Backend):
 
         from jacrl.backends import prompt_rows
 
-        if prompt_rows.serves(lm) and not _checkpointing(lm):
+        if self.prompt_rows and prompt_rows.serves(lm) and not _checkpointing(lm):
             start = prompt.keys[0].shape[2]
             positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
             with prompt_rows.attending(lm):
