@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends import prompt_rows as pr
 from jacrl.backends.base import TokenLogprobs
 
@@ -50,16 +49,9 @@ def test_the_split_attention_and_its_gradients_are_the_whole_softmaxs():
         )
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # B starts at zero, which would leave A without a gradient
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    return b
+@pytest.fixture
+def backend(lora_backend):
+    return lora_backend
 
 
 def _scored(backend, prompt, tails):

@@ -4,6 +4,7 @@ reference changed, and the kept prompt must spare the prompt's forward."""
 
 import pytest
 import torch
+from fixtures.models import randomised_lora
 
 from jacrl.backends import load_backend
 from jacrl.backends.base import TokenLogprobs
@@ -11,22 +12,13 @@ from jacrl.backends.lora_format import LoraSpec
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 
 
-def randomised(backend, seed, scale=0.05):
-    """Random LoRA B matrices (B starts at zero, which would make the adapter the base)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in backend.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * scale)
-
-
 @pytest.fixture
 def backend(tiny_model, tmp_path):
     b = load_backend(tiny_model, "torch", threads=2)
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
-    randomised(b, 0)
+    randomised_lora(b, 0)
     b.keep_reference(b.save_adapter(tmp_path / "start"))
-    randomised(b, 1)  # the policy moves away from its reference
+    randomised_lora(b, 1)  # the policy moves away from its reference
     b.configure_optimizer(lr=1e-2)
     return b
 
@@ -75,9 +67,9 @@ def test_a_kept_prompt_gives_the_reference_a_full_forward_gives(backend):
 def test_another_reference_empties_the_kept_prompts(backend, tmp_path):
     prompts, completions = group(backend, [" report here;", " x = 1;"])
     reference_pass(backend, prompts, completions)
-    randomised(backend, 2)
+    randomised_lora(backend, 2)
     backend.keep_reference(backend.save_adapter(tmp_path / "other"))
-    randomised(backend, 3)
+    randomised_lora(backend, 3)
     ref, fed = reference_pass(backend, prompts, completions)
     assert fed.count((1, len(prompts[0]))) == 2  # the new reference ran the prompt again
     assert torch.equal(ref, recomputed(backend, prompts, completions))

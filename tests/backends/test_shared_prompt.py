@@ -10,16 +10,9 @@ from jacrl.backends.base import BUCKET_OVERHEAD_ROWS, TokenLogprobs, length_buck
 from jacrl.backends.lora_format import LoraSpec
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # B starts at zero, which would leave A without a gradient
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    return b
+@pytest.fixture
+def backend(lora_backend):
+    return lora_backend
 
 
 def rows(backend):

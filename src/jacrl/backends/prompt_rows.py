@@ -18,13 +18,12 @@ families whose attention is plain softmax attention over every position (`serves
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from jacrl.backends.reference_prompts import PromptKV
+from jacrl.backends.shared_prefix import attending_through
 
 ATTENTION = "jacrl_prompt_rows"
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -122,22 +121,7 @@ def prompt_rows_attention(
     return out.transpose(1, 2), None
 
 
-_registered = False
-
-
-@contextmanager
-def attending(lm: Any) -> Iterator[None]:
+def attending(lm: Any) -> Any:
     """Inside the block `lm` attends with `prompt_rows_attention`: a forward given `prompt_kv` (and the
     rows' `position_ids`, no cache) scores rows after that prompt; others still get sdpa."""
-    global _registered
-    from transformers import AttentionInterface
-
-    if not _registered:
-        AttentionInterface.register(ATTENTION, prompt_rows_attention)
-        _registered = True
-    before = lm.config._attn_implementation
-    lm.config._attn_implementation = ATTENTION
-    try:
-        yield
-    finally:
-        lm.config._attn_implementation = before
+    return attending_through(lm, ATTENTION, prompt_rows_attention)

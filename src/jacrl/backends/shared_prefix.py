@@ -141,22 +141,28 @@ def compiled_next_logits() -> Any:
     return _compiled
 
 
-_registered = False
+_registered: set[str] = set()
 
 
 @contextmanager
-def decoding_with(lm: Any) -> Iterator[None]:
-    """Inside the block `lm` (a transformers CausalLM) attends with `shared_prefix_attention`; calls
-    that pass no `prefix_kv` still get sdpa."""
-    global _registered
+def attending_through(lm: Any, name: str, function: Any) -> Iterator[None]:
+    """Inside the block `lm` (a transformers CausalLM) attends through `function`, registered with
+    transformers as the attention implementation `name` (with no mask function: transformers builds
+    no mask for it)."""
     from transformers import AttentionInterface
 
-    if not _registered:
-        AttentionInterface.register(ATTENTION, shared_prefix_attention)
-        _registered = True
+    if name not in _registered:
+        AttentionInterface.register(name, function)
+        _registered.add(name)
     before = lm.config._attn_implementation
-    lm.config._attn_implementation = ATTENTION
+    lm.config._attn_implementation = name
     try:
         yield
     finally:
         lm.config._attn_implementation = before
+
+
+def decoding_with(lm: Any) -> Any:
+    """Inside the block `lm` attends with `shared_prefix_attention`; calls that pass no `prefix_kv`
+    still get sdpa."""
+    return attending_through(lm, ATTENTION, shared_prefix_attention)
