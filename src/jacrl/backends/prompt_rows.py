@@ -9,8 +9,9 @@ by side, the rows as more query positions) against the prompt's keys in one unma
 call, and each row against its own tokens causally; the parts joined by their log-sum-exps. The
 backward runs the kernel's own backward on each part with the joined output and log-sum-exp (the
 split softmax of ring attention), which is exact: each part's probabilities are recomputed against
-the joint normaliser. On SmolLM2's group (8 rows of 170 tokens after 1549) a layer's forward and
-backward take 0.7× of sdpa's (`bench/prompt_rows.py`).
+the joint normaliser. On SmolLM2's group (8 rows of 170 tokens after 1549, bf16) a layer's forward
+and backward take 0.61× of sdpa's, and a group's scoring 0.86× (`bench/shared_prompt.py --paths
+cache,shared`; docs/results.md).
 
 CPU only (the flash kernel's CPU entry points, which return the log-sum-exp), and only for the
 families whose attention is plain softmax attention over every position (`serves`).

@@ -534,8 +534,8 @@ class TorchBackend(Backend):
             positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
             with prompt_rows.attending(lm):
                 out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
-            # the temperature divides the hidden states (576 wide), not the logits (49k): the output
-            # layer is linear without a bias (`prompt_rows.serves`)
+            # the temperature divides the hidden states (SmolLM2: 576 wide), not the logits (49k): the
+            # output layer is linear without a bias (`prompt_rows.serves`)
             return lm.get_output_embeddings()(at_temperature(out.last_hidden_state, temperature)).float()
         kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
         return at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature)
