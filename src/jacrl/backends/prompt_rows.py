@@ -109,12 +109,8 @@ def prompt_rows_attention(
 ) -> tuple[Any, None]:
     """transformers' attention call for rows after `prompt_kv` (their own `key` / `value`, right-padded:
     causal attention never reads a pad before a real token); [rows, n, heads, d] as sdpa returns it.
-    Calls that pass no `prompt_kv` (the prompt's own forward) go to sdpa."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    prompt: PromptKV | None = kwargs.pop("prompt_kv", None)
-    if prompt is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    Only inside `attending`, around the rows' forward that passes `prompt_kv`."""
+    prompt: PromptKV = kwargs["prompt_kv"]
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
     layer = module.layer_idx
     parts = (query, prompt.keys[layer], prompt.values[layer], key, value)
@@ -123,6 +119,6 @@ def prompt_rows_attention(
 
 
 def attending(lm: Any) -> Any:
-    """Inside the block `lm` attends with `prompt_rows_attention`: a forward given `prompt_kv` (and the
-    rows' `position_ids`, no cache) scores rows after that prompt; others still get sdpa."""
+    """Inside the block `lm` attends with `prompt_rows_attention`: its forwards must pass `prompt_kv`
+    (and the rows' `position_ids`, no cache) and score rows after that prompt."""
     return attending_through(lm, ATTENTION, prompt_rows_attention)

@@ -133,6 +133,7 @@ class TorchBackend(Backend):
             p.requires_grad_(False)
         if gradient_checkpointing:  # transformers applies it in train mode only: sampling is unaffected
             _enable_checkpointing(base)
+        self._checkpointing = gradient_checkpointing
         self.model: Any = base
         self.lora: LoraSpec | None = None
         self.adapter_path = None
@@ -529,7 +530,7 @@ class TorchBackend(Backend):
 
         from jacrl.backends import prompt_rows
 
-        if self.prompt_rows and prompt_rows.serves(lm) and not _checkpointing(lm):
+        if self.prompt_rows and prompt_rows.serves(lm) and not self._checkpointing:
             start = prompt.keys[0].shape[2]
             positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
             with prompt_rows.attending(lm):
@@ -843,12 +844,6 @@ def _log_probs(logits: Any, targets: Any, dists: bool) -> tuple[Any, Any]:
     # one fused log-softmax pass forward and one back (a logsumexp takes four of each)
     log_dists = torch.log_softmax(logits, dim=-1)
     return log_dists.gather(-1, targets[..., None])[..., 0], log_dists if dists else None
-
-
-def _checkpointing(lm: Any) -> bool:
-    """Whether `lm` recomputes activations in its backward (transformers ≥ 5.2x's name, else the old one)."""
-    flag = getattr(lm, "is_activation_checkpointing", None)
-    return bool(lm.is_gradient_checkpointing if flag is None else flag)
 
 
 def _causal_lm_of(model: Any) -> Any:
