@@ -33,7 +33,20 @@ def _whole(q, keys, values, own_keys, own_values, scale):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-def test_the_split_attention_and_its_gradients_are_the_whole_softmaxs():
+@pytest.fixture
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+# 3 threads over 2 key heads: the backward cuts the rows' queries in three (`_prompt_backward`)
+@pytest.mark.parametrize("threads", [1, 3], indirect=True)
+def test_the_split_attention_and_its_gradients_are_the_whole_softmaxs(threads, monkeypatch):
+    cuts = []
+    backward = pr._flash_backward
+    monkeypatch.setattr(pr, "_flash_backward", lambda *a, **k: cuts.append(a[1].shape[0]) or backward(*a, **k))
     scale = 0.3
     ref = _inputs(torch.float64)
     out_ref = _whole(*ref, scale)
@@ -47,6 +60,7 @@ def test_the_split_attention_and_its_gradients_are_the_whole_softmaxs():
         assert torch.allclose(mine.grad.double(), theirs.grad, atol=1e-5), (
             (mine.grad.double() - theirs.grad).abs().max()
         )
+    assert cuts[0] == {1: 1, 3: 3}[threads]  # the prompt part's call, then the rows' own (one batch a row)
 
 
 @pytest.fixture
