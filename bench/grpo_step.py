@@ -14,7 +14,9 @@ the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, var
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
 `compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
-step with unpacked weights (`TorchBackend.pack_decode = False`: the sampler before the fast decode step).
+step with unpacked weights (`TorchBackend.pack_decode = False`: the sampler before the fast decode step),
+`+unshared` prefilling the sampler apart and forwarding the prompt again for training
+(`TorchBackend.share_prompts = False`: the step before the two shared the prompt's forward).
 OpenMP's wait policy is read when torch loads: run the bench once per setting (the workflow's jobs
 spin `GOMP_SPINCOUNT` before they sleep, rules/common.smk).
 
@@ -107,9 +109,12 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
     cfg = load_config(deep_merge(base, over))
     sampler, *flags = variant.split("+")
-    if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile", "unpacked"}:
-        raise SystemExit(f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked")
+    if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile", "unpacked", "unshared"}:
+        raise SystemExit(
+            f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked, +unshared"
+        )
     TorchBackend.pack_decode = False if "unpacked" in flags else None
+    TorchBackend.share_prompts = "unshared" not in flags
     update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)
     spec = next(m for m in cfg.models if m.name == "smollm2").model_copy(update={"compile_decode": "compile" in flags})

@@ -441,6 +441,15 @@ class Backend(ABC):
         device without native bfloat16)."""
         return False
 
+    def share_prompt_forwards(self) -> bool:
+        """From now on each prompt that is sampled from the policy runs its forward once, as the
+        training backward would run it, with its graph kept: the sampler decodes on its keys and
+        values and the next backward over that prompt takes the kept forward instead of running it
+        again (an on-policy loop: nothing changes the weights in between, and any change drops what
+        was kept). True when this backend does (torch, an adapter without dropout), False when it
+        prefills for sampling and forwards again for training (MLX)."""
+        return False
+
     def _unmerged(self, what: str) -> None:
         if self.merged:
             raise RuntimeError(

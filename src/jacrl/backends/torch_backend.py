@@ -103,6 +103,9 @@ class TorchBackend(Backend):
     prompt_rows = True
     """Score a shared prompt's rows through `jacrl.backends.prompt_rows` where it serves; False puts
     them on a cache that repeats the prompt per row (what `bench/shared_prompt.py` compares)."""
+    share_prompts = True
+    """Under `share_prompt_forwards`, sample on the policy's kept prompt forward; False prefills the
+    sampler apart and forwards the prompt again for training (what `bench/grpo_step.py` compares)."""
     pack_decode: bool | None = None
     """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
     `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
@@ -150,6 +153,10 @@ class TorchBackend(Backend):
         """Scoring and training forwards under bfloat16 autocast (`train_autocast`)."""
         self._reference_prompts = ReferencePrompts()
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
+        self._sharing = False
+        self._prompt_graphs: dict[tuple[int, ...], PromptKV] = {}
+        """Prompts sampled from the policy, forwarded with their graph for the next backward
+        (`share_prompt_forwards`); emptied by every sampling and every change of the weights."""
         self.max_batch_rows = max_batch_rows
         self.compile_decode = compile_decode
         """A prompt's rows decoded through `torch.compile` (`jacrl.backends.shared_prefix.compiled_next_logits`)."""
@@ -181,6 +188,7 @@ class TorchBackend(Backend):
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
+        self._prompt_graphs.clear()  # a backward takes the forwards of the sampling just before it
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
@@ -211,8 +219,12 @@ class TorchBackend(Backend):
         model = self._sampling_model()
         lm = _causal_lm_of(model)
         packing = self._packs()
+        if self._sharing and not self._live:
+            caches, logits = self._policy_prefill(prompts, lm.dtype)
+        else:
+            with torch.inference_mode():
+                caches, logits = self._prefill(model, prompts)
         with torch.inference_mode():
-            caches, logits = self._prefill(model, prompts)
             fast = None
             if rows > 1 and self.shared_prefix:
                 fast = FastDecoder.of(lm, n) if packing else None
@@ -237,6 +249,27 @@ class TorchBackend(Backend):
             out = model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
             caches.append(one)
             last.append(out.logits[:, -1, :].float())
+        return caches, torch.cat(last)
+
+    def _policy_prefill(self, prompts: list[list[int]], dtype: Any) -> tuple[list[Any], Any]:
+        """Each prompt's forward through the policy as the training backward runs it (its precision,
+        train mode, the graph kept in `_prompt_graphs`); caches of its keys and values in the sampler's
+        `dtype`, and its last position's logits."""
+        import torch
+
+        lm = self._causal_lm()
+        caches, last = [], []
+        self.model.train()
+        try:
+            with torch.enable_grad(), self._forward_precision():
+                for p in map(tuple, prompts):
+                    entry = self._prompt_graphs.get(p) or self._forward_prompt(lm, p)
+                    self._prompt_graphs[p] = entry
+                    keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
+                    caches.append(PromptKV(tuple(keys), tuple(values), None).cache(lm.config))
+                    last.append(entry.logits[:, -1, :].detach().float())
+        finally:
+            self.model.eval()
         return caches, torch.cat(last)
 
     def _shared_prefix_step(
@@ -372,7 +405,20 @@ class TorchBackend(Backend):
             return False
         _float32_output_layer(self._causal_lm())
         self._autocast = True
+        self._prompt_graphs.clear()
         return True
+
+    def share_prompt_forwards(self) -> bool:
+        if not self.share_prompts or self.lora is None or self.merged or self.lora.dropout:
+            return False
+        self._sharing = True
+        return True
+
+    def _policy_moved(self) -> None:
+        """The adapter's weights changed: the sampling copy is refolded before the next decode, and
+        prompt forwards kept under the old weights are dropped."""
+        self._copy_stale = True
+        self._prompt_graphs.clear()
 
     def _forward_precision(self) -> Any:
         import torch
@@ -545,19 +591,27 @@ class TorchBackend(Backend):
         """`head`'s keys and values and the logits of its last position: from `kept` when it holds them
         for the current reference and precision, else by a forward (then kept there)."""
         import torch
-        from transformers import DynamicCache
 
         owner = (self._reference, self._autocast)
-        entry = kept.get(owner, head) if kept is not None else None
+        if kept is not None:
+            entry = kept.get(owner, head)
+        else:  # a backward takes the policy's forward its sampling kept; a no-grad scoring leaves it
+            entry = self._prompt_graphs.pop(head, None) if torch.is_grad_enabled() else None
         if entry is not None:
             return entry
-        cache = DynamicCache(config=lm.config)
-        x = torch.tensor([list(head)], device=self.device)
-        logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
-        entry = PromptKV.of(cache, logits)
+        entry = self._forward_prompt(lm, head)
         if kept is not None:
             kept.put(owner, head, entry)
         return entry
+
+    def _forward_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=lm.config)
+        x = torch.tensor([list(head)], device=self.device)
+        logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
+        return PromptKV.of(cache, logits)
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
         import torch
@@ -633,7 +687,7 @@ class TorchBackend(Backend):
             norm = float(torch.nn.utils.clip_grad_norm_(grads, self._max_grad_norm or float("inf")))
         self._opt.step()
         self._opt.zero_grad(set_to_none=True)
-        self._copy_stale = True
+        self._policy_moved()
         return norm
 
     def _save_optimizer(self, path: Path) -> None:
@@ -729,6 +783,8 @@ class TorchBackend(Backend):
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
         self._copy = None
+        self._sharing = False  # nothing trains any more
+        self._prompt_graphs.clear()
         self._reference_prompts.clear()  # the base the reference stood on has changed
 
     @contextmanager
@@ -788,26 +844,23 @@ class TorchBackend(Backend):
         with torch.no_grad():
             for name, w in weights.items():
                 params[name].copy_(w)
-        self._copy_stale = True
+        self._policy_moved()
 
     @contextmanager
     def _kept_reference(self) -> Iterator[None]:
-        """The kept weights are copied into the adapter for the block (LoRA matrices are small) and
-        the trained ones copied back after, so one adapter serves both policies."""
-        import torch
-
+        """The kept weights stand in for the trained ones for the block, so one adapter serves both
+        policies: each parameter's data is swapped, not written over, so a graph made before the
+        block (a prompt forward kept by `share_prompt_forwards`) still holds the weights it saved."""
         params = dict(self.model.named_parameters())
-        with torch.no_grad():
-            trained = {name: params[name].detach().clone() for name in self._reference}
-            for name, w in self._reference.items():
-                params[name].copy_(w)
+        trained = {name: params[name].data for name in self._reference}
+        for name, w in self._reference.items():
+            params[name].data = w
         try:
             with self._live_model():
                 yield
         finally:
-            with torch.no_grad():
-                for name, w in trained.items():
-                    params[name].copy_(w)
+            for name, w in trained.items():
+                params[name].data = w
 
 
 def _enable_checkpointing(lm: Any) -> None:

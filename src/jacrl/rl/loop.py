@@ -96,10 +96,13 @@ def prepare_backend(
 
 
 def set_precision(b: Backend, cfg: GRPOConfig) -> None:
-    """The merged sampling copy (`sampler: merged`; MLX samples from the policy either way) and the
-    training forwards' autocast (`autocast`), which the log says when it is not taken."""
+    """The merged sampling copy (`sampler: merged`; MLX samples from the policy either way), the
+    training forwards' autocast (`autocast`), which the log says when it is not taken, and each
+    sampled prompt's forward shared with the training backward (`Backend.share_prompt_forwards`)."""
     if cfg.sampler == "merged":
         b.sample_merged()
+    if b.share_prompt_forwards():
+        log.info("a sampled prompt's forward is kept for its training backward")
     if cfg.autocast:
         taken = b.train_autocast()
         log.info(

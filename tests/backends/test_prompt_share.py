@@ -1,0 +1,114 @@
+"""A prompt sampled from the policy under `share_prompt_forwards` runs its forward once: the sampler
+decodes on it and the next backward over that prompt takes it, with the gradients a fresh forward
+gives; anything that moves the weights drops it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacrl.backends import LoraSpec, SamplingParams, load_backend
+from jacrl.backends.base import TokenLogprobs
+from jacrl.backends.torch_backend import TorchBackend
+
+PROMPT = "node Room { has name: str; } walker Visit {"
+
+
+@pytest.fixture
+def backend(lora_backend):
+    yield lora_backend
+    lora_backend._sharing = False
+    lora_backend._prompt_graphs.clear()
+
+
+def _forwards(backend, monkeypatch) -> list[tuple[int, ...]]:
+    """The prompts `backend` forwards from now on."""
+    seen: list[tuple[int, ...]] = []
+    forward = backend._forward_prompt
+    monkeypatch.setattr(backend, "_forward_prompt", lambda lm, head: seen.append(head) or forward(lm, head))
+    return seen
+
+
+def _grads(backend, prompt, tails):
+    backend.model.zero_grad(set_to_none=True)
+
+    def loss(t: TokenLogprobs):
+        return (t.logprobs * torch.linspace(-1, 1, t.logprobs.numel()).reshape(t.logprobs.shape)).sum(), {}
+
+    backend.backward([prompt] * len(tails), tails, 0.7, loss)
+    return {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
+
+
+def _sample(backend, prompt, n=3, temperature=0.8):
+    params = SamplingParams(temperature=temperature, max_tokens=6, seed=3)
+    return [c.token_ids for c in backend.generate_ids([prompt], n, params, progress=False)[0]]
+
+
+def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(backend, monkeypatch):
+    prompt = backend.encode(PROMPT)
+    assert backend.share_prompt_forwards()
+    seen = _forwards(backend, monkeypatch)
+    tails = _sample(backend, prompt)
+    assert seen == [tuple(prompt)] and set(backend._prompt_graphs) == {tuple(prompt)}
+    kept = _grads(backend, prompt, tails)
+    assert seen == [tuple(prompt)] and not backend._prompt_graphs  # taken, not forwarded again
+    fresh = _grads(backend, prompt, tails)
+    assert len(seen) == 2 and set(kept) == set(fresh) and kept
+    for name, g in fresh.items():
+        assert torch.allclose(kept[name], g, atol=1e-6), name
+
+
+def test_the_sampler_decodes_on_the_kept_forward_as_on_its_own_prefill(backend):
+    prompt = backend.encode(PROMPT)
+    greedy = _sample(backend, prompt, n=2, temperature=0.0)
+    assert backend.share_prompt_forwards()
+    assert _sample(backend, prompt, n=2, temperature=0.0) == greedy
+
+
+def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backend):
+    prompt = backend.encode(PROMPT)
+    assert backend.share_prompt_forwards()
+    tails = _sample(backend, prompt)
+    backend.logprobs([prompt] * len(tails), tails)  # inference: does not take it
+    assert set(backend._prompt_graphs) == {tuple(prompt)}
+    backend.set_lora_weights(backend.lora_weights())
+    assert not backend._prompt_graphs
+    _sample(backend, prompt)
+    with backend.adapter_disabled():  # the base decodes apart: nothing kept for training
+        _sample(backend, backend.encode("walker W {"))
+    assert set(backend._prompt_graphs) == set()  # each sampling starts from nothing
+    _sample(backend, prompt)
+    backend.configure_optimizer(1e-3)
+    _grads(backend, backend.encode("node A {}"), tails)  # another prompt: the kept one stays
+    assert set(backend._prompt_graphs) == {tuple(prompt)}
+    backend.step()
+    assert not backend._prompt_graphs
+
+
+def test_an_adapter_with_dropout_or_the_switch_off_does_not_share(tiny_model, monkeypatch):
+    b = load_backend(tiny_model, "torch", threads=2)
+    assert not b.share_prompt_forwards()  # no adapter
+    b.attach_lora(LoraSpec(rank=4, scale=8.0, dropout=0.1), seed=1)
+    assert not b.share_prompt_forwards()
+    monkeypatch.setattr(TorchBackend, "share_prompts", False)
+    b.lora = LoraSpec(rank=4, scale=8.0)
+    assert not b.share_prompt_forwards()
+
+
+def test_the_kept_forward_outlives_the_reference_pass_before_it_is_taken(backend, monkeypatch, tmp_path):
+    """The reference pass puts the kept reference in the adapter between sampling and the backward
+    (float32 here: the graph saved the adapter's weights themselves, not bfloat16 copies)."""
+    prompt = backend.encode(PROMPT)
+    backend.keep_reference(backend.save_adapter(tmp_path / "reference"))
+    monkeypatch.setattr(backend, "_reference_prompts", type(backend._reference_prompts)())
+    try:
+        assert backend.share_prompt_forwards()
+        seen = _forwards(backend, monkeypatch)
+        tails = _sample(backend, prompt)
+        loss = lambda t: ((t.logprobs - t.ref_logprobs).sum(), {})  # noqa: E731
+        metrics = backend.backward([prompt] * len(tails), tails, 0.7, loss, reference=True)
+        assert seen == [tuple(prompt)] * 2  # sampling's, then the reference's: the policy's was taken
+        assert "time/reference_s" in metrics
+        assert all(p.grad is not None for n, p in backend.model.named_parameters() if "lora_" in n)
+    finally:
+        backend._reference = None
