@@ -39,6 +39,7 @@ from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.static_rows import StaticRows, rows_to_keep
+from jacrl.backends.token_logprobs import HeadLogprobs, LogitsArena
 from jacrl.progress import Progress
 
 SMALL_DECODE_ROWS = 16
@@ -153,6 +154,8 @@ class TorchBackend(Backend):
         """Scoring and training forwards under bfloat16 autocast (`train_autocast`)."""
         self._reference_prompts = ReferencePrompts()
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
+        self._arena = LogitsArena()
+        """The scoring forwards' logits (`jacrl.backends.token_logprobs`), handed out again by each call."""
         self._sharing = False
         self._prompt_graphs: dict[tuple[int, ...], PromptKV] = {}
         """Prompts sampled from the policy, forwarded with their graph for the next backward
@@ -475,6 +478,7 @@ class TorchBackend(Backend):
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompt_ids):
             groups.setdefault(tuple(p), []).append(i)
+        self._arena.reset()
         with self._forward_precision():
             if len(groups) == len(prompt_ids):
                 lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
@@ -561,31 +565,37 @@ class TorchBackend(Backend):
         first = at_temperature(prompt.logits.float(), temperature).expand(len(tails), -1, -1)
         parts = [_log_probs(first, x[:, :1], dists)]
         if x.shape[1] > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
-            parts.append(_log_probs(self._logits_after(lm, prompt, x[:, :-1], temperature), x[:, 1:], dists))
+            parts.append(self._scored_after(lm, prompt, x[:, :-1], x[:, 1:], temperature, dists))
         # joined per token, not as logits: a [rows, n, vocab] copy of the group's logits costs a
         # memory pass forward and one back
         lp = torch.cat([p for p, _ in parts], dim=1)
         return lp, torch.cat([d for _, d in parts], dim=1) if dists else None
 
-    def _logits_after(self, lm: Any, prompt: PromptKV, x: Any, temperature: float) -> Any:
-        """[rows, n, vocab] float32 logits at `temperature` of the right-padded rows `x` after `prompt`:
-        on CPU through `prompt_rows` (the rows' attention over the prompt in one kernel call), else on
-        top of a cache that repeats the prompt per row. Not under activation checkpointing, whose
-        recompute runs after the attention implementation is restored."""
+    def _scored_after(
+        self, lm: Any, prompt: PromptKV, x: Any, targets: Any, temperature: float, dists: bool
+    ) -> tuple[Any, Any]:
+        """[rows, n] log-probs at `temperature` of `targets` after the right-padded rows `x` after
+        `prompt` (and with `dists` the log-distributions): on CPU through `prompt_rows` (the rows'
+        attention over the prompt in one kernel call) and, but for `dists`, the output layer's
+        `HeadLogprobs`; else on top of a cache that repeats the prompt per row. Not under activation
+        checkpointing, whose recompute runs after the attention implementation is restored."""
         import torch
 
         from jacrl.backends import prompt_rows
 
-        if self.prompt_rows and prompt_rows.serves(lm) and not self._checkpointing:
-            start = prompt.keys[0].shape[2]
-            positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
-            with prompt_rows.attending(lm):
-                out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
-            # the temperature divides the hidden states (SmolLM2: 576 wide), not the logits (49k): the
-            # output layer is linear without a bias (`prompt_rows.serves`)
-            return lm.get_output_embeddings()(at_temperature(out.last_hidden_state, temperature)).float()
-        kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
-        return at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature)
+        if not (self.prompt_rows and prompt_rows.serves(lm) and not self._checkpointing):
+            kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
+            return _log_probs(at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature), targets, dists)
+        start = prompt.keys[0].shape[2]
+        positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
+        with prompt_rows.attending(lm):
+            out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
+        # the temperature divides the hidden states (SmolLM2: 576 wide), not the logits (49k): the
+        # output layer is linear without a bias (`prompt_rows.serves`)
+        hidden, head = at_temperature(out.last_hidden_state, temperature), lm.get_output_embeddings()
+        if dists or type(head) is not torch.nn.Linear or head.weight.requires_grad:
+            return _log_probs(head(hidden).float(), targets, dists)
+        return HeadLogprobs.apply(hidden, head.weight, targets, self._arena), None
 
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` when it holds them

@@ -1,0 +1,89 @@
+"""The log-probs of a scoring forward's target tokens from its last hidden states, the output layer
+and the log-softmax in one autograd function whose logits live in a buffer the backend keeps.
+
+Scoring a GRPO group (8 rows of up to 192 tokens) through the output layer makes a [tokens, vocab]
+float32 logits tensor (SmolLM2: 49,152 wide, ~190 MB for a length bucket of 955 tokens), then a
+log-softmax of the same size, the gather's zero-filled gradient and the log-softmax's gradient:
+four fresh allocations of that size, each paid for in page faults before any arithmetic (up to a
+quarter of a second each where the kernel backs new pages slowly, as in a micro-VM), and four
+passes over memory that only the target column is read from. Here the logits go to `LogitsArena`,
+one buffer reused by every scoring forward; the forward reads a log-sum-exp per position off them
+in cache-sized chunks and keeps it; the backward turns the kept logits into their own gradient in
+place (softmax, scaled, the target's column added) and multiplies it by the output layer's weight.
+The numbers are the log-softmax's up to the order of floating-point sums.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CHUNK_ROWS = 32
+"""Positions per chunk of the log-sum-exp and the gradient: 32 × 49,152 float32 is 6 MB, cache-sized."""
+
+
+class LogitsArena:
+    """A float32 [rows, vocab] buffer handed out in slices, one per forward, from `reset` to `reset`.
+
+    A slice holds its forward's logits until that forward's backward has used them; `reset` (the
+    start of the next scoring call) hands the same memory out again, and bumps `generation`, which a
+    backward checks: a slice handed out again before its backward would give wrong gradients, so it
+    raises instead. It grows (to the rows a call asked for in all) when a call needs more; slices
+    given out before keep the old buffer alive."""
+
+    def __init__(self) -> None:
+        self._buffer: Any = None
+        self._used = 0
+        self.generation = 0
+
+    def reset(self) -> None:
+        self._used = 0
+        self.generation += 1
+
+    def take(self, rows: int, vocab: int, device: Any) -> Any:
+        buffer = self._buffer
+        if buffer is None or buffer.shape[1] != vocab or buffer.device != device or self._used + rows > len(buffer):
+            buffer = self._buffer = torch.empty(self._used + rows, vocab, dtype=torch.float32, device=device)
+            self._used = 0
+        out = buffer[self._used : self._used + rows]
+        self._used += rows
+        return out
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """[rows, n] log-probs of `targets` [rows, n] under the output layer `weight` [vocab, d] (no bias,
+    not trained) applied to `hidden` [rows, n, d], its logits computed in float32 into `arena`."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Any, weight: Any, targets: Any, arena: LogitsArena) -> Any:
+        flat = hidden.reshape(-1, hidden.shape[-1]).float()
+        with torch.autocast(flat.device.type, enabled=False):  # float32 logits under the training's autocast
+            logits = torch.mm(flat, weight.float().t(), out=arena.take(len(flat), weight.shape[0], flat.device))
+        lse = torch.empty(len(flat), dtype=torch.float32, device=flat.device)
+        for start in range(0, len(flat), CHUNK_ROWS):
+            lse[start : start + CHUNK_ROWS] = torch.logsumexp(logits[start : start + CHUNK_ROWS], dim=-1)
+        index = targets.reshape(-1, 1)
+        lp = logits.gather(1, index)[:, 0] - lse
+        ctx.save_for_backward(lse, index, weight)
+        # the slice is held apart from the saved tensors: the other slices' writes bump the version
+        # counter the buffer's views share; the arena's generation is what tells a reuse
+        ctx.logits, ctx.arena, ctx.generation, ctx.hidden_dtype = logits, arena, arena.generation, hidden.dtype
+        return lp.view(targets.shape)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        logits, ctx.logits = ctx.logits, None  # turned into their gradient below
+        if logits is None or ctx.arena.generation != ctx.generation:
+            raise RuntimeError(
+                "the output layer's logits were used by a backward already or handed out again to a later forward"
+            )
+        lse, index, weight = ctx.saved_tensors
+        g = grad.reshape(-1, 1).float()
+        for start in range(0, len(logits), CHUNK_ROWS):  # d lp / d logits = onehot(target) − softmax
+            end = start + CHUNK_ROWS
+            logits[start:end].sub_(lse[start:end, None]).exp_().mul_(-g[start:end])
+        logits.scatter_add_(1, index, g)
+        with torch.autocast(logits.device.type, enabled=False):
+            d_hidden = torch.mm(logits, weight.float())
+        return d_hidden.view(*grad.shape, -1).to(ctx.hidden_dtype), None, None, None

@@ -1,0 +1,57 @@
+"""The output layer's fused log-probs give the log-softmax's values and gradients, from slices of one
+kept buffer, and refuse a backward whose logits were handed out again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jacrl.backends.token_logprobs import CHUNK_ROWS, HeadLogprobs, LogitsArena
+
+VOCAB, D = 300, 16
+
+
+def _case(rows, n, seed):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(rows, n, D, generator=gen, dtype=torch.float64)
+    targets = torch.randint(0, VOCAB, (rows, n), generator=gen)
+    return hidden, targets
+
+
+def _plain(hidden, weight, targets):
+    return torch.log_softmax(hidden @ weight.t(), -1).gather(-1, targets[..., None])[..., 0]
+
+
+def test_two_forwards_from_one_buffer_give_the_log_softmaxs_values_and_gradients():
+    weight = torch.randn(VOCAB, D, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    arena = LogitsArena()
+    cases = [_case(3, CHUNK_ROWS, 0), _case(2, 7, 1)]  # more than one chunk, then a second slice
+    arena.reset()
+    ours, theirs = [], []
+    for hidden, targets in cases:
+        h32 = hidden.float().requires_grad_()
+        ours.append((h32, HeadLogprobs.apply(h32, weight.float(), targets, arena)))
+        h64 = hidden.clone().requires_grad_()
+        theirs.append((h64, _plain(h64, weight, targets)))
+    grads = [torch.randn(lp.shape, dtype=torch.float64) for _, lp in theirs]
+    sum((lp * g.float()).sum() for (_, lp), g in zip(ours, grads)).backward()
+    sum((lp * g).sum() for (_, lp), g in zip(theirs, grads)).backward()
+    for (h32, lp32), (h64, lp64) in zip(ours, theirs):
+        assert torch.allclose(lp32.double(), lp64, atol=1e-5)
+        assert torch.allclose(h32.grad.double(), h64.grad, atol=1e-5)
+
+
+def test_a_backward_after_its_logits_were_handed_out_again_or_used_refuses():
+    weight = torch.randn(VOCAB, D)
+    arena = LogitsArena()
+    hidden, targets = (t.float() if t.is_floating_point() else t for t in _case(2, 5, 0))
+    h = hidden.clone().requires_grad_()
+    lp = HeadLogprobs.apply(h, weight, targets, arena)
+    arena.reset()
+    HeadLogprobs.apply(hidden, weight, targets, arena)
+    with pytest.raises(RuntimeError, match="handed out again"):
+        lp.sum().backward()
+    lp = HeadLogprobs.apply(h, weight, targets, arena)
+    lp.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="used by a backward already"):
+        lp.sum().backward()
