@@ -24,8 +24,8 @@ def backend(lora_backend):
 def _forwards(backend, monkeypatch) -> list[tuple[int, ...]]:
     """The prompts `backend` forwards from now on."""
     seen: list[tuple[int, ...]] = []
-    forward = backend._forward_prompt
-    monkeypatch.setattr(backend, "_forward_prompt", lambda lm, head: seen.append(head) or forward(lm, head))
+    forward = backend._fresh_prompt
+    monkeypatch.setattr(backend, "_fresh_prompt", lambda lm, head: seen.append(head) or forward(lm, head))
     return seen
 
 

@@ -266,7 +266,7 @@ class TorchBackend(Backend):
         try:
             with torch.enable_grad(), self._forward_precision():
                 for p in map(tuple, prompts):
-                    entry = self._prompt_graphs.get(p) or self._forward_prompt(lm, p)
+                    entry = self._prompt_graphs.get(p) or self._fresh_prompt(lm, p)
                     self._prompt_graphs[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
                     caches.append(PromptKV(tuple(keys), tuple(values), None).cache(lm.config))
@@ -616,12 +616,13 @@ class TorchBackend(Backend):
             entry = self._prompt_graphs.pop(head, None) if torch.is_grad_enabled() else None
         if entry is not None:
             return entry
-        entry = self._forward_prompt(lm, head)
+        entry = self._fresh_prompt(lm, head)
         if kept is not None:
             kept.put(owner, head, entry)
         return entry
 
-    def _forward_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
+    def _fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
+        """`head` through the model now (its graph kept where gradients are on)."""
         import torch
         from transformers import DynamicCache
 
