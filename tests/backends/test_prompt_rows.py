@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fixtures.models import weighted_backward
 
 from jacrl.backends import prompt_rows as pr
-from jacrl.backends.base import TokenLogprobs
 
 ROWS, HEADS, KV_HEADS, N, P, D = 3, 6, 2, 5, 9, 8
 
@@ -68,29 +68,16 @@ def backend(lora_backend):
     return lora_backend
 
 
-def _scored(backend, prompt, tails):
-    """The rows' log-probs and the LoRA gradients of their sum."""
-    backend.model.zero_grad(set_to_none=True)
-    seen = []
-
-    def loss(t: TokenLogprobs):
-        seen.append(t.logprobs.detach())
-        return (t.logprobs * torch.linspace(-1, 1, t.logprobs.numel()).reshape(t.logprobs.shape)).sum(), {}
-
-    backend.backward([prompt] * len(tails), tails, 0.7, loss)
-    return seen[0], {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
-
-
 def test_the_backend_scores_rows_through_it_as_through_a_repeated_cache(backend, monkeypatch):
     prompt = backend.encode("node Room { has name: str; } walker Visit {")
     tails = [backend.encode(t) for t in ["can go with entry", " visit [-->];", " report here;"]]
     calls = []
     apply = pr.RowsOnPrompt.apply
     monkeypatch.setattr(pr.RowsOnPrompt, "apply", lambda *a: calls.append(1) or apply(*a))
-    lp, grads = _scored(backend, prompt, tails)
+    lp, grads = weighted_backward(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers  # one length bucket: each layer once
     monkeypatch.setattr(backend, "prompt_rows", False)
-    lp_cache, grads_cache = _scored(backend, prompt, tails)
+    lp_cache, grads_cache = weighted_backward(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers
     assert torch.allclose(lp, lp_cache, atol=1e-5)
     assert set(grads) == set(grads_cache) and grads

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fixtures.models import weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
-from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.torch_backend import TorchBackend
 
 PROMPT = "node Room { has name: str; } walker Visit {"
@@ -29,16 +29,6 @@ def _forwards(backend, monkeypatch) -> list[tuple[int, ...]]:
     return seen
 
 
-def _grads(backend, prompt, tails):
-    backend.model.zero_grad(set_to_none=True)
-
-    def loss(t: TokenLogprobs):
-        return (t.logprobs * torch.linspace(-1, 1, t.logprobs.numel()).reshape(t.logprobs.shape)).sum(), {}
-
-    backend.backward([prompt] * len(tails), tails, 0.7, loss)
-    return {n: p.grad.clone() for n, p in backend.model.named_parameters() if p.grad is not None}
-
-
 def _sample(backend, prompt, n=3, temperature=0.8):
     params = SamplingParams(temperature=temperature, max_tokens=6, seed=3)
     return [c.token_ids for c in backend.generate_ids([prompt], n, params, progress=False)[0]]
@@ -50,9 +40,9 @@ def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(
     seen = _forwards(backend, monkeypatch)
     tails = _sample(backend, prompt)
     assert seen == [tuple(prompt)] and set(backend._prompt_graphs) == {tuple(prompt)}
-    kept = _grads(backend, prompt, tails)
+    kept = weighted_backward(backend, prompt, tails)[1]
     assert seen == [tuple(prompt)] and not backend._prompt_graphs  # taken, not forwarded again
-    fresh = _grads(backend, prompt, tails)
+    fresh = weighted_backward(backend, prompt, tails)[1]
     assert len(seen) == 2 and set(kept) == set(fresh) and kept
     for name, g in fresh.items():
         assert torch.allclose(kept[name], g, atol=1e-6), name
@@ -79,7 +69,7 @@ def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backe
     assert set(backend._prompt_graphs) == set()  # each sampling starts from nothing
     _sample(backend, prompt)
     backend.configure_optimizer(1e-3)
-    _grads(backend, backend.encode("node A {}"), tails)  # another prompt: the kept one stays
+    weighted_backward(backend, backend.encode("node A {}"), tails)  # another prompt: the kept one stays
     assert set(backend._prompt_graphs) == {tuple(prompt)}
     backend.step()
     assert not backend._prompt_graphs

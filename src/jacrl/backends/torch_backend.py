@@ -605,8 +605,9 @@ class TorchBackend(Backend):
         return HeadLogprobs.apply(hidden, head.weight, targets, self._arena), None
 
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
-        """`head`'s keys and values and the logits of its last position: from `kept` when it holds them
-        for the current reference and precision, else by a forward (then kept there)."""
+        """`head`'s keys and values and the logits of its last position: from `kept` (the reference pass)
+        when it holds them for the current reference and precision; for a backward, the forward the
+        sampling just before it kept (`share_prompt_forwards`); else by a forward (then kept in `kept`)."""
         import torch
 
         owner = (self._reference, self._autocast)
