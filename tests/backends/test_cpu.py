@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from jacrl.backends import cpu
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.determinism import DETERMINISM_ENV
 from jacrl.backends.torch_backend import resolve_dtype
 from jacrl.workflow.resources import load_bytes
 
@@ -84,3 +86,27 @@ def test_a_training_job_loads_float32_where_an_eval_job_loads_bfloat16(tiny_mode
     assert load_backend(tiny_model, "torch", threads=1).dtype == torch.bfloat16
     trained = load_backend(tiny_model, "torch", threads=1, placement=Placement(training=True))
     assert trained.dtype == torch.float32 and next(trained.model.parameters()).dtype == torch.float32
+
+
+def test_float32_matmuls_go_to_onednn_only_where_it_keeps_float32(float32_precision):
+    float32_precision("none")
+    if not cpu.float32_matmuls_through_onednn():
+        pytest.skip(f"{cpu.cpu_info().describe()}: float32 matmuls stay with MKL here")
+    assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 576, generator=g), torch.randn(576, 1536, generator=g)
+    exact = a.double() @ b.double()
+    # float32's error (~1e-5 here), not bf16's (~1e-2): nothing rounded to bf16 on the way
+    assert (a @ b - exact).abs().max() < 1e-4 * exact.abs().max()
+
+
+@pytest.mark.parametrize("reason", ["amx", "strict"])
+def test_float32_matmuls_stay_with_mkl_on_amx_and_under_strict_determinism(monkeypatch, float32_precision, reason):
+    float32_precision("none")
+    if reason == "amx":  # oneDNN would multiply them in bf16 there
+        info = cpu.CpuInfo("an AMX CPU", frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}))
+        monkeypatch.setattr(cpu, "cpu_info", lambda: info)
+    else:
+        monkeypatch.setenv(DETERMINISM_ENV, "strict")
+    assert not cpu.float32_matmuls_through_onednn()
+    assert torch.backends.mkldnn.matmul.fp32_precision == "none"

@@ -42,7 +42,6 @@ def test_a_bf16_models_attention_is_the_float32_one_up_to_its_output_rounding():
     kv.slot.fill_(0)
     out = sp.attend(kv, 0, query, key, value, D**-0.5).double()
     exact = _float64_attention(query, keys, values, key, value, D**-0.5)
-    assert torch.backends.mkldnn.matmul.fp32_precision == "none"
     rounding = (exact.bfloat16().double() - exact).abs()
     # within one bf16 step of the exact output wherever the exact one rounds cleanly
     assert ((out - exact).abs() <= 2 * rounding + exact.abs() * 2**-9).all()
@@ -55,17 +54,20 @@ def test_bf16_products_of_bf16_values_are_the_float32_ones():
     a = torch.randn(1, KV_HEADS, 24, D, generator=g).bfloat16().float()
     b = torch.randn(1, KV_HEADS, D, WIDTH, generator=g).bfloat16().float()
     exact = a.double() @ b.double()
+    before = torch.backends.mkldnn.matmul.fp32_precision
     with sp.bf16_products(True):
         assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
         inside = a @ b
-    assert torch.backends.mkldnn.matmul.fp32_precision == "none"
+    assert torch.backends.mkldnn.matmul.fp32_precision == before
     assert torch.allclose(inside.double(), exact, rtol=0, atol=D * 2**-23 * exact.abs().max())
 
 
-def test_a_bf16_decode_sets_the_flag_around_its_attention_only(tiny_model, monkeypatch):
-    """RoPE's angles are a float32 matmul of positions (past 256 not bf16 values): the flag must be off
+def test_a_bf16_decode_sets_the_flag_around_its_attention_only(tiny_model, monkeypatch, float32_precision):
+    """RoPE's angles are a float32 matmul of positions (past 256 not bf16 values): on a CPU whose
+    process keeps MKL for float32 (AMX: `cpu.float32_matmuls_through_onednn`) the flag must be off
     there, and on around every layer's attention."""
     b = TorchBackend(tiny_model, threads=2, dtype="bfloat16")
+    float32_precision("none")
     lm = b._causal_lm()
     seen = {"rope": [], "attention": 0}
     rope = type(lm.model.rotary_emb).forward

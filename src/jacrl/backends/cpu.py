@@ -26,6 +26,8 @@ from jacrl.backends.determinism import is_strict
 
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """/proc/cpuinfo flags of native bfloat16 arithmetic: x86 AVX512-BF16 and AMX-BF16, Arm's FEAT_BF16."""
+AMX_FLAGS = frozenset({"amx_bf16", "amx_tile"})
+"""/proc/cpuinfo flags of Intel's AMX, on which oneDNN multiplies float32 matmuls in bf16 when allowed."""
 MAC_BF16_KEY = "hw.optional.arm.FEAT_BF16"
 SMALL_MODEL_PARAMS = 50_000_000
 """A model below this many parameters is small on CPU: its decode steps' matmuls are too small for a
@@ -93,6 +95,45 @@ def cpu_info() -> CpuInfo:
 def cpu_computes_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 natively."""
     return cpu_info().native_bf16
+
+
+def float32_matmuls_through_onednn() -> bool:
+    """Send this process's float32 matmuls on the CPU to oneDNN where it keeps their float32 arithmetic;
+    whether they go there.
+
+    PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time on an AMD EPYC
+    (Zen 5, 2 threads): a SmolLM2 LoRA training pass over a 1.8k-token row 8.4-8.8 s against 4.6-4.9 s,
+    the gradients equal to 6.5e-6 relative (docs/design.md#measured-facts). PyTorch hands float32
+    matmuls to oneDNN only under `torch.backends.mkldnn.matmul.fp32_precision = "bf16"` (oneDNN's bf16
+    fpmath mode), which lets oneDNN multiply bf16 where it has a kernel for that, AMX; on a CPU with
+    bf16 instructions and no AMX (AMD Zen 4 and 5) it keeps float32. So the flag is set only where the
+    CPU has no AMX and a probe shows float32 kept (values bf16 cannot hold multiply exactly). Elsewhere,
+    without bf16 instructions, PyTorch keeps MKL whatever the flag says; under strict determinism
+    (whose numbers must not depend on the CPU's kernels) nothing is set."""
+    import torch
+
+    if is_strict() or cpu_info().flags & AMX_FLAGS or not torch.backends.mkldnn.is_available():
+        return False
+    if torch.backends.mkldnn.matmul.fp32_precision != "bf16":
+        if not _onednn_keeps_float32():
+            return False
+        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    return True
+
+
+def _onednn_keeps_float32() -> bool:
+    """Whether a float32 matmul under oneDNN's bf16 fpmath mode gives float32's product of values that
+    bf16 rounds (1 + 2^-12 is 1 in bf16: 64 such products sum to 64 in bf16, 64.03125 in float32)."""
+    import torch
+
+    a = torch.full((16, 64), 1 + 2**-12)
+    matmul = torch.backends.mkldnn.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "bf16"
+    try:
+        return bool(((a @ a.t()) == 64.03125).all())
+    finally:
+        matmul.fp32_precision = before
 
 
 def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:

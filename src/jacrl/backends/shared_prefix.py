@@ -131,14 +131,15 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
 def bf16_products(on: bool) -> Iterator[None]:
     """Inside the block (where `on`) float32 matmuls on a CPU go to oneDNN with bf16 arithmetic allowed
     (`torch.backends.mkldnn.matmul.fp32_precision = "bf16"`, oneDNN's bf16 fpmath mode). For `attend`
-    over a bf16 model's caches, whose queries and keys are bf16 values held in float32: where oneDNN
-    multiplies bf16 (CPUs with AMX) the scores are the float32 ones up to the order of sums and the
-    probabilities meet the values rounded to bf16, as sdpa's CPU flash kernel rounds them; elsewhere
-    (AVX512-BF16 without AMX: AMD Zen 4 and 5) oneDNN keeps float32 arithmetic in its own GEMM, which
-    took half MKL's time for these shapes (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends).
-    Only around those matmuls: other float32 matmuls of a step need not hold bf16 values (RoPE's
-    angles multiply positions). Left out where dynamo traces (`compile_decode`: the flag is process
-    state) and under strict determinism (`PrefixKV.of`)."""
+    over a bf16 model's caches, whose queries and keys are bf16 values held in float32. Where oneDNN
+    multiplies bf16 (CPUs with AMX, whose processes keep MKL for float32 otherwise:
+    `cpu.float32_matmuls_through_onednn`) the scores are the float32 ones up to the order of sums and
+    the probabilities meet the values rounded to bf16, as sdpa's CPU flash kernel rounds them;
+    elsewhere oneDNN keeps float32 in its own GEMM, which took half MKL's time for these shapes
+    (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends), and the process has mostly set the
+    flag already. Only around those matmuls: other float32 matmuls of a step need not hold bf16 values
+    (RoPE's angles multiply positions). Left out where dynamo traces (`compile_decode`: the flag is
+    process state) and under strict determinism (`PrefixKV.of`)."""
     import torch
 
     if not on or torch.compiler.is_compiling():

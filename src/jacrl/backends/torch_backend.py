@@ -30,7 +30,12 @@ from jacrl.backends.base import (
     safetensors_parameters,
     set_threads,
 )
-from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype, cpu_computes_bf16
+from jacrl.backends.cpu import (
+    SMALL_MODEL_PARAMS,
+    auto_cpu_dtype,
+    cpu_computes_bf16,
+    float32_matmuls_through_onednn,
+)
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
@@ -129,6 +134,8 @@ class TorchBackend(Backend):
         set_threads(threads)
         self.model_path = require_model_dir(model_path, model_name)
         self.device = resolve_device(device)
+        if self.device == "cpu":
+            float32_matmuls_through_onednn()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path), training)
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
