@@ -55,3 +55,23 @@ def test_a_backward_after_its_logits_were_handed_out_again_or_used_refuses():
     lp.sum().backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="used by a backward already"):
         lp.sum().backward()
+
+
+def test_a_buffer_sized_by_an_inference_mode_scoring_serves_a_backward_after_it():
+    """`logprobs` scores under inference mode; a backward after it reuses the same buffer."""
+    arena = LogitsArena()
+    with torch.inference_mode():
+        arena.take(4, 10, torch.device("cpu"))
+    arena.reset()
+    hidden = torch.randn(1, 4, 3, requires_grad=True)
+    lp = HeadLogprobs.apply(hidden, torch.randn(10, 3), torch.randint(0, 10, (1, 4)), arena)
+    lp.sum().backward()
+    assert hidden.grad is not None
+
+
+def test_a_backend_trains_after_scoring_the_same_rows(lora_backend):
+    b = lora_backend
+    prompt, rows = b.prompt_ids("walker Visit"), [b.completion_ids(t) for t in ("return 1;", "print(2);")]
+    b.logprobs([prompt] * 2, rows, 0.7)
+    b.backward([prompt] * 2, rows, 0.7, lambda t: (-(t.logprobs * t.mask).sum(), {}))
+    assert any(p.grad is not None for p in b.model.parameters() if p.requires_grad)

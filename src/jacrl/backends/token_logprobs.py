@@ -44,7 +44,8 @@ class LogitsArena:
     def take(self, rows: int, vocab: int, device: Any) -> Any:
         buffer = self._buffer
         if buffer is None or buffer.shape[1] != vocab or buffer.device != device or self._used + rows > len(buffer):
-            buffer = self._buffer = torch.empty(self._used + rows, vocab, dtype=torch.float32, device=device)
+            with torch.inference_mode(False):  # not an inference tensor: a backward may write it after `logprobs`
+                buffer = self._buffer = torch.empty(self._used + rows, vocab, dtype=torch.float32, device=device)
             self._used = 0
         out = buffer[self._used : self._used + rows]
         self._used += rows
