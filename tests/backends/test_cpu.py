@@ -90,23 +90,55 @@ def test_a_training_job_loads_float32_where_an_eval_job_loads_bfloat16(tiny_mode
 
 def test_float32_matmuls_go_to_onednn_only_where_it_keeps_float32(float32_precision):
     float32_precision("none")
-    if not cpu.float32_matmuls_through_onednn():
+    if not cpu.onednn_keeps_float32():
         pytest.skip(f"{cpu.cpu_info().describe()}: float32 matmuls stay with MKL here")
-    assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(64, 576, generator=g), torch.randn(576, 1536, generator=g)
     exact = a.double() @ b.double()
+    with cpu.float32_through_onednn("cpu"):
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
+        inside = a @ b
+    assert torch.backends.mkldnn.matmul.fp32_precision == "none"
     # float32's error (~1e-5 here), not bf16's (~1e-2): nothing rounded to bf16 on the way
-    assert (a @ b - exact).abs().max() < 1e-4 * exact.abs().max()
+    assert (inside - exact).abs().max() < 1e-4 * exact.abs().max()
 
 
-@pytest.mark.parametrize("reason", ["amx", "strict"])
-def test_float32_matmuls_stay_with_mkl_on_amx_and_under_strict_determinism(monkeypatch, float32_precision, reason):
+@pytest.mark.parametrize("reason", ["amx", "strict", "cuda"])
+def test_float32_matmuls_stay_with_mkl_on_amx_under_strict_determinism_and_off_the_cpu(
+    monkeypatch, float32_precision, reason
+):
     float32_precision("none")
+    cpu.onednn_keeps_float32.cache_clear()
     if reason == "amx":  # oneDNN would multiply them in bf16 there
         info = cpu.CpuInfo("an AMX CPU", frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}))
         monkeypatch.setattr(cpu, "cpu_info", lambda: info)
-    else:
+    elif reason == "strict":
         monkeypatch.setenv(DETERMINISM_ENV, "strict")
-    assert not cpu.float32_matmuls_through_onednn()
+    try:
+        with cpu.float32_through_onednn("cuda" if reason == "cuda" else "cpu"):
+            assert torch.backends.mkldnn.matmul.fp32_precision == "none"
+    finally:
+        cpu.onednn_keeps_float32.cache_clear()  # the next caller probes this machine again
+
+
+def test_scoring_and_training_multiply_float32_through_onednn_and_decoding_does_not(tiny_model, float32_precision):
+    """Where oneDNN keeps float32, a float32 model's scoring forward and its backward go there; a
+    decode's few rows keep MKL (oneDNN's fixed cost a call loses there)."""
+    from jacrl.backends import LoraSpec, SamplingParams
+    from jacrl.backends.torch_backend import TorchBackend
+
+    float32_precision("none")
+    b = TorchBackend(tiny_model, threads=2, dtype="float32", training=True)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    seen: list[tuple[str, str]] = []
+    layer = b._causal_lm().model.layers[0].mlp.down_proj
+    layer.register_forward_hook(lambda *_: seen.append(("forward", torch.backends.mkldnn.matmul.fp32_precision)))
+    layer.register_full_backward_hook(lambda *_: seen.append(("backward", torch.backends.mkldnn.matmul.fp32_precision)))
+    prompt, rows = b.prompt_ids("walker Visit"), [b.completion_ids("return 1;")] * 2
+    b.backward([prompt] * 2, rows, 1.0, lambda t: (-(t.logprobs * t.mask).sum(), {}))
+    scoring = "bf16" if cpu.onednn_keeps_float32() else "none"
+    assert set(seen) == {("forward", scoring), ("backward", scoring)}
+    seen.clear()
+    b.generate_ids([prompt], 2, SamplingParams(temperature=0.9, max_tokens=4, seed=0), progress=False)
+    assert seen and set(seen) == {("forward", "none")}
     assert torch.backends.mkldnn.matmul.fp32_precision == "none"

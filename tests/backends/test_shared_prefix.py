@@ -1,4 +1,4 @@
-"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`shared_prefix.bf16_products`):
+"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`PrefixKV.bf16_fpmath`):
 a bf16 model's decode gets the float32 scores, and the flag reaches no other matmul of the step."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _float64_attention(query, keys, values, own_k, own_v, scaling):
 
 def test_a_bf16_models_attention_is_the_float32_one_up_to_its_output_rounding():
     kv, keys, values = _prefix(torch.bfloat16)
-    assert kv.bf16_products and not _prefix(torch.float32)[0].bf16_products
+    assert kv.bf16_fpmath and not _prefix(torch.float32)[0].bf16_fpmath
     g = torch.Generator().manual_seed(1)
     query = (3 * torch.randn(ROWS, HEADS, 1, D, generator=g)).bfloat16()
     key, value = (torch.randn(ROWS, KV_HEADS, 1, D, generator=g).bfloat16() for _ in range(2))
@@ -47,7 +47,7 @@ def test_a_bf16_models_attention_is_the_float32_one_up_to_its_output_rounding():
     assert ((out - exact).abs() <= 2 * rounding + exact.abs() * 2**-9).all()
 
 
-def test_bf16_products_of_bf16_values_are_the_float32_ones():
+def test_bf16_fpmath_products_of_bf16_values_are_the_float32_ones():
     """Whatever oneDNN picks inside the block (bf16 arithmetic on AMX, its float32 GEMM elsewhere), a
     product of bf16 values held in float32 is float32's up to the order of its sums."""
     g = torch.Generator().manual_seed(2)
@@ -55,7 +55,7 @@ def test_bf16_products_of_bf16_values_are_the_float32_ones():
     b = torch.randn(1, KV_HEADS, D, WIDTH, generator=g).bfloat16().float()
     exact = a.double() @ b.double()
     before = torch.backends.mkldnn.matmul.fp32_precision
-    with sp.bf16_products(True):
+    with sp.bf16_fpmath(True):
         assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"
         inside = a @ b
     assert torch.backends.mkldnn.matmul.fp32_precision == before
@@ -63,9 +63,8 @@ def test_bf16_products_of_bf16_values_are_the_float32_ones():
 
 
 def test_a_bf16_decode_sets_the_flag_around_its_attention_only(tiny_model, monkeypatch, float32_precision):
-    """RoPE's angles are a float32 matmul of positions (past 256 not bf16 values): on a CPU whose
-    process keeps MKL for float32 (AMX: `cpu.float32_matmuls_through_onednn`) the flag must be off
-    there, and on around every layer's attention."""
+    """RoPE's angles are a float32 matmul of positions (past 256 not bf16 values): the flag must be off
+    there (on AMX it would round them), and on around every layer's attention."""
     b = TorchBackend(tiny_model, threads=2, dtype="bfloat16")
     float32_precision("none")
     lm = b._causal_lm()
@@ -76,14 +75,14 @@ def test_a_bf16_decode_sets_the_flag_around_its_attention_only(tiny_model, monke
         seen["rope"].append(torch.backends.mkldnn.matmul.fp32_precision)
         return rope(self, *a, **k)
 
-    products = sp.bf16_products
+    fpmath = sp.bf16_fpmath
 
-    def recording_products(on):
+    def recording_fpmath(on):
         seen["attention"] += on
-        return products(on)
+        return fpmath(on)
 
     monkeypatch.setattr(type(lm.model.rotary_emb), "forward", recording_rope)
-    monkeypatch.setattr(sp, "bf16_products", recording_products)
+    monkeypatch.setattr(sp, "bf16_fpmath", recording_fpmath)
     params = SamplingParams(temperature=0.9, max_tokens=4, seed=0)
     b.generate_ids([b.prompt_ids("node Room { has name: str; } " * 40)], 3, params, progress=False)
     assert seen["attention"] >= 3 * lm.config.num_hidden_layers, "each decode step's layers attend in bf16"

@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import platform
 import subprocess
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,43 +99,53 @@ def cpu_computes_bf16() -> bool:
     return cpu_info().native_bf16
 
 
-def float32_matmuls_through_onednn() -> bool:
-    """Send this process's float32 matmuls on the CPU to oneDNN where it keeps their float32 arithmetic;
-    whether they go there.
-
-    PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time on an AMD EPYC
-    (Zen 5, 2 threads): a SmolLM2 LoRA training pass over a 1.8k-token row 8.4-8.8 s against 4.6-4.9 s,
-    the gradients equal to 6.5e-6 relative (docs/design.md#measured-facts). PyTorch hands float32
-    matmuls to oneDNN only under `torch.backends.mkldnn.matmul.fp32_precision = "bf16"` (oneDNN's bf16
-    fpmath mode), which lets oneDNN multiply bf16 where it has a kernel for that, AMX; on a CPU with
-    bf16 instructions and no AMX (AMD Zen 4 and 5) it keeps float32. So the flag is set only where the
-    CPU has no AMX and a probe shows float32 kept (values bf16 cannot hold multiply exactly). Elsewhere,
-    without bf16 instructions, PyTorch keeps MKL whatever the flag says; under strict determinism
-    (whose numbers must not depend on the CPU's kernels) nothing is set."""
+@contextmanager
+def bf16_fpmath(on: bool = True) -> Iterator[None]:
+    """Inside the block (where `on`) PyTorch sends float32 matmuls on the CPU to oneDNN with bf16
+    arithmetic allowed (`torch.backends.mkldnn.matmul.fp32_precision = "bf16"`, oneDNN's bf16 fpmath
+    mode): oneDNN multiplies them in bf16 where it has the kernel for it (AMX) and keeps float32
+    elsewhere; PyTorch keeps MKL on CPUs without bf16 instructions. The flag is process state, set
+    and put back; not where dynamo traces (a compiled graph would bake it in)."""
     import torch
 
-    if is_strict() or cpu_info().flags & AMX_FLAGS or not torch.backends.mkldnn.is_available():
-        return False
-    if torch.backends.mkldnn.matmul.fp32_precision != "bf16":
-        if not _onednn_keeps_float32():
-            return False
-        torch.backends.mkldnn.matmul.fp32_precision = "bf16"
-    return True
-
-
-def _onednn_keeps_float32() -> bool:
-    """Whether a float32 matmul under oneDNN's bf16 fpmath mode gives float32's product of values that
-    bf16 rounds (1 + 2^-12 is 1 in bf16: 64 such products sum to 64 in bf16, 64.03125 in float32)."""
-    import torch
-
-    a = torch.full((16, 64), 1 + 2**-12)
+    if not on or torch.compiler.is_compiling():
+        yield
+        return
     matmul = torch.backends.mkldnn.matmul
     before = matmul.fp32_precision
     matmul.fp32_precision = "bf16"
     try:
-        return bool(((a @ a.t()) == 64.03125).all())
+        yield
     finally:
         matmul.fp32_precision = before
+
+
+def float32_through_onednn(device: str) -> AbstractContextManager[None]:
+    """Inside the block float32 matmuls on `device` go to oneDNN where it keeps their float32
+    arithmetic (`onednn_keeps_float32`); not under strict determinism, whose numbers must not depend
+    on the CPU's kernels.
+
+    PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time on an AMD EPYC
+    (Zen 5, 2 threads) for training's shapes: a SmolLM2 LoRA training pass over a 1.8k-token row
+    8.4-8.8 s against 4.6-4.9 s, the gradients equal to 6.5e-6 relative. For a decode's few rows
+    oneDNN's fixed cost per call loses (16 against 4 us for one row of the tiny model's width), so
+    the torch backend takes this around its scoring and training passes only
+    (docs/design.md#backends)."""
+    return bf16_fpmath(device == "cpu" and not is_strict() and onednn_keeps_float32())
+
+
+@functools.cache
+def onednn_keeps_float32() -> bool:
+    """Whether float32 matmuls under oneDNN's bf16 fpmath mode keep float32 arithmetic here: the CPU
+    has no AMX, and a product of values bf16 rounds comes out exact (1 + 2^-12 is 1 in bf16: 64 such
+    products sum to 64 there, to 64.03125 in float32)."""
+    import torch
+
+    if cpu_info().flags & AMX_FLAGS or not torch.backends.mkldnn.is_available():
+        return False
+    a = torch.full((16, 64), 1 + 2**-12)
+    with bf16_fpmath():
+        return bool(((a @ a.t()) == 64.03125).all())
 
 
 def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:

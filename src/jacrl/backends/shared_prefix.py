@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from jacrl.backends.cpu import bf16_fpmath
 from jacrl.backends.determinism import is_strict
 
 ATTENTION = "jacrl_shared_prefix"
@@ -47,8 +48,15 @@ class PrefixKV:
     the same Python values (one compiled graph serves every step: `next_logits`)."""
     slots: Any
     """[max_new] long: 0, 1, …, the own slots' positions."""
-    bf16_products: bool = False
-    """Whether `attend`'s matmuls multiply in bf16 (`bf16_products`): the caches came in bf16 on a CPU."""
+    bf16_fpmath: bool = False
+    """The caches came from a bf16 model on a CPU: `attend`'s float32 matmuls go to oneDNN with bf16
+    arithmetic allowed (`cpu.bf16_fpmath`). Their queries and keys are bf16 values held in float32,
+    which bf16 holds as they are, so where oneDNN multiplies bf16 (AMX) the scores are the float32
+    ones up to the order of sums, and the probabilities meet the values rounded to bf16, as sdpa's
+    CPU flash kernel rounds them; elsewhere oneDNN keeps float32 in its own GEMM, which took half
+    MKL's time for these shapes (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends). Only
+    around those matmuls: a step's other float32 matmuls need not hold bf16 values (RoPE's angles
+    multiply positions). Not under strict determinism."""
 
     @classmethod
     def of(cls, caches: list[Any], lengths: list[int], rows_per_prompt: int, max_new: int) -> PrefixKV:
@@ -115,7 +123,7 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
 
     # the heads that share a key head side by side, and a prompt's rows as extra query positions
     q = query.reshape(rows, kv_heads, group, d).float() * scaling
-    with bf16_products(kv.bf16_products):
+    with bf16_fpmath(kv.bf16_fpmath):
         prefix = by_prompt(q) @ kv.keys[layer]  # one read of the prompt's cache
         if kv.pad_bias is not None:
             prefix = prefix + kv.pad_bias
@@ -125,33 +133,6 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
         out = probs[..., :width] @ kv.values[layer] + by_prompt(by_row(probs[..., width:]) @ own_v)
     out = by_row(out)  # [rows, kv_heads, group, d]
     return out.reshape(rows, 1, heads, d).to(query.dtype)
-
-
-@contextmanager
-def bf16_products(on: bool) -> Iterator[None]:
-    """Inside the block (where `on`) float32 matmuls on a CPU go to oneDNN with bf16 arithmetic allowed
-    (`torch.backends.mkldnn.matmul.fp32_precision = "bf16"`, oneDNN's bf16 fpmath mode). For `attend`
-    over a bf16 model's caches, whose queries and keys are bf16 values held in float32. Where oneDNN
-    multiplies bf16 (CPUs with AMX, whose processes keep MKL for float32 otherwise:
-    `cpu.float32_matmuls_through_onednn`) the scores are the float32 ones up to the order of sums and
-    the probabilities meet the values rounded to bf16, as sdpa's CPU flash kernel rounds them;
-    elsewhere oneDNN keeps float32 in its own GEMM, which took half MKL's time for these shapes
-    (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends), and the process has mostly set the
-    flag already. Only around those matmuls: other float32 matmuls of a step need not hold bf16 values
-    (RoPE's angles multiply positions). Left out where dynamo traces (`compile_decode`: the flag is
-    process state) and under strict determinism (`PrefixKV.of`)."""
-    import torch
-
-    if not on or torch.compiler.is_compiling():
-        yield
-        return
-    matmul = torch.backends.mkldnn.matmul
-    before = matmul.fp32_precision
-    matmul.fp32_precision = "bf16"
-    try:
-        yield
-    finally:
-        matmul.fp32_precision = before
 
 
 def next_logits(model: Any, kv: PrefixKV, tokens: Any, positions: Any) -> Any:

@@ -34,7 +34,7 @@ from jacrl.backends.cpu import (
     SMALL_MODEL_PARAMS,
     auto_cpu_dtype,
     cpu_computes_bf16,
-    float32_matmuls_through_onednn,
+    float32_through_onednn,
 )
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.fast_decode import FastDecoder
@@ -134,8 +134,6 @@ class TorchBackend(Backend):
         set_threads(threads)
         self.model_path = require_model_dir(model_path, model_name)
         self.device = resolve_device(device)
-        if self.device == "cpu":
-            float32_matmuls_through_onednn()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path), training)
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
@@ -432,17 +430,23 @@ class TorchBackend(Backend):
 
     @contextmanager
     def _forward_precision(self) -> Iterator[None]:
-        """Under `train_autocast`: bfloat16 autocast, and peft's LoRA layers leave their input as it
-        comes (they would cast it to their float32 weights' dtype, a copy of every projection's input
-        that autocast casts back to bfloat16 for the matmul: the same numbers, two passes fewer)."""
+        """Scoring and training forwards: float32 matmuls through oneDNN where it keeps float32
+        (`cpu.float32_through_onednn`); under `train_autocast` bfloat16 autocast, and peft's LoRA layers
+        leave their input as it comes (they would cast it to their float32 weights' dtype, a copy of
+        every projection's input that autocast casts back to bfloat16 for the matmul: the same
+        numbers, two passes fewer)."""
         import torch
         from peft.helpers import disable_input_dtype_casting
 
-        if not self._autocast:
-            yield
-            return
-        with torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16), disable_input_dtype_casting(self.model):
-            yield
+        with float32_through_onednn(self.device):
+            if not self._autocast:
+                yield
+                return
+            with (
+                torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16),
+                disable_input_dtype_casting(self.model),
+            ):
+                yield
 
     @contextmanager
     def _live_model(self) -> Iterator[None]:
@@ -697,7 +701,8 @@ class TorchBackend(Backend):
         self.model.train()
         lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
-        loss.backward()
+        with float32_through_onednn(self.device):
+            loss.backward()
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics, **timing}
 
