@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jacrl.backends.cpu import float32_through_onednn
 from jacrl.io import atomic_dir
 from jacrl.models.config import (
     CHAT_TEMPLATE,
@@ -225,10 +226,11 @@ def pretrain(
             group["lr"] = lr
         tic = time.perf_counter()
         batch = torch.tensor([pick() for _ in range(cfg.batch_size)], dtype=torch.long)
-        logits = model(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        with float32_through_onednn(model.device.type):
+            logits = model(input_ids=batch[:, :-1]).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         value = loss.item()
