@@ -142,3 +142,14 @@ def test_scoring_and_training_multiply_float32_through_onednn_and_decoding_does_
     b.generate_ids([prompt], 2, SamplingParams(temperature=0.9, max_tokens=4, seed=0), progress=False)
     assert seen and set(seen) == {("forward", "none")}
     assert torch.backends.mkldnn.matmul.fp32_precision == "none"
+
+
+def test_the_probe_reads_the_cpu_not_a_callers_autocast():
+    cpu.onednn_keeps_float32.cache_clear()
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            under_autocast = cpu.onednn_keeps_float32()
+        cpu.onednn_keeps_float32.cache_clear()
+        assert under_autocast == cpu.onednn_keeps_float32()
+    finally:
+        cpu.onednn_keeps_float32.cache_clear()

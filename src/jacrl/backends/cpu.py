@@ -144,7 +144,7 @@ def onednn_keeps_float32() -> bool:
     if cpu_info().flags & AMX_FLAGS or not torch.backends.mkldnn.is_available():
         return False
     a = torch.full((16, 64), 1 + 2**-12)
-    with bf16_fpmath():
+    with bf16_fpmath(), torch.autocast("cpu", enabled=False), torch.no_grad():  # a caller's autocast would round it
         return bool(((a @ a.t()) == 64.03125).all())
 
 
