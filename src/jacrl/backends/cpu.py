@@ -6,7 +6,8 @@ than float32, so `dtype: auto` keeps float32 there (`TorchBackend`, `resources.l
 Even there it pays for decoding only: decoding streams the weights once per token (half the
 bytes), while a training step's large matmuls and their backward ran slower in bfloat16
 (bench/cpu_precision.py, docs/design.md#measured-facts), so `auto` trains in float32 on every CPU —
-which also makes a CPU run's adapters the same with and without bfloat16 hardware.
+which also makes a CPU run's adapters the same with and without bfloat16 hardware (up to float32's
+order of sums: `float32_through_onednn` sends training's float32 matmuls to oneDNN on some CPUs).
 
     cpu_info()          # CpuInfo(model='AMD EPYC ...', flags=frozenset({...}))
     cpu_computes_bf16() # True where the CPU multiplies bfloat16 natively
