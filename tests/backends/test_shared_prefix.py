@@ -28,8 +28,9 @@ def _prefix(dtype):
 
 def _float64_attention(query, keys, values, own_k, own_v, scaling):
     """[rows, 1, heads, d]: every row's query over the prompt's keys and its own, in float64."""
-    k = torch.cat([keys.double().expand(ROWS, -1, -1, -1), own_k.double()], dim=2).repeat_interleave(3, 1)
-    v = torch.cat([values.double().expand(ROWS, -1, -1, -1), own_v.double()], dim=2).repeat_interleave(3, 1)
+    group = HEADS // KV_HEADS
+    k = torch.cat([keys.double().expand(ROWS, -1, -1, -1), own_k.double()], dim=2).repeat_interleave(group, 1)
+    v = torch.cat([values.double().expand(ROWS, -1, -1, -1), own_v.double()], dim=2).repeat_interleave(group, 1)
     return (torch.softmax(query.double() @ k.transpose(-1, -2) * scaling, dim=-1) @ v).transpose(1, 2)
 
 

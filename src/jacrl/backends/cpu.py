@@ -100,6 +100,14 @@ def cpu_computes_bf16() -> bool:
     return cpu_info().native_bf16
 
 
+def onednn_may_serve(device: str) -> bool:
+    """Whether a matmul on `device` may go to a oneDNN kernel of this CPU's choosing: a CPU with oneDNN,
+    not under strict determinism (whose numbers must not depend on which kernels a CPU has)."""
+    import torch
+
+    return device == "cpu" and torch.backends.mkldnn.is_available() and not is_strict()
+
+
 @contextmanager
 def bf16_fpmath(on: bool = True) -> Iterator[None]:
     """Inside the block (where `on`) PyTorch sends float32 matmuls on the CPU to oneDNN with bf16
@@ -122,9 +130,8 @@ def bf16_fpmath(on: bool = True) -> Iterator[None]:
 
 
 def float32_through_onednn(device: str) -> AbstractContextManager[None]:
-    """Inside the block float32 matmuls on `device` go to oneDNN where it keeps their float32
-    arithmetic (`onednn_keeps_float32`); not under strict determinism, whose numbers must not depend
-    on the CPU's kernels.
+    """Inside the block float32 matmuls on `device` go to oneDNN where it may serve them
+    (`onednn_may_serve`) and keeps their float32 arithmetic (`onednn_keeps_float32`).
 
     PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time on an AMD EPYC
     (Zen 5, 2 threads) for training's shapes: a SmolLM2 LoRA training pass over a 1.8k-token row
@@ -132,7 +139,7 @@ def float32_through_onednn(device: str) -> AbstractContextManager[None]:
     oneDNN's fixed cost per call loses (16 against 4 us for one row of the tiny model's width), so
     the torch backend takes this around its scoring and training passes only
     (docs/design.md#backends)."""
-    return bf16_fpmath(device == "cpu" and not is_strict() and onednn_keeps_float32())
+    return bf16_fpmath(onednn_may_serve(device) and onednn_keeps_float32())
 
 
 @functools.cache
@@ -142,7 +149,7 @@ def onednn_keeps_float32() -> bool:
     products sum to 64 there, to 64.03125 in float32)."""
     import torch
 
-    if cpu_info().flags & AMX_FLAGS or not torch.backends.mkldnn.is_available():
+    if cpu_info().flags & AMX_FLAGS:
         return False
     a = torch.full((16, 64), 1 + 2**-12)
     with bf16_fpmath(), torch.autocast("cpu", enabled=False), torch.no_grad():  # a caller's autocast would round it

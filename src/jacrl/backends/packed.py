@@ -18,19 +18,14 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from jacrl.backends.cpu import SMALL_MODEL_PARAMS
+from jacrl.backends.cpu import SMALL_MODEL_PARAMS, onednn_may_serve
 
 
 def packs(device: str, n_params: int) -> bool:
     """Whether a decode of a model of `n_params` on `device` packs its linear layers by default: not a
-    small one (packing is paid per decode), not under strict determinism (whose numbers must not
-    depend on which kernels a CPU has)."""
-    import torch
-
-    from jacrl.backends.determinism import is_strict
-
-    on_cpu = device == "cpu" and torch.backends.mkldnn.is_available()
-    return on_cpu and n_params >= SMALL_MODEL_PARAMS and not is_strict()
+    small one (packing is paid per decode), only where oneDNN may serve (`onednn_may_serve`: not under
+    strict determinism)."""
+    return onednn_may_serve(device) and n_params >= SMALL_MODEL_PARAMS
 
 
 def pack(linears: Any, rows: int) -> Any:

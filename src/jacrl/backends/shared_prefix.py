@@ -21,8 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from jacrl.backends.cpu import bf16_fpmath
-from jacrl.backends.determinism import is_strict
+from jacrl.backends.cpu import bf16_fpmath, onednn_may_serve
 
 ATTENTION = "jacrl_shared_prefix"
 
@@ -56,7 +55,7 @@ class PrefixKV:
     CPU flash kernel rounds them; elsewhere oneDNN keeps float32 in its own GEMM, which took half
     MKL's time for these shapes (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends). Only
     around those matmuls: a step's other float32 matmuls need not hold bf16 values (RoPE's angles
-    multiply positions). Not under strict determinism."""
+    multiply positions). Only where oneDNN may serve (`cpu.onednn_may_serve`)."""
 
     @classmethod
     def of(cls, caches: list[Any], lengths: list[int], rows_per_prompt: int, max_new: int) -> PrefixKV:
@@ -83,7 +82,7 @@ class PrefixKV:
         own = [v.new_zeros((rows, v.shape[1], max_new, v.shape[3])) for v in values]
         slot = torch.zeros(1, dtype=torch.long, device=keys[0].device)
         slots = torch.arange(max_new, device=keys[0].device)
-        bf16 = caches[0].layers[0].keys.dtype == torch.bfloat16 and keys[0].device.type == "cpu" and not is_strict()
+        bf16 = caches[0].layers[0].keys.dtype == torch.bfloat16 and onednn_may_serve(keys[0].device.type)
         return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots, bf16)
 
 

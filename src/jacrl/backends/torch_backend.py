@@ -438,15 +438,14 @@ class TorchBackend(Backend):
         import torch
         from peft.helpers import disable_input_dtype_casting
 
-        with float32_through_onednn(self.device):
-            if not self._autocast:
-                yield
-                return
-            with (
-                torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16),
-                disable_input_dtype_casting(self.model),
-            ):
-                yield
+        on = self._autocast
+        autocast = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16) if on else nullcontext()
+        with (
+            float32_through_onednn(self.device),
+            autocast,
+            disable_input_dtype_casting(self.model) if on else nullcontext(),
+        ):
+            yield
 
     @contextmanager
     def _live_model(self) -> Iterator[None]:
