@@ -1,5 +1,5 @@
 """release_free_heap gives freed heap memory back to the OS (what keeps a long SFT job's
-resident memory at one step's size)."""
+resident memory near one step's size), and HeapKeeper trims only once the resident set grew."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jacrl.backends.heap import release_free_heap
+from jacrl.backends import heap
+from jacrl.backends.heap import GROWTH, HeapKeeper, release_free_heap
 
 
 def rss_mb() -> float:
@@ -32,3 +33,32 @@ def test_freed_blocks_below_a_live_one_go_back_to_the_os():
     after = rss_mb()
     assert float(last.sum()) == 16 * 1024
     assert before - after > 100, f"resident memory {before:.0f} MB → {after:.0f} MB"
+
+
+def test_the_heap_is_trimmed_once_the_resident_set_grew_past_its_settled_size(monkeypatch):
+    trims = []
+    monkeypatch.setattr(heap, "release_free_heap", lambda: trims.append(len(trims)) or True)
+    sizes = iter([4000.0, 4000 * GROWTH, 4000 * GROWTH + 1, 2500.0, 3000.0, 3000 * GROWTH + 1])
+    keeper = HeapKeeper(resident=lambda: next(sizes))
+    # the first step settles the size; growth up to GROWTH is kept; past it, one trim
+    assert [keeper.after_step() for _ in range(3)] == [False, False, True]
+    # after a trim the next step's size is the measure again (2500), whatever it was before
+    assert [keeper.after_step() for _ in range(3)] == [False, False, True]
+    assert len(trims) == 2
+
+
+def test_a_backend_step_asks_its_heap_keeper(monkeypatch, tiny_model):
+    """Backend.step consults one keeper across steps: same-sized steps trim nothing after the first."""
+    from jacrl.backends import LoraSpec
+    from jacrl.backends.torch_backend import TorchBackend
+
+    trims = []
+    monkeypatch.setattr(heap, "release_free_heap", lambda: trims.append(1) or True)
+    b = TorchBackend(tiny_model, dtype="float32", training=True)
+    b.attach_lora(LoraSpec(rank=4, scale=1.0), seed=0)
+    b.configure_optimizer(1e-3)
+    for _ in range(3):
+        b.backward([[1, 2, 3]], [[4, 5]], 1.0, lambda t: (-(t.logprobs * t.mask).sum(), {}))
+        b.step()
+    assert b._heap is not None and b._heap.settled is not None  # one keeper, settled by the first step
+    assert trims == []

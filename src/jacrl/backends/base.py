@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from jacrl.backends.determinism import apply_strict, is_strict
-from jacrl.backends.heap import release_free_heap
+from jacrl.backends.heap import HeapKeeper
 from jacrl.backends.lora_format import LoraSpec, read_adapter, write_meta
 
 if TYPE_CHECKING:
@@ -230,6 +230,8 @@ class Backend(ABC):
     lora: LoraSpec | None
     _opt: Any = None
     """The optimiser, once `configure_optimizer` made one."""
+    _heap: HeapKeeper | None = None
+    """When `step` hands the free heap back (made on the first step)."""
     _reference: Any = None
     """The reference adapter's weights, once `keep_reference` kept them."""
     merged: bool = False
@@ -364,7 +366,8 @@ class Backend(ABC):
         if self._opt is None:
             raise RuntimeError("call configure_optimizer() before step()")
         norm = self._step(lr)
-        release_free_heap()
+        self._heap = self._heap or HeapKeeper()
+        self._heap.after_step()
         return norm
 
     def save_optimizer(self, path: str | Path) -> Path:

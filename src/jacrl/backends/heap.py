@@ -1,13 +1,17 @@
-"""Give the C heap's free pages back to the OS between training steps.
+"""Give the C heap's free pages back to the OS between training steps, when they pile up.
 
 On CPU a training step's activations come from glibc malloc, in blocks sized by the batch's
 shape. Freed blocks stay in malloc's arenas, and the next step's other shapes reuse them only in
 part, so resident memory climbs step after step, far above what the largest single step needs (a
 long SmolLM2 gold-SFT job was killed by the kernel for it: docs/design.md#measured-facts).
-`malloc_trim(0)` hands every free page of every arena back (milliseconds); `Backend.step` calls
-it after each optimiser step. Where the C library has no `malloc_trim` (macOS, musl) it does nothing.
-`resident_mb` is what a GRPO step's metrics row records after it (`mem/rss_mb`), so growth across a
-long run shows in its curves.
+`malloc_trim(0)` hands every free page of every arena back (milliseconds), but the next step then
+touches its activations' pages afresh, a page fault each: a SmolLM2 GRPO step (~4 GB of
+activations) took 0.6–2.3 s longer trimmed after every step than not (docs/design.md#backends).
+So `HeapKeeper` trims only once the resident set has grown by `GROWTH` over its size after the
+first step since the last trim (a step whose blocks came from a trimmed heap: its own need);
+`Backend.step` asks it after each optimiser step. Where the C library has no `malloc_trim`
+(macOS, musl) trimming does nothing. `resident_mb` is what a GRPO step's metrics row records after
+it (`mem/rss_mb`), so growth across a long run shows in its curves.
 """
 
 from __future__ import annotations
@@ -41,3 +45,28 @@ def release_free_heap() -> bool:
 def resident_mb() -> float:
     """This process's resident memory now, in MB (2**20 bytes)."""
     return psutil.Process().memory_info().rss / 2**20
+
+
+GROWTH = 1.25
+"""How far the resident set may grow over its settled size before the free heap is handed back."""
+
+
+class HeapKeeper:
+    """When to hand the free heap back: `after_step` trims once the resident set (`resident`, MB)
+    exceeds `GROWTH` × its size after the first step since the last trim (or since the start)."""
+
+    def __init__(self, resident: Callable[[], float] = resident_mb) -> None:
+        self.resident = resident
+        self.settled: float | None = None
+
+    def after_step(self) -> bool:
+        """Trim if the resident set has grown past the bound; whether it did."""
+        now = self.resident()
+        if self.settled is None:
+            self.settled = now
+            return False
+        if now <= GROWTH * self.settled:
+            return False
+        release_free_heap()
+        self.settled = None  # the next step, its blocks from a trimmed heap, sets the measure again
+        return True
