@@ -10,7 +10,10 @@ ref_kl to the start, the CPU config's dtype), the train-pool task whose prompt i
 every step, the same seed; a fresh LoRA and, where --sft-adapter names one, that adapter (--sft-only: that
 adapter alone). Prints each step's split (sampling / reward / training, the reference forward inside
 training), the completions' mean and longest length (what the training forward pads to), its loss, reward,
-the sampler/trainer mismatch (k3 KL per token) and the DPPO-masked fraction, variant by variant: a
+the sampler/trainer mismatch (k3 KL per token), the DPPO-masked fraction and the sampling's weight reads
+a token (its seconds over the longest completion's tokens — the decode's steps — and one read of the
+sampled copy's bf16 weights, timed before and after each variant's run: this VM's bandwidth drifts, so both
+are printed and the reads use their mean), variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
 `compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
@@ -37,9 +40,10 @@ import time
 from pathlib import Path
 
 from jacrl import cli
+from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.torch_backend import TorchBackend
-from jacrl.config import load_config
+from jacrl.config import Config, load_config
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.losses.config import deep_merge
 from jacrl.reward.batch import RewardScorer
@@ -101,13 +105,19 @@ def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks:
     return (run(steps + 1) - run(1)) / steps
 
 
-def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> list[dict]:
-    """`steps` GRPO steps of SmolLM2 on the CPU config, one ~1.4k-token prompt, as `variant` says."""
+def cpu_config() -> Config:
+    """configs/smollm2-cpu.yaml over config.yaml."""
     import yaml
-    from transformers import AutoTokenizer
 
     base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
-    cfg = load_config(deep_merge(base, over))
+    return load_config(deep_merge(base, over))
+
+
+def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> list[dict]:
+    """`steps` GRPO steps of SmolLM2 on the CPU config, one ~1.4k-token prompt, as `variant` says."""
+    from transformers import AutoTokenizer
+
+    cfg = cpu_config()
     sampler, *flags = variant.split("+")
     if sampler not in ("policy", "merged") or not set(flags) <= {"autocast", "compile", "unpacked", "unshared"}:
         raise SystemExit(
@@ -140,26 +150,41 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
 
 
 def smollm2(steps: int, adapter: Path | None, variants: list[str], sft_only: bool = False) -> None:
+    from engines import cpu_model, read_seconds
+
     keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
-    print(f"GRPO on SmolLM2, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
+    spec = next(m for m in cpu_config().models if m.name == "smollm2")
+    weights = 2 * (safetensors_parameters(spec.model_dir()) or 0)  # the sampled copy, bf16
+    print(f"GRPO on SmolLM2, {cpu_model()}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs at start")
     print(
         "| start | variant | step | total s | sampling | reward | training | of which reference | tokens mean / max "
-        "| loss | reward | mismatch KL | DPPO-masked |"
+        "| loss | reward | mismatch KL | DPPO-masked | sampling's weight reads a token |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="jacrl-grpo-smollm2-") as d:
         for start in ([] if sft_only else [None]) + ([adapter] if adapter else []):
             for variant in variants:
-                for r in smollm2_steps(Path(d), variant, start, steps):
-                    t = [r.get(k, 0.0) for k in keys]
-                    print(
-                        f"| {'SFT adapter' if start else 'fresh LoRA'} | {variant} | {r['step']} | {sum(t[:3]):.1f} | "
-                        + " | ".join(f"{x:.1f}" for x in t)
-                        + f" | {r.get('samples/completion_tokens', 0):.0f} / {r.get('samples/completion_tokens_max', 0):.0f}"
-                        + f" | {r.get('loss/total', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} | "
-                        f"{r.get('loss/rl/mismatch_kl', float('nan')):.2e} | {r.get('loss/rl/masked_frac', float('nan')):.3f} |",
-                        flush=True,
-                    )
+                before = read_seconds(weights)[0]
+                rows = smollm2_steps(Path(d), variant, start, steps)
+                after = read_seconds(weights)[0]
+                for r in rows:
+                    print(_step_row("SFT adapter" if start else "fresh LoRA", variant, r, keys, (before + after) / 2))
+                print(
+                    f"(one read of the bf16 weights: {before * 1e3:.1f} ms before the run, {after * 1e3:.1f} ms after)"
+                )
+
+
+def _step_row(start: str, variant: str, r: dict, keys: tuple[str, ...], read_s: float) -> str:
+    t = [r.get(k, 0.0) for k in keys]
+    longest = r.get("samples/completion_tokens_max", 0)
+    reads = t[0] / (longest * read_s) if longest and read_s else float("nan")
+    return (
+        f"| {start} | {variant} | {r['step']} | {sum(t[:3]):.1f} | "
+        + " | ".join(f"{x:.1f}" for x in t)
+        + f" | {r.get('samples/completion_tokens', 0):.0f} / {longest:.0f}"
+        + f" | {r.get('loss/total', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} | "
+        f"{r.get('loss/rl/mismatch_kl', float('nan')):.2e} | {r.get('loss/rl/masked_frac', float('nan')):.3f} | {reads:.1f} |"
+    )
 
 
 def main() -> int:
