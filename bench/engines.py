@@ -79,11 +79,12 @@ def read_seconds(n_bytes: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
-def pick_prompt(model: Path, target: int) -> list[int]:
+def pick_prompt(model: Path, target: int, tasks: str = "dataset/rl/holdout.jsonl") -> list[int]:
+    """The chat-templated prompt of `tasks` nearest `target` tokens."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model)
-    rows = [json.loads(line) for line in (ROOT / "dataset/rl/holdout.jsonl").read_text().splitlines() if line]
+    rows = [json.loads(line) for line in (ROOT / tasks).read_text().splitlines() if line]
 
     def chat(prompt: str) -> str:
         return tok.apply_chat_template(

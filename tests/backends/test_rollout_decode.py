@@ -154,3 +154,51 @@ def _spy(narrow, calls: list[int]):
         return narrow(self, keep)
 
     return spied
+
+
+def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as_before(tiny_model, monkeypatch):
+    """A GRPO group's rows stop being decoded over their prompt's cache as they end (each prompt
+    keeping as many rows as its most still decoding): every row's tokens and log-probs are what
+    decoding every row to the longest one's end gives, for one prompt's group and for several."""
+    from collections import Counter
+
+    from jacrl.backends import shared_prefix
+
+    b = load_backend(tiny_model, "torch", threads=2)
+    cases = [
+        (PROMPTS[:1], [Draw(8, SAMPLED)]),
+        ([*PROMPTS, "def fib(n: int) -> int"], [Draw(1, GREEDY), Draw(4, SAMPLED)]),
+    ]
+    decoded = lambda: [b.generate_draws(p, d, progress=False) for p, d in cases]  # noqa: E731
+    firsts = Counter(t for case in decoded() for d in case for p in d for c in p for t in set(c.token_ids[1:-1]))
+    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
+    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
+    with monkeypatch.context() as m:
+        m.setattr(shared_prefix.SharedRows, "to_keep", lambda self, ended: None)  # every row to the end
+        whole = decoded()
+    narrowed = []
+    monkeypatch.setattr(shared_prefix.SharedRows, "narrow", _spy(shared_prefix.SharedRows.narrow, narrowed))
+    cut = decoded()
+    assert len(narrowed) >= 3, narrowed
+    assert len({len(c.token_ids) for case in whole for d in case for p in d for c in p}) >= 3, "rows end apart"
+    for case, (_, draws) in enumerate(cases):
+        for d in range(len(draws)):
+            _same(cut[case][d], whole[case][d])
+
+
+def test_each_prompt_keeps_as_many_rows_as_its_most_still_decoding():
+    from jacrl.backends.shared_prefix import PrefixKV, SharedRows
+
+    layer = type("Layer", (), {"keys": torch.zeros(1, 1, 3, 2), "values": torch.zeros(1, 1, 3, 2)})()
+    caches = [type("Cache", (), {"layers": [layer]})() for _ in range(3)]
+    rows = SharedRows(PrefixKV.of(caches, [3, 3, 3], 4, 5), torch.zeros(12, dtype=torch.long), None, narrows=True)
+    T, F = True, False
+    assert rows.to_keep(torch.tensor([F] * 12)) is None
+    # prompt 0: rows 0, 2 live; prompt 1: row 7 live (then its first ended row, 4); prompt 2 ended: dropped
+    keep = rows.to_keep(torch.tensor([F, T, F, T, T, T, T, F, T, T, T, T]))
+    assert keep.tolist() == [0, 2, 7, 4]
+    rows.narrow(keep)
+    assert rows.kv.rows_per_prompt == 2 and rows.kv.keys[0].shape[0] == 2 and rows.kv.own_keys[0].shape[0] == 4
+    assert rows.to_keep(torch.tensor([F, F, T, T])).tolist() == [0, 1]  # prompt 1 ended: dropped
+    rows.narrows = False
+    assert rows.to_keep(torch.tensor([F, T, T, T])) is None

@@ -6,7 +6,8 @@ each decode step read the prompt's cache 8 times and build a full-width mask. He
 caches stay one per prompt (`PrefixKV.keys`), the rows' own tokens go to a small per-row cache,
 and each step's attention is taken in two parts — the rows of a prompt against its cache in one
 batched matmul, every row against its own tokens — joined under one softmax (the split decoding
-of cascade / shared-prefix attention). Exact up to the order of floating-point sums.
+of cascade / shared-prefix attention). Exact up to the order of floating-point sums. Rows that
+ended leave the decode (`SharedRows`).
 
 It plugs into transformers as an attention implementation (`AttentionInterface`): the model's
 layers compute queries, keys, values, RoPE and projections as always, and call
@@ -16,7 +17,7 @@ function, so transformers builds no mask for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,62 @@ class PrefixKV:
         slots = torch.arange(max_new, device=keys[0].device)
         bf16 = caches[0].layers[0].keys.dtype == torch.bfloat16 and onednn_may_serve(keys[0].device.type)
         return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots, bf16)
+
+    def narrow(self, rows: Any, prompts: Any, rows_per_prompt: int) -> None:
+        """Keep the rows at `rows` (positions among the current ones, `rows_per_prompt` for each of the
+        prompts at `prompts`, in their order) and those prompts' caches."""
+        if len(prompts) < self.keys[0].shape[0]:
+            self.keys = [k[prompts] for k in self.keys]
+            self.values = [v[prompts] for v in self.values]
+            self.pad_bias = None if self.pad_bias is None else self.pad_bias[prompts]
+        self.own_keys = [k[rows] for k in self.own_keys]
+        self.own_values = [v[rows] for v in self.own_values]
+        self.rows_per_prompt = rows_per_prompt
+
+
+class SharedRows:
+    """The next logits of each decoding row given its token fed at step t, over `kv` through `forward`
+    (`FastDecoder`, or transformers' layers with `shared_prefix_attention`): a decode step of the
+    shared-prefix kind, as `StaticRows` is of the static-cache kind.
+
+    Rows that ended leave it (`to_keep`, `narrow`) unless `narrows` is off (a compiled step keeps its
+    shapes): a GRPO group's rows end at different lengths (66–192 tokens of a 192 cap in SmolLM2's
+    step), and the attention over the prompt costs in proportion to the rows (a layer's, 8 rows after
+    1404 tokens: 352 µs; 4 rows: 252 µs). Narrowing copies only the rows' own caches, so it happens at
+    the first row that ends. A prompt's rows are its attention's query rows side by side, so every prompt
+    keeps as many rows as the one with the most still decoding: the kept ended rows decode on, unread."""
+
+    def __init__(self, kv: PrefixKV, lens: Any, forward: Callable[[PrefixKV, Any, Any], Any], narrows: bool):
+        self.kv, self.lens, self.forward, self.narrows = kv, lens, forward, narrows
+
+    def __call__(self, tok: Any, t: int) -> Any:
+        self.kv.slot.fill_(t)
+        return self.forward(self.kv, tok[:, None].to(self.lens.device), (self.lens + t)[:, None])
+
+    def to_keep(self, ended: Any) -> Any | None:
+        """The positions of the rows to decode from now on given which have `ended` (one per row decoded
+        so far), or None to keep them all."""
+        import torch
+
+        if not self.narrows:
+            return None
+        by_prompt = ended.view(-1, self.kv.rows_per_prompt)
+        live = (~by_prompt).sum(1)
+        width = int(live.max())
+        if width == by_prompt.shape[1] and bool((live > 0).all()):
+            return None
+        # each kept prompt's live rows first, then its ended ones up to `width` (a stable sort)
+        order = torch.sort(by_prompt.to(torch.uint8), dim=1, stable=True).indices[:, :width]
+        prompts = torch.nonzero(live > 0).squeeze(1)
+        return (order[prompts] + prompts[:, None] * by_prompt.shape[1]).reshape(-1)
+
+    def narrow(self, keep: Any) -> None:
+        """Decode only the rows at `keep` (as `to_keep` gave them) from now on."""
+        import torch
+
+        prompts = torch.unique_consecutive(keep // self.kv.rows_per_prompt)
+        self.kv.narrow(keep, prompts, len(keep) // len(prompts))
+        self.lens = self.lens[keep]
 
 
 def shared_prefix_attention(

@@ -68,6 +68,10 @@ class StaticRows:
         )
         return out.logits[:, -1, :].float()
 
+    def to_keep(self, ended: Any) -> Any | None:
+        """The rows to decode from now on given which have `ended` (`rows_to_keep`), or None for all."""
+        return rows_to_keep(ended)
+
     def narrow(self, keep: Any) -> None:
         """Decode only the rows at `keep` (positions among the rows decoded so far) from now on."""
         keep = keep.to(self.mask.device)

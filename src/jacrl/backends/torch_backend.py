@@ -7,7 +7,7 @@ import inspect
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -42,8 +42,8 @@ from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_
 from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
-from jacrl.backends.shared_prefix import PrefixKV, compiled_next_logits, decoding_with, next_logits
-from jacrl.backends.static_rows import StaticRows, rows_to_keep
+from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
+from jacrl.backends.static_rows import StaticRows
 from jacrl.backends.token_logprobs import HeadLogprobs, LogitsArena
 from jacrl.progress import Progress
 
@@ -112,6 +112,9 @@ class TorchBackend(Backend):
     share_prompts = True
     """Under `share_prompt_forwards`, sample on the policy's kept prompt forward; False prefills the
     sampler apart and forwards the prompt again for training (what `bench/grpo_step.py` compares)."""
+    narrow_shared = True
+    """Rows that ended leave a shared-prefix decode (`SharedRows`); False decodes every row to the
+    longest one's end (what `bench/decode_step.py` compares)."""
     pack_decode: bool | None = None
     """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
     `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
@@ -288,35 +291,30 @@ class TorchBackend(Backend):
         rows: int,
         max_tokens: int,
         fast: FastDecoder | None,
-    ) -> Callable[[Any, int], Any]:
-        """The next logits of every row given its token fed at step t, each prompt's cache read once
-        for all its rows: through `fast` where given, else through transformers."""
+    ) -> SharedRows:
+        """The decode step that reads each prompt's cache once for all its rows: through `fast` where
+        given, else through transformers (compiled under `compile_decode`, which keeps every row)."""
         import torch
 
         lm = _causal_lm_of(model)
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-
-        through = compiled_next_logits() if self.compile_decode else next_logits
+        compiled = self.compile_decode and fast is None
+        through = compiled_next_logits() if compiled else next_logits
 
         def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        forward = fast or transformers_step
-
-        def step(tok: Any, t: int) -> Any:
-            kv.slot.fill_(t)
-            return forward(kv, tok[:, None].to(self.device), (lens + t)[:, None])
-
-        return step
+        return SharedRows(kv, lens, fast or transformers_step, narrows=self.narrow_shared and not compiled)
 
     def _decode(
-        self, logits: Any, step: Callable[[Any, int], Any], max_tokens: int, choose: RowChooser
+        self, logits: Any, step: StaticRows | SharedRows, max_tokens: int, choose: RowChooser
     ) -> tuple[Any, Any]:
-        """Every row's tokens and their log-probs, to each row's end or `max_tokens`. A `StaticRows`
-        step stops decoding rows as they end (`rows_to_keep`); the chooser still sees every row (an
-        ended row's logits stay as they were), so each sampled row draws what it would have."""
+        """Every row's tokens and their log-probs, to each row's end or `max_tokens`. The step stops
+        decoding rows as they end (its `to_keep`); the chooser still sees every row (an ended row's
+        logits are not read: its token is EOS from then on, and a row's random draws do not depend on
+        logits), so each sampled row draws what it would have."""
         import torch
 
         rows = logits.shape[0]
@@ -333,7 +331,7 @@ class TorchBackend(Backend):
             done |= torch.isin(tok, eos)
             if bool(done.all()) or t == max_tokens - 1:
                 break
-            keep = rows_to_keep(done[live]) if isinstance(step, StaticRows) else None
+            keep = step.to_keep(done[live])
             if keep is not None:
                 step.narrow(keep)
                 live = live[keep]
