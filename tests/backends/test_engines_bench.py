@@ -39,5 +39,9 @@ def test_an_absent_side_engine_is_reported_with_its_setup_command(tiny_model, mo
 @pytest.mark.skipif(bench.python_of("vllm") is None, reason="no vLLM side venv (bench/engines.py --setup vllm)")
 def test_vllm_cpu_decodes_the_forced_tokens(tiny_model):
     r = bench.run_engine(_args(tiny_model), "vllm", None, [1, 2, 3, 4, 5])
+    if "Unsupported CPU attention configuration" in r.get("failed", ""):
+        # vLLM's CPU attention has kernels for some head sizes per instruction set (on an AMD EPYC
+        # Zen 5 none for the tiny model's 16); the harness reported it as a failed engine, as it should
+        pytest.skip(f"vLLM's CPU engine does not serve the tiny model on this CPU: {r['failed']}")
     assert "failed" not in r, r
     assert r["group_s"][0] > 0
