@@ -121,8 +121,6 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
 def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(tiny_model, monkeypatch):
     """Greedy eval rows (one per prompt) stop being decoded as they end: every row's tokens and
     log-probs are what decoding every row to the longest one's end gives, sampled rows included."""
-    from collections import Counter
-
     from jacrl.backends import static_rows
 
     b = load_backend(tiny_model, "torch", threads=2)
@@ -132,10 +130,7 @@ def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(
     decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
     monkeypatch.setattr(static_rows, "NARROW_SHARE", 2.0)  # never narrow: every row to the end
     plain = decoded()
-    # an end token the rows reach at different steps, so the batch narrows several times
-    firsts = Counter(t for d in plain for p in d for c in p for t in set(c.token_ids[1:-1]))
-    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
-    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
+    _end_at_a_frequent_token(b, monkeypatch, [c for d in plain for p in d for c in p])
     whole = decoded()
     narrowed = []
     monkeypatch.setattr(static_rows, "NARROW_SHARE", 0.25)
@@ -146,6 +141,16 @@ def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(
     assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
     for d in range(len(draws)):
         _same(cut[d], whole[d])
+
+
+def _end_at_a_frequent_token(b, monkeypatch, completions) -> None:
+    """The backend's rows end at the token the `completions` contain most often too: rows reach it at
+    different steps, so a decode narrows several times."""
+    from collections import Counter
+
+    firsts = Counter(t for c in completions for t in set(c.token_ids[1:-1]))
+    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
+    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
 
 
 def _spy(narrow, calls: list[int]):
@@ -160,8 +165,6 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
     """A GRPO group's rows stop being decoded over their prompt's cache as they end (each prompt
     keeping as many rows as its most still decoding): every row's tokens and log-probs are what
     decoding every row to the longest one's end gives, for one prompt's group and for several."""
-    from collections import Counter
-
     from jacrl.backends import shared_prefix
 
     b = load_backend(tiny_model, "torch", threads=2)
@@ -170,9 +173,7 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
         ([*PROMPTS, "def fib(n: int) -> int"], [Draw(1, GREEDY), Draw(4, SAMPLED)]),
     ]
     decoded = lambda: [b.generate_draws(p, d, progress=False) for p, d in cases]  # noqa: E731
-    firsts = Counter(t for case in decoded() for d in case for p in d for c in p for t in set(c.token_ids[1:-1]))
-    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
-    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
+    _end_at_a_frequent_token(b, monkeypatch, [c for case in decoded() for d in case for p in d for c in p])
     with monkeypatch.context() as m:
         m.setattr(shared_prefix.SharedRows, "to_keep", lambda self, ended: None)  # every row to the end
         whole = decoded()

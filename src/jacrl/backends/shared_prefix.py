@@ -86,16 +86,16 @@ class PrefixKV:
         bf16 = caches[0].layers[0].keys.dtype == torch.bfloat16 and onednn_may_serve(keys[0].device.type)
         return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots, bf16)
 
-    def narrow(self, rows: Any, prompts: Any, rows_per_prompt: int) -> None:
-        """Keep the rows at `rows` (positions among the current ones, `rows_per_prompt` for each of the
-        prompts at `prompts`, in their order) and those prompts' caches."""
+    def narrow(self, rows: Any, prompts: Any) -> None:
+        """Keep the rows at `rows` (positions among the current ones, as many for each of the prompts
+        at `prompts`, in their order) and those prompts' caches."""
         if len(prompts) < self.keys[0].shape[0]:
             self.keys = [k[prompts] for k in self.keys]
             self.values = [v[prompts] for v in self.values]
             self.pad_bias = None if self.pad_bias is None else self.pad_bias[prompts]
         self.own_keys = [k[rows] for k in self.own_keys]
         self.own_values = [v[rows] for v in self.own_values]
-        self.rows_per_prompt = rows_per_prompt
+        self.rows_per_prompt = len(rows) // len(prompts)
 
 
 class SharedRows:
@@ -139,7 +139,7 @@ class SharedRows:
         import torch
 
         prompts = torch.unique_consecutive(keep // self.kv.rows_per_prompt)
-        self.kv.narrow(keep, prompts, len(keep) // len(prompts))
+        self.kv.narrow(keep, prompts)
         self.lens = self.lens[keep]
 
 

@@ -299,14 +299,13 @@ class TorchBackend(Backend):
         lm = _causal_lm_of(model)
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        compiled = self.compile_decode and fast is None
-        through = compiled_next_logits() if compiled else next_logits
+        through = compiled_next_logits() if self.compile_decode else next_logits
 
         def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        return SharedRows(kv, lens, fast or transformers_step, narrows=self.narrow_shared and not compiled)
+        return SharedRows(kv, lens, fast or transformers_step, narrows=self.narrow_shared and not self.compile_decode)
 
     def _decode(
         self, logits: Any, step: StaticRows | SharedRows, max_tokens: int, choose: RowChooser
