@@ -25,15 +25,13 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep between jobs' parts
 
-import yaml  # noqa: E402
 
 from jacrl.backends import SamplingParams  # noqa: E402
 from jacrl.backends.config import ModelSpec  # noqa: E402
 from jacrl.backends.cpu import cpu_info  # noqa: E402
 from jacrl.backends.select import load_model  # noqa: E402
-from jacrl.config import Config, load_config  # noqa: E402
+from jacrl.config import Config, load_config_file  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
-from jacrl.losses.config import deep_merge  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
@@ -45,8 +43,7 @@ RUNG = "dataset/rl/rungs/rall/train.jsonl"
 
 def merged_config(path: str) -> Config:
     """config.yaml under the given file, merged as Snakemake merges a --configfile (nested keys update)."""
-    base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", path))
-    return load_config(deep_merge(base, over))
+    return load_config_file("config.yaml", path)
 
 
 def probe(model: ModelSpec, adapter: Path, tasks: list[Task], scorer: RewardScorer, cfg: Config, threads: int) -> dict:

@@ -43,9 +43,8 @@ from jacrl import cli
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.torch_backend import TorchBackend
-from jacrl.config import Config, load_config
+from jacrl.config import Config, load_config, load_config_file
 from jacrl.interop.mlx_grpo import command, write_data
-from jacrl.losses.config import deep_merge
 from jacrl.reward.batch import RewardScorer
 from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import Task, read_tasks
@@ -107,10 +106,7 @@ def mlx_lm_lora(model: str, tasks: list[Task], steps: int, tmp: Path, all_tasks:
 
 def cpu_config() -> Config:
     """configs/smollm2-cpu.yaml over config.yaml."""
-    import yaml
-
-    base, over = (yaml.safe_load(Path(p).read_text()) for p in ("config.yaml", "configs/smollm2-cpu.yaml"))
-    return load_config(deep_merge(base, over))
+    return load_config_file("config.yaml", "configs/smollm2-cpu.yaml")
 
 
 def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> list[dict]:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from jacrl.config import Config, ConfigError, load_config
+from jacrl.config import Config, ConfigError, load_config, load_config_file
 from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
 from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
@@ -271,6 +271,13 @@ def layered(*files: str) -> Config:
     for name in files:
         update_config(merged, yaml.safe_load((root / name).read_text()))
     return load_config(merged)
+
+
+def test_a_config_file_with_overlays_merges_as_snakemake_merges_configfiles():
+    root = Path(__file__).resolve().parents[1]
+    files = ("configs/smollm2-cpu.yaml", "configs/smollm2-cpu-smart.yaml")
+    assert load_config_file(root / "config.yaml", *(root / f for f in files)) == layered(*files)
+    assert load_config_file(root / "config.yaml") == layered()
 
 
 def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():

@@ -31,7 +31,7 @@ from jacrl.ladder.config import (
     arm_conditions,
     condition_parts,
 )
-from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_losses
+from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_losses, deep_merge
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
@@ -363,6 +363,11 @@ def load_config(data: dict | None, model: type[Config] = Config) -> Config:
         raise ConfigError(format_validation_error(err, model)) from None
 
 
-def load_config_file(path: str | Path) -> Config:
-    with open(path, encoding="utf-8") as fh:
-        return load_config(yaml.safe_load(fh))
+def load_config_file(path: str | Path, *over: str | Path) -> Config:
+    """The config in `path`, each file of `over` merged over it in turn as a Snakemake `--configfile`
+    merges (nested keys update, `deep_merge`)."""
+    data = {}
+    for name in (path, *over):
+        with open(name, encoding="utf-8") as fh:
+            data = deep_merge(data, yaml.safe_load(fh) or {})
+    return load_config(data)
