@@ -47,6 +47,7 @@ def test_round_trip(datasets, tasks_dir, tmp_path):
         assert parquet.to_list() == [verl_row(t, split, i) for i, t in enumerate(ts)]
     card = (tmp_path / "out" / "README.md").read_text()
     assert "## Licence" in card and "decontamination" in card and "tiered" in card
+    assert card.startswith("---\nlicense: mit\n")  # the repository's LICENSE
 
 
 def test_missing_splits_are_one_line(datasets, tmp_path):

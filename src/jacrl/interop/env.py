@@ -10,7 +10,8 @@ rollout's reward is our score of its completion. A group (or a single rollout) i
 batch by the environment's one JacReward — one RewardScorer, with its threads and cache — off
 the event loop; every program runs in the reward's sandbox, never in the trainer's process.
 The holdout is given as the eval dataset only, so a trainer asking for a training set gets none.
-Needs the `env` extra (`pip install -e '.[env]'`).
+Needs the `env-v0` extra (`pip install -e '.[env-v0]'`); for verifiers 0.4 and prime-rl, the v1
+taskset `jac-env` (`taskset.py`) scores through the same JacReward and components.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def card(tasks: dict[str, list[Task]], reward: RewardConfig, splits_summary: str
     sizes = "\n".join(f"| {name} | {len(ts)} |" for name, ts in tasks.items())
     weights = ", ".join(f"{c.name} {c.weight:g}" for c in components(reward))
     return f"""---
-license: other
+license: mit
 task_categories: [text-generation]
 tags: [code, jac, jaclang, reinforcement-learning, verifiable-reward]
 ---
@@ -105,8 +105,9 @@ resolves each task by id from the project's task records (`dataset/rl/tasks.json
 The answer's body is spliced into the program, run with `jac run` in the project's sandbox (its
 own network, mount and Landlock view; rlimits; `isolation: weak` keeps rlimits only), and scored
 under the `{reward.scheme}` scheme. Its components and weights: {weights}. The weighted sum is the
-score; an exact stdout match scores 1.0. `jacrl.interop` gives it as a verifiers environment
-(`jacrl-env`), TRL reward functions and verl's `compute_score` (docs/interop.md).
+score; an exact stdout match scores 1.0. `jacrl.interop` gives it as a verifiers v1 taskset
+(`jac-env`, what prime-rl loads), a verifiers 0.2 environment (`jacrl-env`), TRL reward functions
+and verl's `compute_score` (docs/interop.md).
 
 ## How it was made
 
@@ -119,8 +120,8 @@ copy of a training body.
 
 ## Licence
 
-The drivers were written for this project; it declares no licence of its own yet (`license:
-other`): set one before publishing the dataset. The programs import only jaclang's standard
+MIT, as the project that made it (its `LICENSE`): the drivers, the tasks cut from them and their
+expected outputs were written and run for it. The programs import only jaclang's standard
 library (MIT licensed).
 
 ## Splits and decontamination (the task builder's summary)

@@ -26,6 +26,7 @@ section; default config.yaml if present). The breakdowns of the last call are ke
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -40,19 +41,26 @@ except ImportError:  # loaded by file path from a trainer that does not have src
 from jacrl.interop.components import Component, components, total, values  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.reward.config import RewardConfig, load_reward_config  # noqa: E402
-from jacrl.reward.score import Score  # noqa: E402
+from jacrl.reward.score import Score, zero_score  # noqa: E402
 from jacrl.tasks.record import Task  # noqa: E402
 
 DEFAULT_TASKS = "dataset/rl/tasks.jsonl"
+UNKNOWN_TASK = "unknown_task"
+log = logging.getLogger(__name__)
 
 
 def task_id_of(answer: object) -> str:
-    """A task id from an `answer` value: the id itself or a JSON object with an "id" key."""
+    """A task id from an `answer` value: the id itself or a JSON object with an "id" key; a value
+    that names none gives "" (which no task has, so its completion scores 0)."""
     if isinstance(answer, dict):
-        return str(answer["id"])
+        return str(answer.get("id", ""))
     text = str(answer).strip()
     if text.startswith("{"):
-        return str(json.loads(text)["id"])
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return ""
+        return str(obj.get("id", "")) if isinstance(obj, dict) else ""
     return text
 
 
@@ -106,19 +114,33 @@ class JacReward:
     @property
     def scorer(self) -> RewardScorer:
         if self._scorer is None:
-            tasks = self._tasks or os.environ.get("JACRL_TASKS", DEFAULT_TASKS)
+            tasks = self._tasks if self._tasks is not None else os.environ.get("JACRL_TASKS", DEFAULT_TASKS)
             self._scorer = RewardScorer(self.config, tasks=tasks, threads=self._threads)
         return self._scorer
 
-    def scores(self, task_ids: Sequence[str], completions: Sequence[object]) -> list[Score]:
-        """One Score per completion of `task_ids[i]`; a batch asked for again is not rescored."""
+    def scores(self, tasks: Sequence[str | Task], completions: Sequence[object]) -> list[Score]:
+        """One Score per completion of `tasks[i]` (a task id, or the task record itself); a batch
+        asked for again is not rescored."""
         texts = [completion_text(c) for c in completions]
-        key = (tuple(task_ids), tuple(texts))
+        key = (tuple(t if isinstance(t, str) else t.id for t in tasks), tuple(texts))
         with self._lock:
             if self._last is None or self._last[0] != key:
-                self._last = (key, self.scorer.score_batch(list(task_ids), texts))
+                self._last = (key, self._score_known(list(tasks), texts))
             self.last_scores = self._last[1]
             return self._last[1]
+
+    def _score_known(self, tasks: list[str | Task], texts: list[str]) -> list[Score]:
+        """The batch scored in one call, but a completion of a task id the scorer does not know
+        scores 0 (`rejected: unknown_task`) instead of stopping the trainer's step."""
+        scorer = self.scorer
+        known = [i for i, t in enumerate(tasks) if not isinstance(t, str) or t in scorer.tasks]
+        batch = scorer.score_batch([tasks[i] for i in known], [texts[i] for i in known]) if known else []
+        scored = dict(zip(known, batch, strict=True))
+        return [scored[i] if i in scored else self._unknown(str(t)) for i, t in enumerate(tasks)]
+
+    def _unknown(self, task_id: str) -> Score:
+        log.warning("jacrl reward: unknown task id %r scores 0 (not in the scorer's tasks file)", task_id)
+        return zero_score(self.config, extract="none", rejected=UNKNOWN_TASK, task_id=task_id)
 
     def score(self, task_ids: Sequence[str], completions: Sequence[object]) -> list[float]:
         return [s.score for s in self.scores(task_ids, completions)]
@@ -198,10 +220,11 @@ jac_behavioral.last_scores = []
 
 
 def _verl_task_id(extra_info: object) -> str:
+    """The row's task id; a row without one gets "" (scored 0 as an unknown task, not raised:
+    an exception here would end verl's step)."""
     if not isinstance(extra_info, dict) or "task_id" not in extra_info:
-        raise ValueError(
-            "compute_score: extra_info has no task_id (rows exported by `python -m jacrl.interop.export` carry it)"
-        )
+        log.warning("compute_score: extra_info has no task_id (rows from `python -m jacrl.interop.export` carry it)")
+        return ""
     return str(extra_info["task_id"])
 
 
