@@ -109,6 +109,7 @@ class JacReward:
         self._scorer: RewardScorer | None = None
         self._lock = threading.Lock()
         self._last: tuple[tuple, list[Score]] | None = None
+        self._unknown_ids: set[str] = set()  # warned about once each
         self.last_scores: list[Score] = []
 
     @property
@@ -139,7 +140,9 @@ class JacReward:
         return [scored[i] if i in scored else self._unknown(str(t)) for i, t in enumerate(tasks)]
 
     def _unknown(self, task_id: str) -> Score:
-        log.warning("jacrl reward: unknown task id %r scores 0 (not in the scorer's tasks file)", task_id)
+        if task_id not in self._unknown_ids:
+            self._unknown_ids.add(task_id)
+            log.warning("jacrl reward: unknown task id %r scores 0 (not in the scorer's tasks file)", task_id)
         return zero_score(self.config, extract="none", rejected=UNKNOWN_TASK, task_id=task_id)
 
     def score(self, task_ids: Sequence[str], completions: Sequence[object]) -> list[float]:
