@@ -25,6 +25,7 @@ class TextScore:
     exact: bool
     runs: bool
     flags: tuple[str, ...] = ()
+    infra: str = ""  # never the machine's failure: the text is scored in-process
 
 
 def whitespace_share(text: str) -> float:

@@ -65,6 +65,7 @@ def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) 
                     isolation=s.isolation,
                     compiles=s.compiles,
                     reward=s.score,
+                    infra=bool(s.infra),
                 )
             )
             records.append(

@@ -6,7 +6,8 @@ before pass@1), n samples at the eval temperature (pass@k with the unbiased
 estimator, and verified@n: the first sample that compiles and runs, chosen without looking at
 the expected output) and, optionally, samples at the GRPO sampling temperature (the sampled
 pass rate GRPO optimises, with its compile and run rates and mean reward). Truncation is measured over every completion; every pass is checked
-for the reward's audit flags, and the sandbox isolation of every score is recorded.
+for the reward's audit flags, and the sandbox isolation of every score is recorded, as is every
+completion the machine failed (`infra`, per task: the pivot refuses a cell that holds one).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Outcome:
     isolation: str = ""  # the sandbox level the score was obtained under
     compiles: bool = False  # the body parses (or runs): the first stage a small model moves
     reward: float = 0.0  # the dense reward (`reward.scheme`) the score carries: what GRPO optimises
+    infra: bool = False  # the machine failed its run (`Score.infra`): it says nothing of the model
 
 
 def _group(tasks: list[Task], outcomes: list[Outcome]) -> dict[str, dict[str, list[Outcome]]]:
@@ -93,6 +95,7 @@ def task_record(task: Task, kinds: dict[str, list[Outcome]], k: int) -> dict:
         "policy_runs": sum(o.runs for o in p),
         "policy_reward": round(fmean(o.reward for o in p), 6) if p else None,
         "idiom": round(g.idiom, 6),
+        "infra": sum(o.infra for o in (g, *s, *p)),
     }
 
 
@@ -148,6 +151,7 @@ def cell_metrics(tasks: list[Task], outcomes: list[Outcome], k: int) -> dict:
         "flagged_passes": sum(o.flagged for o in passes),
         "flagged_pass_share": round(sum(o.flagged for o in passes) / len(passes), 4) if passes else 0.0,
         "isolation": isolation_of(outcomes),
+        "infra": sum(o.infra for o in outcomes),
         "by_family": {f: v for f, v in sorted(by_family.items())},
         "per_task": per_task,
     }

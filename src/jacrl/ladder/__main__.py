@@ -9,7 +9,7 @@ import sys
 
 from jacrl.io import JsonlError, read_jsonl
 from jacrl.ladder.pivot import render_markdown, rows_frame
-from jacrl.ladder.rows import ConfigMismatch
+from jacrl.ladder.rows import ConfigMismatch, InfraCells
 
 
 def show_rows(path: str) -> int:
@@ -23,7 +23,7 @@ def show_rows(path: str) -> int:
         return 1
     try:
         print(render_markdown(rows_frame(rows)))
-    except ConfigMismatch as exc:
+    except (ConfigMismatch, InfraCells) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 1
     except (KeyError, TypeError, AttributeError) as exc:

@@ -16,7 +16,7 @@ from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label
 from jacrl.io import atomic_path, read_jsonl, write_text
 from jacrl.ladder.config import SPLITS, condition_order, condition_parts
 from jacrl.ladder.plan import plan_markdown
-from jacrl.ladder.rows import check_one_config, rung_sort_key
+from jacrl.ladder.rows import check_no_infra, check_one_config, rung_sort_key
 from jacrl.ladder.stats import (
     mcnemar_exact,
     mean_interval,
@@ -95,8 +95,10 @@ STAGE_COLUMNS = [s.column for s in (*GREEDY_STAGES, *SAMPLED_STAGES)] + [s.count
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
-    """The rows as a frame, with each greedy stage's CI; stages a row does not record are NaN."""
+    """The rows as a frame, with each greedy stage's CI; stages a row does not record are NaN. Rows of
+    cells the machine failed a completion of are refused."""
     check_one_config(rows)
+    check_no_infra(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
     for col in [*STAGE_COLUMNS, "reward_scheme", *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES))]:

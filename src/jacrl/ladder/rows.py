@@ -24,6 +24,11 @@ class ConfigMismatch(ValueError):
     """Cells (or rows) of one ladder that were built under different configurations."""
 
 
+class InfraCells(ValueError):
+    """Cells holding completions the machine failed (`infra`): they would read as a model that cannot
+    write Jac."""
+
+
 def cell_tag(rung: str, model: str, cond: str, split: str) -> str:
     return f"r{rung}/{model}/{cond}/{split}"
 
@@ -49,6 +54,21 @@ def check_one_config(records: list[dict]) -> None:
                     f"cells {seen_in} and {tag(r)} were built under different `{part}` configs "
                     f"({seen} vs {digest}); rebuild them under one config"
                 )
+
+
+def check_no_infra(rows: list[dict]) -> None:
+    """Refuse rows whose cell holds any completion the machine failed, naming each such cell and
+    its tasks."""
+    bad = [r for r in rows if r.get("infra")]
+    if bad:
+        named = "; ".join(
+            f"{r['tag']} ({r['infra']} on {', '.join(sorted(r.get('infra_by_task') or {})) or 'its tasks'})"
+            for r in bad
+        )
+        raise InfraCells(
+            f"cells whose completions the machine failed (infra; logged by the eval job): {named}; once the "
+            "machine is fixed, rebuild each with `snakemake --forcerun eval results/cells/<cell>.json`"
+        )
 
 
 def rung_sort_key(rung: str) -> tuple[int, int]:
@@ -111,6 +131,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
         "flagged_passes",
         "flagged_pass_share",
         "isolation",
+        "infra",
         "by_family",
         "config_hash",
         "config_parts",
@@ -121,6 +142,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
     row["idiom_delta_vs_base"] = delta
     row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
     row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
+    row["infra_by_task"] = {t: v["infra"] for t, v in sorted(cell["per_task"].items()) if v.get("infra")}
     row["policy_by_task"] = {
         t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items()) if v.get("policy_n")
     }

@@ -10,6 +10,12 @@ read (`too_long`), and an error while extracting, splicing, running or scoring i
 (`extract_error`, `splice_error`, `run_error`, `score_error`) fails that completion alone; the
 rest of the batch is scored as usual. Only a pool that cannot start raises.
 
+The machine's failure is never the completion's: a run whose failure looks like the machine's
+(`infra.machine_cause`) is retried once; if it still does, the task's gold program runs beside it
+(once per task and batch), and when the gold fails too the completion scores `infra` (its cause
+logged with the stderr tail) instead of a failure of its own. Infra scores are never cached, and a
+cached failure that looks like the machine's and was never cleared by its gold is re-run, not served.
+
 `Scorer` is what evaluation and GRPO ask of a reward (RewardScorer, or a test's own scorer);
 `score_groups` scores groups of completions (one group per task) in one batch.
 """
@@ -30,6 +36,7 @@ from jacrl.reward.audit import audit_flags
 from jacrl.reward.cache import reward_config_digest, score_key
 from jacrl.reward.config import RewardConfig
 from jacrl.reward.extract import Extraction, extract_body, mask, program_meaning
+from jacrl.reward.infra import machine_cause, one_line
 from jacrl.reward.normalize import ChatMarkup, chat_markup
 from jacrl.reward.pool import RunnerPool, default_workers
 from jacrl.reward.runner import RunResult
@@ -266,23 +273,37 @@ class RewardScorer:
         if self.cache is None or not jobs:
             return {}
         hits = self.cache.get_many([j.key for j in jobs.values()])
-        done = {
-            ident: replace(Score.from_dict(hits[job.key]), cached=True)
-            for ident, job in jobs.items()
-            if job.key in hits
-        }
+        done = {ident: Score.from_dict(hits[job.key]) for ident, job in jobs.items() if job.key in hits}
+        # stored before failures were told apart: it may be the machine's verdict, so it runs again
+        stale = [ident for ident, s in done.items() if not s.gold_cleared and _score_cause(s)]
+        for ident in stale:
+            del done[ident]
+        self.stats["stale_hits"] += len(stale)
         self.stats["cache_hits"] += len(done)
-        return done
+        return {ident: replace(s, cached=True) for ident, s in done.items()}
 
     def _run_and_score(self, todo: list[tuple[object, _Job]]) -> dict[object, Score]:
         """Run and score the programs in parallel; a program that failed to run or score is scored
-        as a failure naming why, and the batch's failures are logged once."""
+        as a failure naming why, one the machine failed (retried once, its task's gold failing beside
+        it) as `infra`, and the batch's failures are logged once."""
         if not todo:
             return {}
         self._ensure_pool()
-        runs = list(self._executor.map(lambda item: self._run(item[1]), todo))
-        self.stats["runs"] += len(todo)
-        done = {ident: self._score(job, run) for (ident, job), run in zip(todo, runs)}
+        jobs = [job for _, job in todo]
+        runs = self._run_many(jobs)
+        suspects = [k for k, run in enumerate(runs) if _run_cause(run)]
+        self.stats["retries"] += len(suspects)
+        for k, run in zip(suspects, self._run_many([jobs[k] for k in suspects])):
+            runs[k] = run
+        still = {k for k in suspects if _run_cause(runs[k])}
+        gold = self._gold_failures({jobs[k].task.id: jobs[k].task for k in still})
+        done = {}
+        for k, (ident, job) in enumerate(todo):
+            cause = _run_cause(runs[k]) if k in still else ""
+            if cause and gold[job.task.id]:
+                done[ident] = self._infra(job, runs[k], cause, gold[job.task.id])
+            else:
+                done[ident] = replace(self._score(job, runs[k]), gold_cleared=bool(cause))
         failed = [s.rejected for s in done.values() if s.rejected]
         self.stats["errors"] += len(failed)
         if failed:
@@ -291,15 +312,57 @@ class RewardScorer:
             )
         return done
 
+    def _run_many(self, jobs: list[_Job]) -> list[RunResult | str]:
+        self.stats["runs"] += len(jobs)
+        return list(self._executor.map(self._run, jobs))
+
+    def _gold_failures(self, tasks: dict[str, Task]) -> dict[str, str]:
+        """Each task's gold program run under the batch's conditions: "" where it passes, else how it
+        failed. Only the tasks of failures that still look like the machine's after their retry."""
+        if not tasks:
+            return {}
+        golds = [
+            _Job(t, t.gold_body, "gold", splice(t.template, t.gold_body, t.indent), "", t.run_timeout)
+            for t in tasks.values()
+        ]
+        self.stats["gold_checks"] += len(golds)
+        verdicts = {}
+        for job, run in zip(golds, self._run_many(golds)):
+            passed = isinstance(run, RunResult) and run.runs and run.stdout.strip() == job.task.expected_stdout.strip()
+            verdicts[job.task.id] = "" if passed else _run_cause(run) or _how_failed(run)
+        return verdicts
+
+    def _infra(self, job: _Job, run: RunResult | str, cause: str, gold: str) -> Score:
+        """The score of a run the machine failed: 0, `infra` naming the cause, logged, never cached."""
+        stderr = run.stderr if isinstance(run, RunResult) else ""
+        tail = stderr[-self.cfg.stderr_tail_chars :] if self.cfg.stderr_tail_chars else ""
+        self.stats["infra"] += 1
+        log.warning(
+            "reward: infra: task %s: %s; its gold fails beside it%s; retried once, not scored as its own, not "
+            "cached; stderr tail: %s",
+            job.task.id,
+            cause,
+            " the same way" if gold == cause else f" ({gold})",
+            one_line(stderr) or "(none)",
+        )
+        return replace(
+            zero_score(self.cfg, extract=job.extract, task_id=job.task.id),
+            infra=cause,
+            stderr_tail=tail,
+            exit_code=run.exit_code if isinstance(run, RunResult) else None,
+            killed=run.killed if isinstance(run, RunResult) else "",
+            isolation=self.cfg.isolation,
+        )
+
     def _store(self, ran: list[tuple[object, _Job]], scores: dict[object, Score]) -> None:
         """Cache what ran to the end: a timeout only under `reward.cache_timeouts` (a loaded machine
-        must not make it permanent), a failure to run or score never."""
+        must not make it permanent), a failure to run or score never, the machine's failure never."""
         if self.cache is None or not ran:
             return
         fresh = {}
         for ident, job in ran:
             s = scores[ident]
-            if not s.rejected and (not s.timed_out or self.cfg.cache_timeouts):
+            if not s.rejected and not s.infra and (not s.timed_out or self.cfg.cache_timeouts):
                 fresh[job.key] = s.to_dict()
         self.cache.put_many(fresh)
 
@@ -312,7 +375,9 @@ class RewardScorer:
             own: dict[str, Score] = {}  # the text terms once per distinct body (body_sim is a difflib ratio)
             for i, method, body in where:
                 if body not in own:
-                    own[body] = shared if shared.rejected else with_body(self.cfg, shared, body=body, gold=gold)
+                    own[body] = (
+                        shared if shared.rejected or shared.infra else with_body(self.cfg, shared, body=body, gold=gold)
+                    )
                 out[i] = replace(own[body], extract=method, isolation=self.cfg.isolation)
         return [out[i] for i in range(n)]
 
@@ -356,3 +421,23 @@ class RewardScorer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _run_cause(run: RunResult | str) -> str:
+    """What a run's failure could be if the machine failed it (`infra.machine_cause`), else ""."""
+    if isinstance(run, str):
+        return machine_cause(exit_code=None, killed="", stderr="", rejected=run)
+    return machine_cause(exit_code=run.exit_code, killed=run.killed, stderr=run.stderr, rejected="")
+
+
+def _score_cause(s: Score) -> str:
+    """`_run_cause` of a cached score (its stderr tail stands for the stderr)."""
+    return machine_cause(exit_code=s.exit_code, killed=s.killed, stderr=s.stderr_tail, rejected=s.rejected)
+
+
+def _how_failed(run: RunResult | str) -> str:
+    if isinstance(run, str):
+        return run
+    if run.runs:
+        return "it ran with the wrong output"
+    return f"exit {run.exit_code}" + (f", {run.killed}" if run.killed else "") + f": {one_line(run.stderr, 200)}"

@@ -44,7 +44,10 @@ def reward_config_digest(cfg: RewardConfig) -> str:
 
 
 SCORE_FIELDS = "score-v4"
-"""Bumped whenever `Score` gains or changes a field, so cached scores of the old shape are not reused."""
+"""Bumped whenever `Score` gains a field whose default misreads an old entry, or changes one, so cached
+scores of the old shape are not reused. `infra` and `gold_cleared` did not bump it: an old entry is
+never infra, and one whose failure looks like the machine's, never cleared by its gold, is re-run
+(batch.py)."""
 
 
 def score_key(program: str, *, scheme: str, cfg_digest: str, expected: str, gold: str, timeout: float) -> str:

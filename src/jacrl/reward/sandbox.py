@@ -335,10 +335,23 @@ def confine_spec(limits: SandboxLimits, timeout: float, plan: Plan, run_dir: str
     return spec
 
 
+class RunDirError(OSError):
+    """No run dir could be made or written under the temp root: the machine's failure, never the
+    program's (reward/infra.py reads the name)."""
+
+
 def make_run_dir(root: Path, program: str) -> str:
-    d = tempfile.mkdtemp(prefix="jacrl-run-", dir=root)
-    with open(os.path.join(d, PROGRAM), "w", encoding="utf-8") as fh:
-        fh.write(program)
+    """A fresh run dir under `root` holding the program; one that cannot be written is removed and
+    raises `RunDirError` naming the root."""
+    d = None
+    try:
+        d = tempfile.mkdtemp(prefix="jacrl-run-", dir=root)
+        with open(os.path.join(d, PROGRAM), "w", encoding="utf-8") as fh:
+            fh.write(program)
+    except OSError as e:
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+        raise RunDirError(e.errno, f"cannot write a run dir under {root}: {e.strerror or e}") from e
     return os.path.realpath(d)
 
 

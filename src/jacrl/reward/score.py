@@ -76,6 +76,8 @@ class Score:
     cached: bool = False
     isolation: str = ""  # the sandbox level the scorer ran with: "strict" or "weak" (config `reward.isolation`)
     flags: tuple[str, ...] = ()  # risky capabilities the body uses (vocabulary: audit.FLAGS)
+    infra: str = ""  # the machine failed the run, not the completion: why (reward/infra.py); never cached or trained on
+    gold_cleared: bool = False  # the failure looked like the machine's but the task's gold passed beside it: its own
 
     def to_dict(self) -> dict:
         return asdict(self)

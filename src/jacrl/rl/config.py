@@ -104,6 +104,16 @@ class GRPOConfig(StrictModel):
         "all); None = the reward's own. The eval cells keep judging with `reward` as it is, so an arm that trains "
         "on a shaped reward is measured on the same scale as the others.",
     )
+    infra_max_share: float = Field(
+        0.25,
+        ge=0,
+        lt=1,
+        json_schema_extra={**RESULT_FREE, **ADDED_LATER},
+        description="The share of a step's completions the machine may fail (`infra` scores: jaclang's import, the "
+        "temp root, the fork server, the runner killed from outside) before the job stops, with one line naming "
+        "the cause and the share; the last checkpoint stays, so `--rerun-incomplete` resumes once the machine is "
+        "fixed. Below it those completions are left out of their groups' advantages (docs/design.md#infrastructure-failures).",
+    )
 
     def training_reward(self, reward: RewardConfig) -> RewardConfig:
         """The reward this run trains on: `reward`, with this config's `floor_share` where it sets one."""

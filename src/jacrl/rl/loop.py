@@ -43,7 +43,7 @@ from jacrl.training.schedule import lr_at
 from jacrl.training.tracking import Tracker
 
 log = logging.getLogger(__name__)
-RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl"}
+RESUME_INSENSITIVE = {"iters", "save_every", "log_reference_kl", "infra_max_share"}
 """GRPO knobs that may change between a killed run and its restart without invalidating it."""
 
 

@@ -5,22 +5,29 @@ tasks). A `jac` env's prompts are sampled, a group each, with the backend (keepi
 logprobs and truncation flags), scored with the reward's batch API, and their group rewards turned
 into advantages; a `demos` env's prompts get their gold completion. The rollouts are filtered and
 built into the padded batch the trainer consumes.
+
+A completion the machine failed (`Score.infra`) teaches nothing: its group's advantages are taken
+over the rest, a group left with fewer than 2 is skipped, and a step whose infra share passes
+`grpo.infra_max_share` stops the job (`InfraStop`) before it trains.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from statistics import fmean, pstdev
 
 import numpy as np
 
 from jacrl.backends.base import Backend, Completion, SamplingParams
+from jacrl.errors import InputError
 from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.audit import flagged_pass_share
 from jacrl.reward.batch import Scorer, score_groups
+from jacrl.reward.score import Score
 from jacrl.rl.batch import Rollout, TrainBatch, build_batch
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import TrainEnv, deal
@@ -42,6 +49,36 @@ def group_advantages(rewards: list[float], mode: str = "std", eps: float = 1e-4)
         return centred
     std = pstdev(rewards)
     return [c / (std + eps) for c in centred]
+
+
+def kept_advantages(scores: list[Score], mode: str = "std", eps: float = 1e-4) -> list[float | None]:
+    """A group's advantages over the completions the machine did not fail: None for those
+    (`Score.infra`), and for every completion when fewer than 2 are left (the group is skipped)."""
+    kept = [k for k, s in enumerate(scores) if not s.infra]
+    out: list[float | None] = [None] * len(scores)
+    if len(kept) >= 2:
+        for k, adv in zip(kept, group_advantages([scores[k].score for k in kept], mode, eps)):
+            out[k] = adv
+    return out
+
+
+class InfraStop(InputError, RuntimeError):
+    """A step whose share of completions the machine failed passed `grpo.infra_max_share`."""
+
+
+def check_infra(step: int, scores: list[Score], max_share: float) -> None:
+    """Stop the job (one line: the step, the share, the commonest cause) when the machine failed more
+    than `max_share` of the step's completions; the last checkpoint stays for `--rerun-incomplete`."""
+    infra = [s for s in scores if s.infra]
+    if not scores or len(infra) / len(scores) <= max_share:
+        return
+    kind, n = Counter(s.infra.split(":", 1)[0] for s in infra).most_common(1)[0]
+    first = next(s for s in infra if s.infra.startswith(kind))
+    raise InfraStop(
+        f"GRPO step {step + 1}: the machine failed {len(infra)} of {len(scores)} completions "
+        f"({len(infra) / len(scores):.0%}, over grpo.infra_max_share {max_share:g}); cause: {first.infra} "
+        f"(task {first.task_id}; {n} like it); fix the machine, then --rerun-incomplete resumes from the last checkpoint"
+    )
 
 
 def task_at(n_tasks: int, j: int, seed: int) -> int:
@@ -132,14 +169,17 @@ class Orchestrator:
         t1 = time.perf_counter()
         group_scores = score_groups(self.scorer.score_batch, tasks, groups) if tasks else []
         t2 = time.perf_counter()
+        check_infra(step, [s for g in group_scores for s in g], cfg.infra_max_share)
 
         rollouts: list[Rollout] = []
         zero_var = 0
         for (env, t), group, scored in zip(sampled, groups, group_scores):
-            rewards = [s.score for s in scored]
-            zero_var += int(max(rewards) - min(rewards) == 0)
-            for c, adv in zip(group, group_advantages(rewards, cfg.advantage, cfg.eps)):
-                rollouts.append(self._rollout(t, c, adv, env.label))
+            advantages = kept_advantages(scored, cfg.advantage, cfg.eps)
+            rewards = [s.score for s, adv in zip(scored, advantages) if adv is not None]
+            zero_var += int(bool(rewards) and max(rewards) == min(rewards))
+            for c, adv in zip(group, advantages):
+                if adv is not None:
+                    rollouts.append(self._rollout(t, c, adv, env.label))
         rollouts += [self._demonstration(t, env.label) for env, t in prompts if env.kind == "demos"]
         kept = zero_advantage_filter(rollouts, self.plans) if cfg.filter_zero_advantage else rollouts
         batch = build_batch(kept, self.plans, self.backend.pad_token_id) if kept else None
@@ -156,12 +196,16 @@ class Orchestrator:
         """Reward and sample statistics of the step's sampled groups (none when it sampled none: a
         step of demonstrations only)."""
         completions = [c for g in groups for c in g]
-        scores = [s for g in group_scores for s in g]
+        everything = [s for g in group_scores for s in g]
         if not completions:
             return {}
+        scores = [s for s in everything if not s.infra]  # below infra_max_share (< 1), never empty
         rewards = [s.score for s in scores]
         masked = sum(int(c.truncated) for c in completions) if self.cfg.mask_truncated else 0
         return {
+            "reward/infra": float(len(everything) - len(scores)),
+            "reward/infra_share": (len(everything) - len(scores)) / len(everything),
+            "groups/infra_skipped": float(sum(sum(not s.infra for s in g) < 2 for g in group_scores)),
             "reward/mean": fmean(rewards),
             "reward/std": pstdev(rewards),
             "reward/pass_rate": fmean(float(s.exact) for s in scores),
