@@ -25,8 +25,8 @@ include: "rules/eval.smk"
 include: "rules/report.smk"
 
 
-# Jobs of a few seconds run where Snakemake runs, not as cluster jobs; smollm2_model fetches a
-# package, and cluster nodes often have no network.
+# Jobs of a few seconds run where Snakemake runs, not as cluster jobs; registry_model fetches
+# packages, and cluster nodes often have no network.
 localrules:
     all,
     splits,
@@ -35,7 +35,7 @@ localrules:
     show_ladder,
     smoke,
     elbow,
-    smollm2_model,
+    registry_model,
 
 
 rule all:

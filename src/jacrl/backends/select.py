@@ -81,11 +81,11 @@ def load_model(
 
 
 def missing_models(specs: list[ModelSpec], root: str | Path = ".") -> list[str]:
-    """One warning line per configured model whose folder is absent (builtin models excluded:
+    """One warning line per configured model whose folder is absent (builtin and hub models excluded:
     a rule builds them). For `snakemake -n`: plan anyway, but say which model and path."""
     out = []
     for spec in specs:
-        if spec.builtin:
+        if spec.built_dir():
             continue
         try:
             require_model_dir(spec.model_dir(root), spec.name)
