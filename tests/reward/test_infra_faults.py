@@ -24,12 +24,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fixtures.faults import Saboteur, fork_servers, runs_of_servers
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.score import Score
@@ -98,6 +96,7 @@ def assert_left_out(scores: list[Score], cause: str, cached: int) -> None:
         assert s.infra.startswith(cause), s
         assert s.score == 0.0 and not s.rejected and not s.gold_cleared, s
     assert cached == 2, "only the spared task's two runs are cached"
+    print(f"\nhit task's scores: {[(s.score, s.infra) for s in scores[2:]]}; cache entries after the batch: {cached}")
     spared, hit = kept_advantages(scores[:2]), kept_advantages(scores[2:])
     assert spared[0] > 0 > spared[1]
     assert hit == [None, None], "a group the machine failed is skipped"
@@ -120,83 +119,6 @@ def infra_log(caplog) -> str:
     return lines[0]
 
 
-# ---------------------------------------------------------------- a thread that plays the machine
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(name))
-            except (OSError, ValueError, IndexError):
-                pass
-    return out
-
-
-def fork_servers(root: Path) -> list[int]:
-    """This process's fork servers started in `root` (its other scorers' are left alone)."""
-    found = []
-    for pid in _children(os.getpid()):
-        try:
-            if os.readlink(f"/proc/{pid}/cwd") == str(root.resolve()):
-                found.append(pid)
-        except OSError:
-            pass
-    return found
-
-
-class Saboteur(threading.Thread):
-    """While it runs: for each new run dir under `root` whose program carries MARK, SIGKILLs the
-    processes `victims(root)` names as soon as there are any."""
-
-    def __init__(self, root: Path, victims: Callable[[Path], list[int]]):
-        super().__init__(daemon=True)
-        self.root, self.victims = root, victims
-        self.kills = 0
-        self.done: set[str] = set()
-        self.halt = threading.Event()
-
-    def _marked(self) -> list[str]:
-        found = []
-        for d in self.root.glob("jacrl-run-*"):
-            try:
-                if d.name not in self.done and MARK in (d / "prog.jac").read_text():
-                    found.append(d.name)
-            except OSError:
-                pass
-        return found
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            for name in self._marked():
-                pids = self.victims(self.root)
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                        self.kills += 1
-                    except ProcessLookupError:
-                        pass
-                if pids:
-                    self.done.add(name)
-            time.sleep(0.002)
-
-    def __enter__(self) -> Saboteur:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.halt.set()
-        self.join()
-
-
-def runs_of_servers(root: Path) -> list[int]:
-    """The processes running a program: the fork servers' children."""
-    return [kid for server in fork_servers(root) for kid in _children(server)]
-
-
 # ---------------------------------------------------------------- the four faults
 
 
@@ -205,7 +127,7 @@ def test_fork_server_killed_in_the_middle_of_a_batch(tmp_path, caplog):
     caplog.set_level(logging.WARNING, "jacrl.reward.batch")
     with scorer_for(tmp_path) as scorer:
         scorer.warm()
-        with Saboteur(tmp_path / "runs", fork_servers) as saboteur:
+        with Saboteur(tmp_path / "runs", fork_servers, MARK) as saboteur:
             scores = score_the_batch(scorer, hit)
         assert saboteur.kills >= 3  # the run, its retry and the gold: each on a server killed under it
         assert_left_out(scores, "fork_server", len(scorer.cache))
@@ -217,7 +139,7 @@ def test_runner_killed_by_sigkill_from_outside(tmp_path, caplog):
     hit = hit_task("import time;\n\n", "    time.sleep(1);\n")  # long enough to be found and killed
     caplog.set_level(logging.WARNING, "jacrl.reward.batch")
     with scorer_for(tmp_path) as scorer:
-        with Saboteur(tmp_path / "runs", runs_of_servers) as saboteur:
+        with Saboteur(tmp_path / "runs", runs_of_servers, MARK) as saboteur:
             scores = score_the_batch(scorer, hit)
         assert saboteur.kills >= 3
         assert_left_out(scores, "signal", len(scorer.cache))
@@ -257,7 +179,7 @@ def test_temp_root_too_full_for_a_run_dir(tmp_path, caplog):
 # process's path from the start.
 IMPORT_FAULT_CHILD = """
 import json, os, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]  # tests/reward, and tests/ for fixtures
 from test_infra_faults import HIT_ANSWERS, hit_task, score_the_batch, scorer_for
 from pathlib import Path
 import logging
