@@ -1,5 +1,14 @@
 """Seconds per GRPO step: our trainer (torch, mlx) vs mlx_lm_lora's GRPO, same model, tasks and reward;
-or, with --smollm2, our step on SmolLM2 under each way to sample and train (`grpo.sampler`, `grpo.autocast`).
+or, with --smollm2, our step on SmolLM2 under each way to sample and train (`grpo.sampler`, `grpo.autocast`);
+or, with --config, our step on any model, its time and memory phase by phase.
+
+    .venv/bin/python bench/grpo_step.py --config configs/qwen-coder-cpu.yaml [--model-dir DIR] [--steps 3] \
+        [--force-length] [--lora-layers N] [--max-completion N]
+
+--config: that config's GRPO settings over config.yaml, its first model (or --model-dir in its place), the
+train-pool task whose prompt is nearest 1404 tokens; `--force-length` never ends a row early (every row
+decodes to `grpo.max_completion`). Each phase's peak is the process's own high-water mark (VmHWM, reset
+through /proc/self/clear_refs before the phase); the pieces are the tensors' own sizes.
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
     .venv/bin/python bench/grpo_step.py --smollm2 [--steps 2] [--sft-adapter DIR [--sft-only]] \
@@ -38,15 +47,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from jacrl import cli
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.cpu import cpu_info
+from jacrl.backends.heap import resident_mb
 from jacrl.backends.torch_backend import TorchBackend
 from jacrl.config import Config, load_config, load_config_file
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.reward.batch import RewardScorer
-from jacrl.rl.loop import OnPolicyRun, train_grpo
+from jacrl.rl.loop import OnPolicyRun, orchestrator_and_trainer, prepare_backend, train_grpo, train_step
 from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
 
@@ -183,6 +195,156 @@ def _step_row(start: str, variant: str, r: dict, keys: tuple[str, ...], read_s: 
     )
 
 
+GB = 2**30
+
+
+def peak_mb() -> float:
+    """VmHWM: the resident set's high-water mark since the last reset, in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak() -> None:
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+class Phases:
+    """Wraps a few of the backend's methods so each call records its peak resident memory and time."""
+
+    def __init__(self, b: Any, names: tuple[str, ...]) -> None:
+        self.peaks: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
+        for name in names:
+            setattr(b, name, self._wrap(name, getattr(b, name)))
+
+    def _wrap(self, name: str, fn: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            reset_peak()
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+                self.peaks[name] = max(self.peaks.get(name, 0.0), peak_mb())
+
+        return call
+
+
+def pieces(b: Any) -> dict[str, float]:
+    """GB held by each kind of tensor the backend keeps between steps."""
+    import torch
+
+    out: dict[str, float] = {}
+    for p in b.model.parameters():
+        key = "LoRA (trained)" if p.requires_grad else f"base weights ({str(p.dtype).removeprefix('torch.')})"
+        out[key] = out.get(key, 0.0) + p.numel() * p.element_size() / GB
+    if getattr(b, "_copy", None) is not None:
+        out["sampling copy"] = sum(p.numel() * p.element_size() for p in b._copy.parameters()) / GB
+    state = getattr(b, "_opt", None).state if getattr(b, "_opt", None) else {}
+    out["optimiser state"] = (
+        sum(t.numel() * t.element_size() for s in state.values() for t in s.values() if torch.is_tensor(t)) / GB
+    )
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def matmul_peak() -> float:
+    """GFLOP/s of a 4096-cube bfloat16 matmul on these cores now, the best of three."""
+    import torch
+
+    a, b = torch.randn(4096, 4096).bfloat16(), torch.randn(4096, 4096).bfloat16()
+    best = float("inf")
+    for _ in range(4):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 4096**3 / best / 1e9
+
+
+def training_flop(b: Any, prompt: int, rows: int, checkpointed: bool) -> float:
+    """Matmul FLOP of a step's reference pass and training pass, counted from the model: forward
+    2 × tokens × weights; the backward of a frozen base one more forward of the layers from the first
+    LoRA layer up (their inputs' gradients), as is an activation-checkpointed recompute; the prompt,
+    kept from the sampling's forward, is recomputed (under checkpointing) and taken back through the
+    same layers."""
+    import torch
+
+    lm = b._causal_lm()
+    layers = lm.model.layers
+    body = sum(m.weight.numel() for m in layers.modules() if isinstance(m, torch.nn.Linear))
+    head = lm.get_output_embeddings().weight.numel()
+    share = len(b.lora.layer_ids(len(layers))) / len(layers)
+    forward = 2 * rows * (body + head)
+    backward = 2 * rows * (body * share + head)
+    recompute = 2 * rows * body * share if checkpointed else 0
+    prompt_pass = 2 * prompt * body * share * (2 if checkpointed else 1)
+    return forward + forward + backward + recompute + prompt_pass
+
+
+def any_model(args: argparse.Namespace) -> None:
+    """`--config`: a GRPO step of the config's first model (or --model-dir), phase by phase."""
+    cfg = load_config_file("config.yaml", args.config)
+    update: dict[str, Any] = {"iters": args.steps, "save_every": 1000}
+    if args.lora_layers is not None:
+        update["lora_layers"] = args.lora_layers
+    if args.max_completion is not None:
+        update["max_completion"] = args.max_completion
+    grpo = cfg.grpo.model_copy(update=update)
+    spec = cfg.models[0]
+    if args.model_dir:
+        spec = spec.model_copy(update={"path": str(args.model_dir), "builtin": None})
+    reset_peak()
+    t0 = time.perf_counter()
+    b = prepare_backend(spec, grpo, 2, None, None, None)
+    print(f"{spec.name} on {cpu_info().describe()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print(f"loaded in {time.perf_counter() - t0:.1f} s, peak {peak_mb():.0f} MB, resident {resident_mb():.0f} MB")
+    if args.force_length:
+        b.__class__ = type("ForcedLength", (type(b),), {"eos_token_ids": property(lambda self: {-1})})
+    pool = read_tasks("dataset/rl/trainpool.jsonl")
+    task = min(pool, key=lambda t: abs(len(b.prompt_ids(t.prompt)) - 1404))
+    print(
+        f"task {task.id}: prompt {len(b.prompt_ids(task.prompt))} tokens; group {grpo.group_size} x {grpo.max_completion}"
+    )
+    from engines import read_seconds
+
+    peak = matmul_peak()
+    weights = sum(p.numel() * p.element_size() for p in b.model.parameters() if not p.requires_grad)
+    read_s = read_seconds(weights)[0]
+    print(
+        f"bf16 matmul peak {peak:.0f} GFLOP/s; one read of the {weights / 2**30:.2f} GB of weights {read_s * 1e3:.0f} ms"
+    )
+    prompt_tokens = len(b.prompt_ids(task.prompt))
+    phases = Phases(b, ("generate_draws_ids", "backward", "step"))
+    keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
+    print(
+        "| step | total s | sampling | reward | training | of which reference | tokens max | weight reads a token "
+        "| training GFLOP/s (% of peak) | peak sampling MB | peak training MB | peak optimiser MB | resident after MB "
+        "| loss | reward |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    with RewardScorer(cfg.reward, threads=2) as scorer:
+        orch, trainer = orchestrator_and_trainer(b, [task], scorer, grpo, cfg, "dataset/rl", None, 2)
+        for step in range(args.steps):
+            phases.peaks.clear()
+            r = train_step(orch, trainer, grpo, step)
+            t = [r.get(k, 0.0) for k in keys]
+            pk = phases.peaks
+            longest = r.get("samples/completion_tokens_max", 0)
+            tokens = r.get("samples/completion_tokens", 0) * grpo.group_size
+            rate = training_flop(b, prompt_tokens, tokens, spec.gradient_checkpointing) / t[2] / 1e9
+            print(
+                f"| {step + 1} | {sum(t[:3]):.1f} | "
+                + " | ".join(f"{x:.1f}" for x in t)
+                + f" | {longest:.0f} | {t[0] / (longest * read_s):.2f} | {rate:.0f} ({100 * rate / peak:.0f} %)"
+                + f" | {pk.get('generate_draws_ids', 0):.0f}"
+                f" | {pk.get('backward', 0):.0f} | {pk.get('step', 0):.0f} | {resident_mb():.0f}"
+                f" | {r.get('loss', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} |",
+                flush=True,
+            )
+    print("pieces (GB):", pieces(b))
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smollm2", action="store_true", help="our step on SmolLM2, variant by variant")
@@ -191,11 +353,19 @@ def main() -> int:
     p.add_argument(
         "--variants", default="policy,merged,merged+autocast", help="with --smollm2: which variants, in this order"
     )
+    p.add_argument("--config", help="a step of this config's first model: time and memory phase by phase")
+    p.add_argument("--model-dir", type=Path, help="with --config: this folder in place of the model's")
+    p.add_argument("--force-length", action="store_true", help="with --config: every row decodes to the cap")
+    p.add_argument("--lora-layers", type=int, help="with --config: grpo.lora_layers (-1: every layer)")
+    p.add_argument("--max-completion", type=int, help="with --config: grpo.max_completion")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args()
+    if args.config:
+        any_model(args)
+        return 0
     if args.smollm2:
         if args.sft_only and not args.sft_adapter:
             p.error("--sft-only needs --sft-adapter")

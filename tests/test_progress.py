@@ -24,6 +24,8 @@ def test_off_a_terminal_logs_every_tenth_step_with_fields_and_eta(caplog, tmp_pa
     assert len(lines) == 10  # every 4 steps, no extra line at close
     assert lines[0].startswith("sft (torch) 4/40 (10%) loss=3.700 lr=1.0e-04 | ") and "step/s" in lines[0]
     assert "ETA" in lines[0] and "ETA" not in lines[-1] and lines[-1].startswith("sft (torch) 40/40 (100%) loss=0.100")
+    resident = float(lines[-1].rsplit("resident ", 1)[1].removesuffix(" GB"))  # a long job's memory, every line
+    assert 0.01 < resident < 1000
 
 
 def test_iterating_counts_after_the_body_and_logs_the_last_partial_stretch(caplog, tmp_path):

@@ -4,7 +4,7 @@ A Snakemake job's stderr is its log file, where a redrawn bar is one endless lin
 returns (tens of KB per job). Off a terminal, `Progress` logs one INFO line (logger
 `jacrl.progress`) every `every` steps or `seconds`, whichever comes first, and one when done:
 
-    sft (torch) 120/240 (50%) loss=1.234 lr=2.0e-04 tok/s=812 | 1.9 step/s, 0:01:03 elapsed, ETA 0:01:03
+    sft (torch) 120/240 (50%) loss=1.234 lr=2.0e-04 tok/s=812 | 1.9 step/s, 0:01:03 elapsed, ETA 0:01:03, resident 2.1 GB
 
 `summary()` records a job's result in one line (its headline number); under
 `jacrl.workflow.job.logged` that line also reaches the console beside Snakemake's own job lines, as
@@ -42,6 +42,13 @@ def is_terminal(stream: TextIO | None) -> bool:
         return bool(stream is not None and stream.isatty())
     except (AttributeError, ValueError):  # a closed or file-less stream
         return False
+
+
+def _resident_gb() -> float:
+    """This process's resident memory (a job of a 1.5 B model runs close to its `mem_mb`)."""
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30
 
 
 def _clock(seconds: float) -> str:
@@ -143,7 +150,7 @@ class Progress:
         timing = f"{_rate(rate, self.unit)}, {_clock(elapsed)} elapsed"
         if self.total and rate > 0 and self.n < self.total:
             timing += f", ETA {_clock((self.total - self.n) / rate)}"
-        return " ".join(parts) + " | " + timing
+        return " ".join(parts) + " | " + timing + f", resident {_resident_gb():.1f} GB"
 
     def _emit(self, now: float) -> None:
         log.info(self.line(now))

@@ -153,3 +153,12 @@ def test_the_probe_reads_the_cpu_not_a_callers_autocast():
         assert under_autocast == cpu.onednn_keeps_float32()
     finally:
         cpu.onednn_keeps_float32.cache_clear()
+
+
+def test_a_training_job_of_a_billion_parameters_keeps_a_bfloat16_base_on_a_bf16_cpu_only(monkeypatch):
+    _pretend(monkeypatch, True)
+    assert cpu.auto_cpu_dtype(1_543_714_304, training=True) == "bfloat16"
+    assert cpu.auto_cpu_dtype(cpu.BF16_TRAIN_MIN_PARAMS - 1, training=True) == "float32"
+    assert cpu.auto_cpu_dtype(134_515_008, training=True) == "float32"  # SmolLM2 trains as it did
+    _pretend(monkeypatch, False)
+    assert cpu.auto_cpu_dtype(1_543_714_304, training=True) == "float32"

@@ -75,3 +75,44 @@ def test_a_backend_trains_after_scoring_the_same_rows(lora_backend):
     b.logprobs([prompt] * 2, rows, 0.7)
     b.backward([prompt] * 2, rows, 0.7, lambda t: (-(t.logprobs * t.mask).sum(), {}))
     assert any(p.grad is not None for p in b.model.parameters() if p.requires_grad)
+
+
+def test_a_bf16_output_layer_chunked_over_the_vocabulary_gives_float32_logprobs_at_a_temperature(monkeypatch):
+    """A frozen bf16 layer (a 1.5 B model's) in vocabulary chunks, the temperature applied to the
+    float32 logits: the values and gradients of the float64 log-softmax of the same bf16 numbers."""
+    from jacrl.backends import token_logprobs
+
+    monkeypatch.setattr(token_logprobs, "VOCAB_CHUNK", 64)  # several chunks and a short last one
+    gen = torch.Generator().manual_seed(3)
+    weight = torch.randn(VOCAB, D, generator=gen).bfloat16()
+    hidden = torch.randn(2, 9, D, generator=gen).bfloat16()
+    targets = torch.randint(0, VOCAB, (2, 9), generator=gen)
+    h = hidden.clone().requires_grad_()
+    arena = LogitsArena()
+    lp = HeadLogprobs.apply(h, weight, targets, arena, 0.6)
+    h64 = hidden.double().requires_grad_()
+    ref = torch.log_softmax((h64 @ weight.double().t()) / 0.6, -1).gather(-1, targets[..., None])[..., 0]
+    g = torch.randn(lp.shape, generator=gen)
+    (lp * g).sum().backward()
+    (ref * g.double()).sum().backward()
+    assert lp.dtype == torch.float32 and torch.allclose(lp.double(), ref, atol=1e-4)
+    assert torch.allclose(h.grad.double(), h64.grad, atol=2e-2 * h64.grad.abs().max().item())
+
+
+def test_the_float32_head_of_a_bf16_layer_matches_the_float64_product_and_its_gradient(monkeypatch):
+    from jacrl.backends import token_logprobs
+    from jacrl.backends.token_logprobs import Float32Head
+
+    monkeypatch.setattr(token_logprobs, "VOCAB_CHUNK", 100)
+    gen = torch.Generator().manual_seed(4)
+    weight = torch.randn(VOCAB, D, generator=gen).bfloat16()
+    hidden = torch.randn(1, 3, D, generator=gen).bfloat16().requires_grad_()
+    logits = Float32Head.apply(hidden, weight)
+    ref = hidden.detach().double() @ weight.double().t()
+    assert logits.dtype == torch.float32 and logits.shape == (1, 3, VOCAB)
+    assert torch.allclose(logits.double(), ref, atol=1e-4)
+    g = torch.randn(logits.shape, generator=gen)
+    (logits * g).sum().backward()
+    # the gradient meets the layer under bf16 arithmetic where the CPU has it (AMX): a bf16 rounding a term
+    bound = (g.double().abs() @ weight.double().abs()) * 2**-8
+    assert ((hidden.grad.double() - g.double() @ weight.double()).abs() <= bound).all()

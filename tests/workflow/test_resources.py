@@ -97,16 +97,25 @@ def test_the_plan_carries_each_jobs_resources(repo):
     assert "gpu=" not in jobs["tiny_model"]  # not a model job
 
 
-def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_path):
+def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_path, monkeypatch):
+    # a bf16 CPU outside strict determinism: the merged copy in bf16
+    monkeypatch.setattr(resources, "auto_cpu_dtype", lambda p, training=False: "float32" if training else "bfloat16")
     smol = ModelSpec(name="s", builtin="smollm2", dtype="bfloat16")
     shared = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1)
     assert shared < mem_mb(smol, "grpo", 8, 2400, 192, tmp_path)  # eight padded rows of 2400 tokens
     assert mem_mb(smol, "grpo", 16, 2400, 192, tmp_path, prompts=2) > shared
-    # the merged copy GRPO samples from: SmolLM2's 134.5 M parameters once more, in bf16 or float32
-    copy = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, sampling_copy=True) - shared
-    assert 200 <= copy <= 700
-    cast = mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, cast_copy=True) - shared
-    assert 200 <= cast <= 400  # autocast's bfloat16 casts of the weights
+    # a bf16 policy's decode packs its own weights with the adapter folded in: no copy, no casts
+    for flag in ("sampling_copy", "cast_copy"):
+        assert mem_mb(smol, "grpo", 8, 2400, 192, tmp_path, prompts=1, **{flag: True}) == shared
+    # a float32 policy's merged copy: SmolLM2's 134.5 M parameters once more, and autocast's bf16 casts
+    # (on a decode that does not pack: packed, the float32 policy's own packed weights would cost as much)
+    monkeypatch.setattr(resources, "SMALL_MODEL_PARAMS", 10**12)
+    f32 = smol.model_copy(update={"dtype": "float32"})
+    base = mem_mb(f32, "grpo", 8, 2400, 192, tmp_path, prompts=1)
+    copy = mem_mb(f32, "grpo", 8, 2400, 192, tmp_path, prompts=1, sampling_copy=True) - base
+    assert 200 <= copy <= 400
+    cast = mem_mb(f32, "grpo", 8, 2400, 192, tmp_path, prompts=1, cast_copy=True) - base
+    assert 200 <= cast <= 400
     # eval: grouped-query attention keeps 3 of 9 heads' keys and values; the estimate follows the KV heads
     shape = BUILTIN_SHAPES["smollm2"]
     assert shape.kv_width == 2 * 3 * 64

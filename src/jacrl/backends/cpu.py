@@ -5,14 +5,17 @@ or Arm with the BF16 extension. Elsewhere torch emulates it through float32 and 
 than float32, so `dtype: auto` keeps float32 there (`TorchBackend`, `resources.load_bytes`).
 Even there it pays for decoding only: decoding streams the weights once per token (half the
 bytes), while a training step's large matmuls and their backward ran slower in bfloat16
-(bench/cpu_precision.py, docs/design.md#measured-facts), so `auto` trains in float32 on every CPU —
-which also makes a CPU run's adapters the same with and without bfloat16 hardware (up to float32's
-order of sums: `float32_through_onednn` sends training's float32 matmuls to oneDNN on some CPUs).
+(bench/cpu_precision.py, docs/design.md#measured-facts), so `auto` trains a model below
+`BF16_TRAIN_MIN_PARAMS` in float32 on every CPU — which also makes such a run's adapters the same with
+and without bfloat16 hardware (up to float32's order of sums: `float32_through_onednn` sends
+training's float32 matmuls to oneDNN on some CPUs). A larger model trains on a frozen bfloat16 base
+where the CPU computes it: its float32 weights alone would not leave room for the job.
 
     cpu_info()          # CpuInfo(model='AMD EPYC ...', flags=frozenset({...}))
     cpu_computes_bf16() # True where the CPU multiplies bfloat16 natively
     auto_cpu_dtype(134_515_008)  # 'bfloat16' there (eval and sampling), else 'float32'
     auto_cpu_dtype(134_515_008, training=True)  # 'float32'
+    auto_cpu_dtype(1_777_088_000, training=True)  # 'bfloat16' there, else 'float32'
 """
 
 from __future__ import annotations
@@ -40,6 +43,11 @@ BF16_MIN_PARAMS = 50_000_000
 """`dtype: auto` picks bfloat16 on CPU only for models at least this large: below it a step's
 matmuls are too small for bf16 to pay, and float32 keeps a small model's run (the default
 ladder's tiny model) the same on CPUs with and without bf16."""
+BF16_TRAIN_MIN_PARAMS = 1_000_000_000
+"""A training job of a model this large keeps its frozen base in bfloat16 (its LoRA weights stay
+float32) where the CPU computes it: a float32 copy of a 1.5 B model is 6-7 GB before its sampling
+copy, activations and logits, more than the 12 GB a job of it is given (docs/design.md#backends).
+Below it training keeps float32 weights, the faster of the two there."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,10 @@ def onednn_keeps_float32() -> bool:
 
 def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:
     """What `dtype: auto` loads a model of `parameters` in on this CPU (unknown size: float32)
-    for a job that trains (always float32) or only decodes and scores (under `determinism:
-    strict` always float32, as whether a CPU has bfloat16 differs by CPU)."""
-    big = parameters is not None and parameters >= BF16_MIN_PARAMS and not is_strict()
-    return "bfloat16" if big and not training and cpu_computes_bf16() else "float32"
+    for a job that trains (float32 below `BF16_TRAIN_MIN_PARAMS`, then a frozen bfloat16 base) or
+    only decodes and scores (under `determinism: strict` always float32, as whether a CPU has
+    bfloat16 differs by CPU)."""
+    if parameters is None or is_strict() or not cpu_computes_bf16():
+        return "float32"
+    floor = BF16_TRAIN_MIN_PARAMS if training else BF16_MIN_PARAMS
+    return "bfloat16" if parameters >= floor else "float32"

@@ -10,7 +10,8 @@ modules, the rotary tables its `rotary_emb`, and bf16 matmuls give the same valu
 
 Serves a model only when every piece it replaces is the plain one (`FastDecoder.of` says None
 otherwise, and the decode goes through transformers): a listed family, SiLU gated MLP, full
-attention in every layer, plain `nn.Linear` projections (no unmerged LoRA layer).
+attention in every layer, plain `nn.Linear` projections (an unmerged LoRA layer only where the
+decode folds its adapter into the packed weight: `FastDecoder.of(folded=True)`).
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ class FastDecoder:
         self.head = pack(lm.lm_head, rows)
 
     @classmethod
-    def of(cls, lm: Any, rows: int) -> FastDecoder | None:
-        """The decoder of `lm` (a transformers CausalLM), or None where it is not one this serves."""
-        import torch
+    def of(cls, lm: Any, rows: int, folded: bool = False) -> FastDecoder | None:
+        """The decoder of `lm` (a transformers CausalLM), or None where it is not one this serves.
+        With `folded` its LoRA layers are served too, each packed with its adapter folded in
+        (`packed.pack`): a merged copy's decode, with no copy kept beside the packed weights."""
 
         cfg = lm.config
         if cfg.model_type not in FAMILIES or getattr(cfg, "hidden_act", None) != "silu":
@@ -63,7 +65,7 @@ class FastDecoder:
             if set(a._modules) != {"q_proj", "k_proj", "v_proj", "o_proj"}:  # qk norms, sinks: not ours
                 return None
             linears += [a.q_proj, a.k_proj, a.v_proj, a.o_proj, m.gate_proj, m.up_proj, m.down_proj]
-        if any(type(x) is not torch.nn.Linear or "forward" in x.__dict__ for x in linears):
+        if any(not _plain(x, folded) for x in linears):
             return None
         return cls(lm, rows)
 
@@ -85,6 +87,19 @@ class FastDecoder:
             gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
             x = x + layer.down(torch.nn.functional.silu(gate) * up)
         return self.head(self.lm.model.norm(x)).float()
+
+
+def _plain(layer: Any, folded: bool) -> bool:
+    """A plain `nn.Linear` (its forward not replaced), or with `folded` a LoRA layer over one or a
+    layer whose forward was replaced (the policy's float32 output layer under autocast, which a merged
+    copy would not have either: the decode packs its weight as it is)."""
+    import torch
+
+    if not folded:
+        return type(layer) is torch.nn.Linear and "forward" not in layer.__dict__
+    if hasattr(layer, "get_base_layer") and hasattr(layer, "get_delta_weight"):
+        layer = layer.get_base_layer()
+    return type(layer) is torch.nn.Linear
 
 
 def _rotated(x: Any, cos: Any, sin: Any) -> Any:

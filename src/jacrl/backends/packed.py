@@ -32,18 +32,49 @@ def pack(linears: Any, rows: int) -> Any:
     """`x ↦ x @ W.T + b` of one `nn.Linear` or of several side by side (their outputs concatenated:
     one matmul for q | k | v), the weight reordered for oneDNN for `rows`-row inputs where the
     weights are float32 or bf16 on a CPU with oneDNN, else a plain `linear` of the joined weight.
-    No gradient."""
+    A LoRA layer among them is packed with its active adapters folded in (`_joined`). No gradient."""
     import torch
 
-    linears = linears if isinstance(linears, list) else [linears]
-    weight = torch.cat([x.weight.detach() for x in linears]) if len(linears) > 1 else linears[0].weight.detach()
+    linears = [_base(x) for x in (linears if isinstance(linears, list) else [linears])]
+    weight = _joined(linears)
     bias = None
-    if any(x.bias is not None for x in linears):
-        bias = torch.cat([x.weight.new_zeros(x.out_features) if x.bias is None else x.bias.detach() for x in linears])
+    if any(b.bias is not None for _, b in linears):
+        bias = torch.cat(
+            [b.weight.new_zeros(b.out_features) if b.bias is None else b.bias.detach() for _, b in linears]
+        )
     onednn = weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
     if not onednn or weight.dtype not in (torch.float32, torch.bfloat16):
         return partial(torch.nn.functional.linear, weight=weight, bias=bias)
     return partial(_packed_forward, torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias)
+
+
+def _base(layer: Any) -> tuple[Any, Any]:
+    """(the layer, its base `nn.Linear`): the layer itself but for a LoRA layer."""
+    return layer, layer.get_base_layer() if hasattr(layer, "get_delta_weight") else layer
+
+
+def _joined(linears: list[tuple[Any, Any]]) -> Any:
+    """The layers' weights stacked, each LoRA layer's as its base weight plus its adapters' `B @ A`
+    scaled, summed by one `addmm` into the stacked buffer in the base's dtype (no float32 copy of the
+    weight: what a merged bf16 copy holds, up to its one rounding)."""
+    import torch
+
+    plain = all(layer is base for layer, base in linears)
+    if plain:
+        weights = [base.weight.detach() for _, base in linears]
+        return torch.cat(weights) if len(weights) > 1 else weights[0]
+    first = linears[0][1].weight
+    out = first.new_empty(sum(b.out_features for _, b in linears), first.shape[1])
+    start = 0
+    with torch.no_grad():
+        for layer, base in linears:
+            part = out[start : start + base.out_features]
+            part.copy_(base.weight)
+            for name in layer.active_adapters if layer is not base else ():
+                a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+                part.addmm_(b.to(part.dtype), a.to(part.dtype), alpha=layer.scaling[name])
+            start += base.out_features
+    return out
 
 
 @contextmanager

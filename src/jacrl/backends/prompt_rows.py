@@ -133,8 +133,16 @@ def prompt_rows_attention(
 ) -> tuple[Any, None]:
     """transformers' attention call for rows after `prompt_kv` (their own `key` / `value`, right-padded:
     causal attention never reads a pad before a real token); [rows, n, heads, d] as sdpa returns it.
-    Only inside `attending`, around the rows' forward that passes `prompt_kv`."""
-    prompt: PromptKV = kwargs["prompt_kv"]
+    A call without `prompt_kv` is sdpa's: an activation-checkpointed backward recomputes every layer
+    inside `attending`, those of forwards that attended through sdpa too."""
+    prompt: PromptKV | None = kwargs.pop("prompt_kv", None)
+    sink: list | None = kwargs.pop("kv_sink", None)
+    if prompt is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        if sink is not None:  # a prompt's own forward (`prompt_forward`): its keys and values leave here
+            sink.append((key, value))
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     dtype = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else query.dtype
     layer = module.layer_idx
     parts = (query, prompt.keys[layer], prompt.values[layer], key, value)
@@ -146,3 +154,19 @@ def attending(lm: Any) -> Any:
     """Inside the block `lm` attends with `prompt_rows_attention`: its forwards must pass `prompt_kv`
     (and the rows' `position_ids`, no cache) and score rows after that prompt."""
     return attending_through(lm, ATTENTION, prompt_rows_attention)
+
+
+def prompt_forward(model: Any, lm: Any, ids: Any) -> PromptKV:
+    """One prompt `ids` [1, n] through `model` (`lm` its CausalLM) without a cache: each layer's keys
+    and values taken as its attention receives them (what a cache would hold), its last position's
+    logits. Unlike a cache's forward it runs under activation checkpointing, which runs a layer
+    without its cache: then only each layer's input is kept for the backward, and the backward
+    (inside `attending`) recomputes the layer, the keys and values the rows read included."""
+    sink: list = []
+    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    with attending(lm):
+        out = model(input_ids=ids, position_ids=positions, kv_sink=sink, use_cache=False, logits_to_keep=1)
+    layers = lm.config.num_hidden_layers
+    if len(sink) != layers:
+        raise RuntimeError(f"a prompt forward gave {len(sink)} layers' keys and values, not {layers}")
+    return PromptKV(tuple(k for k, _ in sink), tuple(v for _, v in sink), out.logits)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from jacrl.backends.cpu import bf16_fpmath, onednn_may_serve
+from jacrl.backends.cpu import bf16_fpmath, onednn_keeps_float32, onednn_may_serve
 
 ATTENTION = "jacrl_shared_prefix"
 
@@ -52,8 +52,9 @@ class PrefixKV:
     """The caches came from a bf16 model on a CPU: `attend`'s float32 matmuls go to oneDNN with bf16
     arithmetic allowed (`cpu.bf16_fpmath`). Their queries and keys are bf16 values held in float32,
     which bf16 holds as they are, so where oneDNN multiplies bf16 (AMX) the scores are the float32
-    ones up to the order of sums, and the probabilities meet the values rounded to bf16, as sdpa's
-    CPU flash kernel rounds them; elsewhere oneDNN keeps float32 in its own GEMM, which took half
+    ones up to the order of sums (the scale applied after the product), while the probabilities, no
+    bf16 values, meet the values in float32 there (rounded to bf16 they drifted past one bf16 step of
+    the output on an Intel Xeon with AMX); elsewhere oneDNN keeps float32 in its own GEMM, which took half
     MKL's time for these shapes (SmolLM2's group on AMD EPYC Zen 5: docs/design.md#backends). Only
     around those matmuls: a step's other float32 matmuls need not hold bf16 values (RoPE's angles
     multiply positions). Only where oneDNN may serve (`cpu.onednn_may_serve`)."""
@@ -178,14 +179,18 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
         return x.reshape(prompts, kv_heads, r, group, -1).transpose(1, 2).reshape(rows, kv_heads, group, -1)
 
     # the heads that share a key head side by side, and a prompt's rows as extra query positions
-    q = query.reshape(rows, kv_heads, group, d).float() * scaling
+    # the scale after the products: a query scaled by 1/sqrt(d) is no longer a bf16 value (d = 128)
+    q = query.reshape(rows, kv_heads, group, d).float()
     with bf16_fpmath(kv.bf16_fpmath):
-        prefix = by_prompt(q) @ kv.keys[layer]  # one read of the prompt's cache
-        if kv.pad_bias is not None:
-            prefix = prefix + kv.pad_bias
-        own = by_prompt((q @ own_k.transpose(-1, -2)).masked_fill(kv.slots > kv.slot, float("-inf")))
-        probs = torch.softmax(torch.cat([prefix, own], dim=-1), dim=-1)
-        width = prefix.shape[-1]
+        prefix = (by_prompt(q) @ kv.keys[layer]) * scaling  # one read of the prompt's cache
+        own = (q @ own_k.transpose(-1, -2)) * scaling
+    if kv.pad_bias is not None:
+        prefix = prefix + kv.pad_bias
+    own = by_prompt(own.masked_fill(kv.slots > kv.slot, float("-inf")))
+    probs = torch.softmax(torch.cat([prefix, own], dim=-1), dim=-1)
+    width = prefix.shape[-1]
+    # probabilities are no bf16 values: where bf16 arithmetic would round them (AMX), float32's
+    with bf16_fpmath(kv.bf16_fpmath and onednn_keeps_float32()):
         out = probs[..., :width] @ kv.values[layer] + by_prompt(by_row(probs[..., width:]) @ own_v)
     out = by_row(out)  # [rows, kv_heads, group, d]
     return out.reshape(rows, 1, heads, d).to(query.dtype)

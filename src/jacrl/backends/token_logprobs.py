@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from jacrl.backends.cpu import bf16_fpmath
+
 CHUNK_ROWS = 32
 """Positions per chunk of the log-sum-exp and the gradient: 32 × 49,152 float32 is 6 MB, cache-sized."""
 
@@ -54,13 +56,16 @@ class LogitsArena:
 
 class HeadLogprobs(torch.autograd.Function):
     """[rows, n] log-probs of `targets` [rows, n] under the output layer `weight` [vocab, d] (no bias,
-    not trained) applied to `hidden` [rows, n, d], its logits computed in float32 into `arena`."""
+    not trained) applied to `hidden` [rows, n, d], its logits computed in float32 into `arena`
+    (`head_logits`) and divided by `temperature` there, after the float32 matmul: a bfloat16
+    model's hidden states divided first would be rounded to bf16 again."""
 
     @staticmethod
-    def forward(ctx: Any, hidden: Any, weight: Any, targets: Any, arena: LogitsArena) -> Any:
+    def forward(ctx: Any, hidden: Any, weight: Any, targets: Any, arena: LogitsArena, temperature: float = 1.0) -> Any:
         flat = hidden.reshape(-1, hidden.shape[-1]).float()
-        with torch.autocast(flat.device.type, enabled=False):  # float32 logits under the training's autocast
-            logits = torch.mm(flat, weight.float().t(), out=arena.take(len(flat), weight.shape[0], flat.device))
+        logits = head_logits(flat, weight, arena.take(len(flat), weight.shape[0], flat.device))
+        if temperature != 1.0:
+            logits.div_(temperature)
         lse = torch.empty(len(flat), dtype=torch.float32, device=flat.device)
         for start in range(0, len(flat), CHUNK_ROWS):
             lse[start : start + CHUNK_ROWS] = torch.logsumexp(logits[start : start + CHUNK_ROWS], dim=-1)
@@ -70,6 +75,7 @@ class HeadLogprobs(torch.autograd.Function):
         # the slice is held apart from the saved tensors: the other slices' writes bump the version
         # counter the buffer's views share; the arena's generation is what tells a reuse
         ctx.logits, ctx.arena, ctx.generation, ctx.hidden_dtype = logits, arena, arena.generation, hidden.dtype
+        ctx.temperature = temperature
         return lp.view(targets.shape)
 
     @staticmethod
@@ -85,6 +91,60 @@ class HeadLogprobs(torch.autograd.Function):
             end = start + CHUNK_ROWS
             logits[start:end].sub_(lse[start:end, None]).exp_().mul_(-g[start:end])
         logits.scatter_add_(1, index, g)
-        with torch.autocast(logits.device.type, enabled=False):
-            d_hidden = torch.mm(logits, weight.float())
-        return d_hidden.view(*grad.shape, -1).to(ctx.hidden_dtype), None, None, None
+        if ctx.temperature != 1.0:
+            logits.div_(ctx.temperature)
+        d_hidden = head_input_grad(logits, weight)
+        return d_hidden.view(*grad.shape, -1).to(ctx.hidden_dtype), None, None, None, None
+
+
+VOCAB_CHUNK = 16384
+"""Output-layer rows a chunk of a bfloat16 head: its float32 copy is 16384 × width (Qwen2.5-Coder-1.5B:
+96 MB) where the whole layer's would be 0.9 GB."""
+
+
+def head_logits(flat: Any, weight: Any, out: Any) -> Any:
+    """`out` := float32 `flat` [n, d] @ `weight`.T [d, vocab]. A float32 weight in one matmul (the
+    training's own precision); a bfloat16 one a chunk of vocabulary rows at a time, each chunk cast
+    up, under oneDNN's bf16 arithmetic where the CPU has it: exact for a bfloat16 model's hidden
+    states (bf16 products are exact in float32, summed in float32)."""
+    with torch.autocast(flat.device.type, enabled=False):  # float32 logits under the training's autocast
+        if weight.dtype == torch.float32:
+            return torch.mm(flat, weight.t(), out=out)
+        with bf16_fpmath(flat.device.type == "cpu"):
+            for start in range(0, weight.shape[0], VOCAB_CHUNK):
+                chunk = weight[start : start + VOCAB_CHUNK].float()
+                out[:, start : start + len(chunk)] = torch.mm(flat, chunk.t())
+    return out
+
+
+def head_input_grad(grad: Any, weight: Any) -> Any:
+    """float32 `grad` [n, vocab] @ `weight` [vocab, d]: the gradient of `head_logits`' input, chunked
+    as it is."""
+    with torch.autocast(grad.device.type, enabled=False):
+        if weight.dtype == torch.float32:
+            return torch.mm(grad, weight)
+        out = grad.new_zeros(grad.shape[0], weight.shape[1])
+        with bf16_fpmath(grad.device.type == "cpu"):
+            for start in range(0, weight.shape[0], VOCAB_CHUNK):
+                chunk = weight[start : start + VOCAB_CHUNK].float()
+                out.addmm_(grad[:, start : start + len(chunk)], chunk)
+    return out
+
+
+class Float32Head(torch.autograd.Function):
+    """[n, vocab] float32 logits of `hidden` [..., d] under a frozen bfloat16 output layer `weight`,
+    through `head_logits`: its gradient reaches `hidden` only, with no float32 copy of the layer kept."""
+
+    @staticmethod
+    def forward(ctx: Any, hidden: Any, weight: Any) -> Any:
+        flat = hidden.reshape(-1, hidden.shape[-1]).float()
+        out = head_logits(flat, weight, flat.new_empty(len(flat), weight.shape[0]))
+        ctx.save_for_backward(weight)
+        ctx.hidden_dtype = hidden.dtype
+        return out.view(*hidden.shape[:-1], -1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        (weight,) = ctx.saved_tensors
+        d_hidden = head_input_grad(grad.reshape(-1, grad.shape[-1]).float(), weight)
+        return d_hidden.view(*grad.shape[:-1], -1).to(ctx.hidden_dtype), None

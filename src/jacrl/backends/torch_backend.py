@@ -44,11 +44,29 @@ from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
 from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.static_rows import StaticRows
-from jacrl.backends.token_logprobs import HeadLogprobs, LogitsArena
+from jacrl.backends.token_logprobs import Float32Head, HeadLogprobs, LogitsArena
 from jacrl.progress import Progress
 
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
+
+
+DECODE_CACHE_BYTES = 4 * 2**30
+"""The most KV cache one decoding call holds (a call's rows share its weight reads, so fewer calls are
+faster): SmolLM2's 101 holdout prompts to 192 tokens (23 KB a token) still take two calls, a 1.5 B
+model's (28 KB a token) to 1280 tokens about four, where 64 rows a call would hold ~10 GB."""
+SHARED_PROMPT_BYTES = 3 * 2**30
+"""The most a sampled prompt's kept forward (`share_prompt_forwards`) may hold: SmolLM2's 1.5k-token
+prompt over 30 float32 layers is ~2 GB, Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 layers ~3.8 GB."""
+
+
+def prompt_graph_bytes(config: Any, tokens: int, layers: int, width: int) -> int:
+    """What a forward of `tokens` keeps for its backward through `layers` decoder layers of values
+    `width` bytes wide: per token and layer the MLP's four intermediate-wide tensors (its two
+    projections, the activation and their product) and about nine hidden-wide ones (norms, q/k/v,
+    attention output, residuals): Qwen2.5-Coder-1.5B in bf16, 99 KB against 98 KB measured."""
+    per_token = 4 * config.intermediate_size + 9 * config.hidden_size
+    return tokens * layers * per_token * width
 
 
 def pick_device() -> str:
@@ -156,6 +174,8 @@ class TorchBackend(Backend):
         self._copy: Any = None
         """The merged sampling copy (`sample_merged`), None when sampling from the policy itself."""
         self._copy_stale = False
+        self._fold_on_pack = False
+        """`sample_merged` without a copy: decodes pack the policy's weights with its adapter folded in."""
         self._live = 0
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._autocast = False
@@ -204,10 +224,8 @@ class TorchBackend(Backend):
         if rows == 0:
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        per_chunk = max(1, self.max_batch_rows // rows)
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
-        for start in range(0, len(order), per_chunk):
-            chunk = order[start : start + per_chunk]
+        for chunk in self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
             ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens)
             for j, i in enumerate(chunk):
@@ -217,6 +235,24 @@ class TorchBackend(Backend):
             bar.update(len(chunk) * rows)
         bar.close()
         return out
+
+    def _chunks(self, lengths: list[int], order: list[int], rows: int, max_tokens: int) -> Iterator[list[int]]:
+        """`order` (prompts by length, `lengths` theirs) cut into the calls that decode together: at most
+        `max_batch_rows` rows, and at most `DECODE_CACHE_BYTES` of KV cache (each prompt's own, and every
+        row's to its chunk's longest prompt and `max_tokens`)."""
+        cfg = self._causal_lm().config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        per_token = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * self.dtype.itemsize
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end + 1 - start) * rows <= self.max_batch_rows:
+                cache = sum(lengths[start : end + 1]) + (end + 1 - start) * rows * (lengths[end] + max_tokens)
+                if cache * per_token > DECODE_CACHE_BYTES:
+                    break
+                end += 1
+            yield order[start:end]
+            start = end
 
     def _sample(
         self, prompts: list[list[int]], layout: RowLayout, seeded: list[SeededDraw], max_tokens: int
@@ -230,7 +266,7 @@ class TorchBackend(Backend):
         model = self._sampling_model()
         lm = _causal_lm_of(model)
         packing = self._packs()
-        if self._sharing and not self._live:
+        if self._sharing and not self._live and self._graph_fits(prompts):
             caches, logits = self._policy_prefill(prompts, lm.dtype)
         else:
             with torch.inference_mode():
@@ -238,7 +274,7 @@ class TorchBackend(Backend):
         with torch.inference_mode():
             fast = None
             if rows > 1 and self.shared_prefix:
-                fast = FastDecoder.of(lm, n) if packing else None
+                fast = FastDecoder.of(lm, n, folded=self._fold_on_pack and not self._live) if packing else None
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
                 step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
@@ -365,6 +401,11 @@ class TorchBackend(Backend):
             raise RuntimeError("sample_merged needs an unmerged LoRA adapter (attach_lora or load_adapter first)")
         params = safetensors_parameters(self.model_path)
         copy_dtype = resolve_dtype(dtype, self.device, params, training=False)
+        if copy_dtype == self.dtype and self._packs():
+            # the policy's own weights are the copy's: each decode packs them with the adapter folded
+            # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is 3 GB)
+            self._fold_on_pack = True
+            return True
         self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
         for p in self._copy.parameters():
             p.requires_grad_(False)
@@ -406,7 +447,7 @@ class TorchBackend(Backend):
             native = cpu_computes_bf16() and not is_strict()  # strict: the same numbers on every CPU
         else:
             native = self.device.startswith("cuda") and torch.cuda.is_bf16_supported()
-        if self.dtype != torch.float32 or not native:
+        if self.dtype not in (torch.float32, torch.bfloat16) or not native:
             return False
         _float32_output_layer(self._causal_lm())
         self._autocast = True
@@ -418,6 +459,25 @@ class TorchBackend(Backend):
             return False
         self._sharing = True
         return True
+
+    def _graph_fits(self, prompts: list[list[int]]) -> bool:
+        """Whether the prompts' forwards kept for the backward (`share_prompt_forwards`) fit
+        `SHARED_PROMPT_BYTES` by `prompt_graph_bytes`: a 1.4k-token prompt of Qwen2.5-Coder-1.5B with
+        LoRA on all 28 layers keeps ~3.8 GB, held while the decode's packed weights are made
+        (docs/design.md#backends); past the bound the sampler prefills apart and the backward
+        forwards the prompt again."""
+        import torch
+
+        from jacrl.backends import prompt_rows
+
+        lm = self._causal_lm()
+        config = lm.config
+        if self._checkpointing and self.prompt_rows and prompt_rows.serves(lm):  # each layer's input alone is kept
+            return True
+        width = 2 if self._autocast or self.dtype != torch.float32 else 4
+        first = min(self.lora.layer_ids(self._n_layers)) if self.lora else 0
+        tokens = sum(len(p) for p in prompts)
+        return prompt_graph_bytes(config, tokens, self._n_layers - first, width) <= SHARED_PROMPT_BYTES
 
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
@@ -591,25 +651,27 @@ class TorchBackend(Backend):
         """[rows, n] log-probs at `temperature` of `targets` after the right-padded rows `x` after
         `prompt` (and with `dists` the log-distributions): on CPU through `prompt_rows` (the rows'
         attention over the prompt in one kernel call) and, but for `dists`, the output layer's
-        `HeadLogprobs`; else on top of a cache that repeats the prompt per row. Not under activation
-        checkpointing, whose recompute runs after the attention implementation is restored."""
+        `HeadLogprobs`; else on top of a cache that repeats the prompt per row (which activation
+        checkpointing would drop: transformers runs a checkpointed layer without its cache)."""
         import torch
 
         from jacrl.backends import prompt_rows
 
-        if not (self.prompt_rows and prompt_rows.serves(lm) and not self._checkpointing):
+        if not (self.prompt_rows and prompt_rows.serves(lm)):
             kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
             return _log_probs(at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature), targets, dists)
         start = prompt.keys[0].shape[2]
         positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
         with prompt_rows.attending(lm):
             out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
-        # the temperature divides the hidden states (SmolLM2: 576 wide), not the logits (49k): the
-        # output layer is linear without a bias (`prompt_rows.serves`)
-        hidden, head = at_temperature(out.last_hidden_state, temperature), lm.get_output_embeddings()
+        # the temperature divides float32 hidden states (SmolLM2: 576 wide), not the logits (49k): the
+        # output layer is linear without a bias (`prompt_rows.serves`); bf16 ones would round again
+        hidden, head = out.last_hidden_state, lm.get_output_embeddings()
         if dists or type(head) is not torch.nn.Linear or head.weight.requires_grad:
-            return _log_probs(head(hidden).float(), targets, dists)
-        return HeadLogprobs.apply(hidden, head.weight, targets, self._arena), None
+            return _log_probs(head(at_temperature(hidden, temperature)).float(), targets, dists)
+        if hidden.dtype == torch.float32:
+            return HeadLogprobs.apply(at_temperature(hidden, temperature), head.weight, targets, self._arena), None
+        return HeadLogprobs.apply(hidden, head.weight, targets, self._arena, max(temperature, 1e-6)), None
 
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` (the reference pass)
@@ -630,13 +692,19 @@ class TorchBackend(Backend):
         return entry
 
     def _fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
-        """`head` through the model now (its graph kept where gradients are on)."""
+        """`head` through the model now (its graph kept where gradients are on: under activation
+        checkpointing each layer's input only, through `prompt_rows.prompt_forward`)."""
         import torch
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=lm.config)
+        from jacrl.backends import prompt_rows
+
         x = torch.tensor([list(head)], device=self.device)
-        logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
+        if self._checkpointing and torch.is_grad_enabled() and self.prompt_rows and prompt_rows.serves(lm):
+            return prompt_rows.prompt_forward(self.model, lm, x)
+        cache = DynamicCache(config=lm.config)
+        with _checkpointing_off(lm):  # a checkpointed layer would run without the cache this fills
+            logits = self.model(input_ids=x, logits_to_keep=1, **{_cache_kwarg(lm): cache, "use_cache": True}).logits
         return PromptKV.of(cache, logits)
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
@@ -697,10 +765,20 @@ class TorchBackend(Backend):
         self.model.train()
         lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
-        with float32_through_onednn(self.device):
+        with float32_through_onednn(self.device), self._recomputing():
             loss.backward()
         self.model.eval()
         return {"loss": float(loss.detach()), **metrics, **timing}
+
+    def _recomputing(self) -> Any:
+        """Where activation checkpointing recomputes layers in the backward: under `prompt_rows`'
+        attention, which rows scored after a shared prompt attended through (and sdpa's for the rest)."""
+        from jacrl.backends import prompt_rows
+
+        lm = self._causal_lm()
+        if self._checkpointing and self.prompt_rows and prompt_rows.serves(lm):
+            return prompt_rows.attending(lm)
+        return nullcontext()
 
     def _step(self, lr: float | None) -> float | None:
         import torch
@@ -809,7 +887,7 @@ class TorchBackend(Backend):
 
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
-        self._copy = None
+        self._copy, self._fold_on_pack = None, False
         self._sharing = False  # nothing trains any more
         self._prompt_graphs.clear()
         self._reference_prompts.clear()  # the base the reference stood on has changed
@@ -900,6 +978,19 @@ def _enable_checkpointing(lm: Any) -> None:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
+@contextmanager
+def _checkpointing_off(lm: Any) -> Iterator[None]:
+    """Inside the block `lm`'s layers run whole, their activations kept, whatever checkpointing says."""
+    on = [m for m in lm.modules() if getattr(m, "gradient_checkpointing", False)]
+    for m in on:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in on:
+            m.gradient_checkpointing = True
+
+
 def _float32_output_layer(lm: Any) -> None:
     """The output layer computes in float32 even under autocast: bfloat16 logits (8 mantissa bits
     at magnitudes near 20) would round every token's log-prob by a few hundredths of a nat, as
@@ -908,6 +999,9 @@ def _float32_output_layer(lm: Any) -> None:
 
     head = lm.get_output_embeddings()
     plain = head.forward
+    if head.weight.dtype != torch.float32:  # a frozen bf16 layer, a chunk at a time: no float32 copy of it
+        head.forward = lambda hidden: Float32Head.apply(hidden, head.weight)
+        return
 
     def forward(hidden: Any) -> Any:
         with torch.autocast(hidden.device.type, enabled=False):

@@ -5,13 +5,18 @@
     mem_mb = BASE_MB + weights + activations            (megabytes, rounded up to 100)
     weights     = parameters × bytes per parameter at the load precision (× 2 for rft: it fuses;
                   + the sampling copy at the eval precision for a GRPO job under `grpo.sampler: merged`,
-                  + a bfloat16 copy under `grpo.autocast`: autocast keeps each weight's cast for the step;
+                  unless the job decodes packed at its own precision: then the packed weights, with
+                  the adapter folded in, are the copy (`FastDecoder.of(folded=True)`);
+                  + a bfloat16 copy under `grpo.autocast` of float32 weights: autocast keeps each
+                  weight's cast for the step;
                   + for a job that decodes on CPU a model of ≥ 50 M parameters, the decode's copy of the
                   weights packed for oneDNN, at the precision it decodes in: `jacrl.backends.packed`)
-    activations = training: tokens × layers × hidden × bytes × (17, or 2 with gradient
-                  checkpointing) + the attention scores (heads × query × key positions × bytes,
-                  per layer, or one layer's with checkpointing) + the completion logits (rows ×
-                  completion × vocab × 12 bytes); padded rows (SFT, RFT) are rows × seq tokens
+    activations = training: tokens × layers × (4 × intermediate + 9 × hidden) values kept a token
+                  and layer (at most 2 bytes each: autocast keeps bf16), or with gradient checkpointing
+                  each layer's input and one layer's whole set + the attention scores (heads × query ×
+                  key positions × bytes, per layer, or one layer's with checkpointing) + the completion
+                  logits (rows × completion × vocab × 12 bytes; 4 for a shared prompt's rows, whose
+                  gradient is taken in place); padded rows (SFT, RFT) are rows × seq tokens
                   with seq² scores each; a GRPO step's rows share their group's prompt (the
                   torch backend runs it once): per prompt its tokens and their scores, per row
                   its completion's tokens, their scores against the whole sequence, and its
@@ -21,12 +26,14 @@
                   writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each) + one
                   prompt's float32 logits (seq × vocab × 4)
 
-17 values per hidden unit, layer and token is half the 34 bytes of 16-bit activations per
-token and layer of Korthikanti et al. (their count is in bytes at 2 bytes a value); with
-checkpointing only each layer's input is kept. The precision is the one the job will load: an
+The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
+the activation, their product) and about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB
+estimated, 98 KB measured: docs/design.md#backends); with checkpointing only each layer's input
+is kept. The precision is the one the job will load: an
 explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps`, else what `auto` picks on this CPU
 (`jacrl.backends.cpu.auto_cpu_dtype`: for an eval job bfloat16 for a model of ≥ 50 M parameters
-where the CPU computes it natively, float32 otherwise and for every training job; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
+where the CPU computes it natively, float32 otherwise; for a training job float32 below 1 B
+parameters, a bfloat16 base above; `auto` may still find a GPU, and then uses less). `rows` and `seq` are the job's
 sequences per forward (SFT and RFT: per micro-batch) and longest sequence, from the config
 sections the rule reads; an eval job decodes up to `MAX_BATCH_ROWS` rows at once (the prompts of
 a chunk, each with its draws), so its bound is that many rows. A job
@@ -37,7 +44,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +77,14 @@ class Shape:
     vocab: int
     heads: int
     kv_heads: int
+    intermediate: int = 0
+    """The MLP's width (0: unknown, taken as 4 × hidden)."""
+
+    @property
+    def kept_per_token(self) -> int:
+        """Values a layer keeps for its backward per token: the MLP's four intermediate-wide tensors and
+        about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB estimated, 98 KB measured)."""
+        return 4 * (self.intermediate or 4 * self.hidden) + 9 * self.hidden
 
     @property
     def kv_width(self) -> int:
@@ -78,7 +93,9 @@ class Shape:
 
 
 BUILTIN_SHAPES = {
-    "smollm2": Shape(parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9, kv_heads=3),
+    "smollm2": Shape(
+        parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9, kv_heads=3, intermediate=1536
+    ),
     # an upper bound of the tiny model's configurable size (defaults: 1.1 M, 4 × 128, 2048)
     "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192, heads=8, kv_heads=8),
 }
@@ -97,10 +114,11 @@ def model_shape(spec: ModelSpec, root: str | Path = ".") -> Shape | None:
         keys = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
         if counted and all(k in conf for k in keys):
             heads = conf["num_attention_heads"]
-            shape = Shape(counted, *(conf[k] for k in keys), kv_heads=conf.get("num_key_value_heads") or heads)
+            kv_heads = conf.get("num_key_value_heads") or heads
+            shape = Shape(counted, *(conf[k] for k in keys), kv_heads, conf.get("intermediate_size", 0))
     if spec.parameters is not None:
         base = shape or Shape(spec.parameters, 32, 4096, 150_000, 32, 32)  # a 7B-class layout as the bound
-        shape = Shape(spec.parameters, base.layers, base.hidden, base.vocab, base.heads, base.kv_heads)
+        shape = replace(base, parameters=spec.parameters)
     return shape
 
 
@@ -132,13 +150,16 @@ def mem_mb(
     if shape is None:
         return FALLBACK_MB
     nbytes = load_bytes(spec, shape.parameters, kind)
+    packed = kind != "sft" and decodes_packed(spec, shape.parameters)
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
-    if sampling_copy:
-        weights += shape.parameters * load_bytes(spec, shape.parameters, "eval")
-    if cast_copy:
+    # the copy is in `auto`'s eval precision, as `sample_merged` makes it
+    copy_bytes = load_bytes(spec.model_copy(update={"dtype": "auto"}), shape.parameters, "eval")
+    if sampling_copy and not (packed and copy_bytes == nbytes):  # else the packed weights are the copy
+        weights += shape.parameters * copy_bytes
+    if cast_copy and nbytes == 4:
         weights += shape.parameters * 2
-    if kind != "sft" and decodes_packed(spec, shape.parameters):
-        weights += shape.parameters * (load_bytes(spec, shape.parameters, "eval") if sampling_copy else nbytes)
+    if packed:
+        weights += shape.parameters * (copy_bytes if sampling_copy else nbytes)
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
@@ -168,9 +189,15 @@ def training_bytes(
     else:
         tokens, positions, cache = rows * seq, rows * seq * seq, 0
     kept_layers = 1 if checkpointed else shape.layers
-    hidden = tokens * shape.layers * shape.hidden * nbytes * (2 if checkpointed else 17)
+    if checkpointed:  # each layer's input, and one layer's whole activations while it is recomputed
+        hidden = tokens * (shape.layers * shape.hidden * 2 + shape.kept_per_token) * nbytes
+    else:
+        hidden = tokens * shape.layers * shape.kept_per_token * min(nbytes, 2)  # autocast keeps bf16
     scores = shape.heads * positions * nbytes * kept_layers
-    return hidden + scores + cache + rows * completion * shape.vocab * 12
+    # a shared prompt's rows keep their float32 logits once and take their gradient in place
+    # (`token_logprobs.HeadLogprobs`); padded rows keep the logits, the log-softmax and its gradient
+    logits = rows * completion * shape.vocab * (4 if prompts else 12)
+    return hidden + scores + cache + logits
 
 
 def runtime_min(spec: ModelSpec, kind: RuleKind) -> int:

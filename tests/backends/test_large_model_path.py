@@ -1,0 +1,107 @@
+"""What a large model's training job leans on to fit its memory: activation checkpointing that keeps the
+shared prompt's gradients exact, a sampler that folds the adapter into the packed decode weights instead
+of keeping a merged copy, and a prompt's kept forward bounded by its size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fixtures.models import randomised_lora, weighted_backward
+
+from jacrl.backends import LoraSpec, SamplingParams, load_backend
+from jacrl.backends import torch_backend as tb
+from jacrl.backends.fast_decode import FastDecoder
+from jacrl.backends.packed import pack
+from jacrl.backends.select import Placement
+
+PROMPT = "node Room { has name: str; } walker Visit {"
+TAILS = [[5, 9, 13, 2, 7], [11, 3], [4, 4, 8, 30]]
+
+
+def _lora(tiny_model, **placement) -> tb.TorchBackend:
+    b = load_backend(tiny_model, "torch", threads=2, placement=Placement(training=True, **placement))
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    randomised_lora(b, seed=0)
+    return b
+
+
+@pytest.fixture(scope="module")
+def whole(tiny_model):
+    return _lora(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tiny_model):
+    return _lora(tiny_model, gradient_checkpointing=True)
+
+
+def _same(a: tuple, b: tuple, atol: float = 1e-5) -> None:
+    assert torch.allclose(a[0], b[0], atol=atol)
+    assert set(a[1]) == set(b[1]) and a[1]
+    for name, g in a[1].items():
+        assert torch.allclose(g, b[1][name], atol=atol), name
+
+
+def test_checkpointed_rows_after_a_shared_prompt_give_the_whole_forwards_logprobs_and_gradients(whole, checkpointed):
+    """transformers runs a checkpointed layer without its cache: the rows must still see the prompt,
+    and the prompt's own forward must still take its share of the gradient."""
+    prompt = whole.encode(PROMPT)
+    _same(weighted_backward(checkpointed, prompt, TAILS), weighted_backward(whole, prompt, TAILS))
+
+
+def test_a_checkpointed_sampled_prompt_is_kept_for_the_backward_with_the_same_gradients(whole, checkpointed):
+    prompt = whole.encode(PROMPT)
+    assert checkpointed.share_prompt_forwards()
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=4)
+        checkpointed.generate_ids([prompt], 2, params, progress=False)
+        assert set(checkpointed._prompt_graphs) == {tuple(prompt)}
+        kept = weighted_backward(checkpointed, prompt, TAILS)
+        assert not checkpointed._prompt_graphs  # the backward took it
+    finally:
+        checkpointed._sharing = False
+    _same(kept, weighted_backward(whole, prompt, TAILS))
+
+
+def test_a_prompt_whose_kept_forward_passes_the_bound_is_forwarded_again_for_the_backward(whole, monkeypatch):
+    prompt = whole.encode(PROMPT)
+    expected = weighted_backward(whole, prompt, TAILS)
+    assert whole.share_prompt_forwards()
+    monkeypatch.setattr(tb, "SHARED_PROMPT_BYTES", 0)
+    try:
+        whole.generate_ids([prompt], 2, SamplingParams(temperature=0.0, max_tokens=4), progress=False)
+        assert not whole._prompt_graphs
+        _same(weighted_backward(whole, prompt, TAILS), expected)
+    finally:
+        whole._sharing = False
+
+
+def test_the_graph_estimate_is_the_measured_one_of_a_large_model():
+    class Qwen15:  # Qwen2.5-Coder-1.5B: 98 KB a token and layer measured in bf16 (docs/design.md#backends)
+        intermediate_size, hidden_size = 8960, 1536
+
+    per = tb.prompt_graph_bytes(Qwen15, 1, 1, 2)
+    assert 95_000 < per < 102_000
+    assert tb.prompt_graph_bytes(Qwen15, 1400, 28, 2) > tb.SHARED_PROMPT_BYTES
+    assert tb.prompt_graph_bytes(Qwen15, 1400, 8, 2) < tb.SHARED_PROMPT_BYTES
+
+
+def test_a_lora_layer_packs_with_its_adapter_folded_in(tiny_model):
+    b = _lora(tiny_model, dtype="bfloat16")
+    layer = b._causal_lm().model.layers[0].mlp.gate_proj
+    x = torch.randn(3, layer.in_features).bfloat16()
+    delta = layer.lora_B["default"].weight.float() @ layer.lora_A["default"].weight.float()
+    merged = (layer.get_base_layer().weight.float() + delta * layer.scaling["default"]).bfloat16()
+    with torch.no_grad():
+        assert torch.allclose(pack(layer, 3)(x).float(), (x @ merged.t()).float(), atol=3e-2)
+    lm = b._causal_lm()
+    assert FastDecoder.of(lm, 2) is None and FastDecoder.of(lm, 2, folded=True) is not None
+
+
+def test_sampling_merged_at_the_policys_own_precision_keeps_no_copy(tiny_model):
+    b = _lora(tiny_model, dtype="bfloat16")
+    b.pack_decode = True  # as a model large enough to pack
+    assert b.sample_merged(dtype="bfloat16") and b._copy is None and b._fold_on_pack
+    prompt = b.encode(PROMPT)
+    out = b.generate_ids([prompt], 2, SamplingParams(temperature=0.7, max_tokens=5, seed=1), progress=False)
+    assert [len(c.token_ids) for c in out[0]] and b._copy is None
