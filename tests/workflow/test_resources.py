@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.sampling import DECODE_CACHE_BYTES
 from jacrl.config import load_config, load_config_file
 from jacrl.workflow import resources
 from jacrl.workflow.resources import (
@@ -119,8 +120,10 @@ def test_a_grpo_group_scores_its_prompt_once_and_eval_holds_the_kv_cache(tmp_pat
     # eval: grouped-query attention keeps 3 of 9 heads' keys and values; the estimate follows the KV heads
     shape = BUILTIN_SHAPES["smollm2"]
     assert shape.kv_width == 2 * 3 * 64
-    kv_mb = 2 * 64 * 2592 * shape.layers * shape.kv_width * 2 / 2**20
-    assert mem_mb(smol, "eval", 64, 2592, 192, tmp_path) > BASE_MB + kv_mb
+    kv_mb = 2 * 8 * 2592 * shape.layers * shape.kv_width * 2 / 2**20
+    assert mem_mb(smol, "eval", 8, 2592, 192, tmp_path) > BASE_MB + kv_mb
+    # a decoding call takes no more rows than `DECODE_CACHE_BYTES` of cache holds: 64 rows ask no more
+    assert mem_mb(smol, "eval", 64, 2592, 192, tmp_path) < BASE_MB + DECODE_CACHE_BYTES / 2**20 + 1000
 
 
 def test_a_job_that_decodes_on_cpu_holds_the_packed_weights_too(tmp_path, monkeypatch):

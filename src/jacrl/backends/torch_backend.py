@@ -41,7 +41,14 @@ from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
 from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
-from jacrl.backends.sampling import MAX_BATCH_ROWS, RowChooser, RowLayout, SeededDraw, at_temperature
+from jacrl.backends.sampling import (
+    DECODE_CACHE_BYTES,
+    MAX_BATCH_ROWS,
+    RowChooser,
+    RowLayout,
+    SeededDraw,
+    at_temperature,
+)
 from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.static_rows import StaticRows
 from jacrl.backends.token_logprobs import Float32Head, HeadLogprobs, LogitsArena
@@ -51,10 +58,6 @@ SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
 
-DECODE_CACHE_BYTES = 4 * 2**30
-"""The most KV cache one decoding call holds (a call's rows share its weight reads, so fewer calls are
-faster): SmolLM2's 101 holdout prompts to 192 tokens (23 KB a token) still take two calls, a 1.5 B
-model's (28 KB a token) to 1280 tokens about four, where 64 rows a call would hold ~10 GB."""
 SHARED_PROMPT_BYTES = 3 * 2**30
 """The most a sampled prompt's kept forward (`share_prompt_forwards`) may hold: SmolLM2's 1.5k-token
 prompt over 30 float32 layers is ~2 GB, Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 layers ~3.8 GB."""
@@ -293,7 +296,8 @@ class TorchBackend(Backend):
         caches, last = [], []
         for p in prompts:
             one = DynamicCache(config=lm.config)
-            out = model(input_ids=torch.tensor([p], device=self.device), **{_cache_kwarg(lm): one, "use_cache": True})
+            ids = torch.tensor([p], device=self.device)  # the last position's logits only: 152k wide for Qwen
+            out = model(input_ids=ids, logits_to_keep=1, **{_cache_kwarg(lm): one, "use_cache": True})
             caches.append(one)
             last.append(out.logits[:, -1, :].float())
         return caches, torch.cat(last)

@@ -23,8 +23,9 @@
                   copy of the prompt's KV cache; and the reference pass's kept prompt caches
                   (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
                   eval: the KV cache twice (each prompt's own, and the padded static cache decoding
-                  writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each) + one
-                  prompt's float32 logits (seq × vocab × 4)
+                  writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each), at most
+                  `DECODE_CACHE_BYTES` (a decoding call takes no more rows than fit it) + each
+                  row's float32 next-token logits (rows × vocab × 4)
 
 The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
 the activation, their product) and about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB
@@ -52,7 +53,7 @@ from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
-from jacrl.backends.sampling import MAX_BATCH_ROWS
+from jacrl.backends.sampling import DECODE_CACHE_BYTES, MAX_BATCH_ROWS
 
 if TYPE_CHECKING:
     from jacrl.config import Config
@@ -96,6 +97,9 @@ BUILTIN_SHAPES = {
     "smollm2": Shape(
         parameters=134_515_008, layers=30, hidden=576, vocab=49152, heads=9, kv_heads=3, intermediate=1536
     ),
+    # the registry builds' own counts (their output layers untied: jacrl.models.registry)
+    "qwen-coder-1.5b": Shape(1_777_088_000, 28, 1536, 151936, 12, 2, intermediate=8960),
+    "qwen-coder-0.5b": Shape(630_167_424, 24, 896, 151936, 14, 2, intermediate=4864),
     # an upper bound of the tiny model's configurable size (defaults: 1.1 M, 4 × 128, 2048)
     "tiny": Shape(parameters=10_000_000, layers=8, hidden=256, vocab=8192, heads=8, kv_heads=8),
 }
@@ -163,7 +167,8 @@ def mem_mb(
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
-        activations = 2 * rows * seq * shape.layers * shape.kv_width * nbytes + seq * shape.vocab * 4
+        cache = 2 * rows * seq * shape.layers * shape.kv_width * nbytes
+        activations = min(cache, DECODE_CACHE_BYTES) + rows * shape.vocab * 4
     else:
         activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
         activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
