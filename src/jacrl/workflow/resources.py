@@ -172,7 +172,18 @@ def mem_mb(
     else:
         activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
         activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
-    return int(math.ceil((BASE_MB + (weights + activations) / 2**20) / 100) * 100)
+    steady = weights + activations
+    return int(math.ceil((BASE_MB + max(steady, loading_bytes(spec, shape, nbytes, root)) / 2**20) / 100) * 100)
+
+
+def loading_bytes(spec: ModelSpec, shape: Shape, nbytes: int, root: str | Path) -> int:
+    """What loading holds at its peak: the weights file's pages as it is read (the registry builtins are
+    float32 on disk: 4 bytes a parameter) and, when the job loads another precision, its own copy
+    (Qwen2.5-Coder-1.5B read into bf16: 11.1 GB resident at the load's peak, 4.4 GB after)."""
+    files = list(spec.model_dir(root).glob("*.safetensors"))
+    on_disk = sum(f.stat().st_size for f in files) or shape.parameters * 4
+    converted = 0 if on_disk <= shape.parameters * nbytes * 1.01 else shape.parameters * nbytes
+    return on_disk + converted
 
 
 def decodes_packed(spec: ModelSpec, parameters: int) -> bool:
