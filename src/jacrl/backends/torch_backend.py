@@ -472,16 +472,21 @@ class TorchBackend(Backend):
         forwards the prompt again."""
         import torch
 
-        from jacrl.backends import prompt_rows
-
-        lm = self._causal_lm()
-        config = lm.config
-        if self._checkpointing and self.prompt_rows and prompt_rows.serves(lm):  # each layer's input alone is kept
+        if self._checkpoints_prompts():  # each layer's input alone is kept
             return True
         width = 2 if self._autocast or self.dtype != torch.float32 else 4
         first = min(self.lora.layer_ids(self._n_layers)) if self.lora else 0
         tokens = sum(len(p) for p in prompts)
-        return prompt_graph_bytes(config, tokens, self._n_layers - first, width) <= SHARED_PROMPT_BYTES
+        return (
+            prompt_graph_bytes(self._causal_lm().config, tokens, self._n_layers - first, width) <= SHARED_PROMPT_BYTES
+        )
+
+    def _checkpoints_prompts(self) -> bool:
+        """Whether prompts' forwards and the rows after them run activation-checkpointed through
+        `prompt_rows` (the only way a checkpointed layer still sees its prompt)."""
+        from jacrl.backends import prompt_rows
+
+        return self._checkpointing and self.prompt_rows and prompt_rows.serves(self._causal_lm())
 
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
@@ -704,7 +709,7 @@ class TorchBackend(Backend):
         from jacrl.backends import prompt_rows
 
         x = torch.tensor([list(head)], device=self.device)
-        if self._checkpointing and torch.is_grad_enabled() and self.prompt_rows and prompt_rows.serves(lm):
+        if torch.is_grad_enabled() and self._checkpoints_prompts():
             return prompt_rows.prompt_forward(self.model, lm, x)
         cache = DynamicCache(config=lm.config)
         with _checkpointing_off(lm):  # a checkpointed layer would run without the cache this fills
@@ -779,10 +784,7 @@ class TorchBackend(Backend):
         attention, which rows scored after a shared prompt attended through (and sdpa's for the rest)."""
         from jacrl.backends import prompt_rows
 
-        lm = self._causal_lm()
-        if self._checkpointing and self.prompt_rows and prompt_rows.serves(lm):
-            return prompt_rows.attending(lm)
-        return nullcontext()
+        return prompt_rows.attending(self._causal_lm()) if self._checkpoints_prompts() else nullcontext()
 
     def _step(self, lr: float | None) -> float | None:
         import torch
