@@ -2,13 +2,14 @@
 whether every row decoded the same tokens.
 
     .venv/bin/python bench/gen_rows.py [--model models/smollm2] [--adapter DIR] [--limit 101] [--rounds 2] \
-        [--compare narrow|packed]
+        [--max-tokens 192] [--compare narrow|packed|stream]
 
-`--compare narrow`: every row to the longest one's end (`NARROW_SHARE` above 1, as before narrowing)
-against dropping the rows that ended (`StaticRows.narrow`). `--compare packed`: both narrowed, the decode's
-linear layers unpacked (`pack_decode = False`) against packed for oneDNN (`jacrl.backends.packed`, the
-default). The cell's settings: the holdout's prompts through the chat template, greedy, `eval.max_tokens`
-192, the eval job's model (the adapter merged, the model's dtype: bf16 on a CPU that computes it),
+`--compare narrow`: batches over a static cache (`stream_rows = False`), every row to the longest one's end
+(`NARROW_SHARE` above 1) against dropping the rows that ended (`StaticRows.narrow`). `--compare stream`:
+those narrowed batches against the prompts streamed through cache slots (`jacrl.backends.row_stream`, the
+default). `--compare packed`: streamed, the decode's linear layers unpacked (`pack_decode = False`) against
+packed for oneDNN (`jacrl.backends.packed`, the default). The cell's settings: the holdout's prompts through
+the chat template, greedy, `eval.max_tokens` (192 in the SmolLM2 configs), the eval job's model (the adapter merged, the model's dtype: bf16 on a CPU that computes it),
 2 threads, idle threads spinning as the workflow's jobs do unless the environment says otherwise
 (rules/common.smk).
 """
@@ -33,18 +34,18 @@ from jacrl.backends.select import load_backend  # noqa: E402
 from jacrl.tasks.record import read_tasks  # noqa: E402
 
 NARROWED = static_rows.NARROW_SHARE
-MAX_TOKENS = 192  # the SmolLM2 configs' eval.max_tokens
-WAYS = {  # --compare: (name, NARROW_SHARE, pack_decode) for each way
-    "narrow": (("all rows", 2.0, None), ("narrowed", NARROWED, None)),
-    "packed": (("unpacked", NARROWED, False), ("packed", NARROWED, None)),
+WAYS = {  # --compare: (name, NARROW_SHARE, pack_decode, stream_rows) for each way
+    "narrow": (("all rows", 2.0, None, False), ("narrowed", NARROWED, None, False)),
+    "stream": (("batches", NARROWED, None, False), ("streamed", NARROWED, None, True)),
+    "packed": (("unpacked", NARROWED, False, True), ("packed", NARROWED, None, True)),
 }
 
 
-def greedy_pass(backend, prompts: list[str], share: float, pack: bool | None) -> tuple[float, list[list[int]]]:
-    static_rows.NARROW_SHARE, backend.pack_decode = share, pack
+def greedy_pass(backend, prompts: list[str], way: tuple, max_tokens: int) -> tuple[float, list[list[int]]]:
+    _, static_rows.NARROW_SHARE, backend.pack_decode, backend.stream_rows = way
     start = time.perf_counter()
     [done] = backend.generate_draws(
-        prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS))], progress=False
+        prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=max_tokens))], progress=False
     )
     return time.perf_counter() - start, [c[0].token_ids for c in done]
 
@@ -56,24 +57,26 @@ def main() -> None:
     ap.add_argument("--tasks", default="dataset/rl/holdout.jsonl")
     ap.add_argument("--limit", type=int, default=101)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--compare", choices=sorted(WAYS), default="narrow")
     args = ap.parse_args()
     ways = WAYS[args.compare]
     backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)
     backend.merge_adapter()
     prompts = [t.prompt for t in read_tasks(args.tasks)[: args.limit]]
-    print(f"{cpu_model()}, {thread_policy()}; {len(prompts)} prompts, greedy, {MAX_TOKENS} tokens at most")
-    times: dict[str, list[float]] = {name: [] for name, _, _ in ways}
+    cap = args.max_tokens
+    print(f"{cpu_model()}, {thread_policy()}; {len(prompts)} prompts, greedy, {cap} tokens at most")
+    times: dict[str, list[float]] = {way[0]: [] for way in ways}
     tokens: dict[str, list[list[int]]] = {}
     for r in range(args.rounds):
-        for name, share, pack in ways:
-            seconds, tokens[name] = greedy_pass(backend, prompts, share, pack)
-            times[name].append(seconds)
-            print(f"round {r + 1} {name:>9}: {seconds:7.1f} s", flush=True)
-    (before, _, _), (after, _, _) = ways
+        for way in ways:
+            seconds, tokens[way[0]] = greedy_pass(backend, prompts, way, cap)
+            times[way[0]].append(seconds)
+            print(f"round {r + 1} {way[0]:>9}: {seconds:7.1f} s", flush=True)
+    before, after = (way[0] for way in ways)
     lengths = [len(t) for t in tokens[after]]
     same = sum(a == b for a, b in zip(tokens[before], tokens[after]))
-    print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= MAX_TOKENS for n in lengths)}")
+    print(f"answer lengths: mean {statistics.mean(lengths):.0f}, at the cap {sum(n >= cap for n in lengths)}")
     print(f"rows with the same tokens both ways: {same} of {len(prompts)}")
     ratio = statistics.median(times[after]) / statistics.median(times[before])
     print(f"{after} / {before} (medians): {ratio:.2f}x")

@@ -3,7 +3,7 @@ or, with --smollm2, our step on SmolLM2 under each way to sample and train (`grp
 or, with --config, our step on any model, its time and memory phase by phase.
 
     .venv/bin/python bench/grpo_step.py --config configs/qwen-coder-cpu.yaml [--model-dir DIR] [--steps 3] \
-        [--force-length] [--lora-layers N] [--max-completion N]
+        [--force-length] [--lora-layers N] [--max-completion N] [--task ID]
 
 --config: that config's GRPO settings over config.yaml, its first model (or --model-dir in its place), the
 train-pool task whose prompt is nearest 1404 tokens; `--force-length` never ends a row early (every row
@@ -302,7 +302,12 @@ def any_model(args: argparse.Namespace) -> None:
     if args.force_length:
         b.__class__ = type("ForcedLength", (type(b),), {"eos_token_ids": property(lambda self: {-1})})
     pool = read_tasks("dataset/rl/trainpool.jsonl")
-    task = min(pool, key=lambda t: abs(len(b.prompt_ids(t.prompt)) - 1404))
+    if args.task:
+        task = next((t for t in pool if t.id == args.task), None)
+        if task is None:
+            raise SystemExit(f"--task {args.task}: no such task in dataset/rl/trainpool.jsonl")
+    else:
+        task = min(pool, key=lambda t: abs(len(b.prompt_ids(t.prompt)) - 1404))
     print(
         f"task {task.id}: prompt {len(b.prompt_ids(task.prompt))} tokens; group {grpo.group_size} x {grpo.max_completion}"
     )
@@ -320,9 +325,9 @@ def any_model(args: argparse.Namespace) -> None:
     print(
         "| step | total s | sampling | reward | training | of which reference | tokens max | weight reads a token "
         "| training GFLOP/s (% of peak) | peak sampling MB | peak training MB | peak optimiser MB | resident after MB "
-        "| loss | reward |"
+        "| loss | reward | pass in group |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with RewardScorer(cfg.reward, threads=2) as scorer:
         orch, trainer = orchestrator_and_trainer(b, [task], scorer, grpo, cfg, "dataset/rl", None, 2)
         for step in range(args.steps):
@@ -339,7 +344,8 @@ def any_model(args: argparse.Namespace) -> None:
                 + f" | {longest:.0f} | {t[0] / (longest * read_s):.2f} | {rate:.0f} ({100 * rate / peak:.0f} %)"
                 + f" | {pk.get('generate_draws_ids', 0):.0f}"
                 f" | {pk.get('backward', 0):.0f} | {pk.get('step', 0):.0f} | {resident_mb():.0f}"
-                f" | {r.get('loss', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f} |",
+                f" | {r.get('loss', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f}"
+                f" | {r.get('reward/pass_rate', float('nan')):.3f} |",
                 flush=True,
             )
     print("pieces (GB):", pieces(b))
@@ -358,6 +364,7 @@ def main() -> int:
     p.add_argument("--force-length", action="store_true", help="with --config: every row decodes to the cap")
     p.add_argument("--lora-layers", type=int, help="with --config: grpo.lora_layers (-1: every layer)")
     p.add_argument("--max-completion", type=int, help="with --config: grpo.max_completion")
+    p.add_argument("--task", help="with --config: this train-pool task (default: the prompt nearest 1404 tokens)")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
     p.add_argument("--all-tasks", default="dataset/rl/tasks.jsonl")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fixtures.models import randomised_lora
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import Draw, TokenLogprobs
@@ -141,6 +142,62 @@ def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(
     assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
     for d in range(len(draws)):
         _same(cut[d], whole[d])
+
+
+@pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_does(tiny_model, monkeypatch, params):
+    """Prompts beyond the slots wait for a row to end and take its slot (the last live slot moved into
+    a freed one): every row's tokens and log-probs are what one batch of every row gives."""
+    from jacrl.backends import row_stream
+
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    randomised_lora(b, seed=0, scale=0.5)  # the bare tiny model's greedy rows are all alike
+    prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
+    decoded = lambda: b.generate_draws(prompts, [Draw(1, params)], progress=False)  # noqa: E731
+    b.stream_rows = False
+    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for p in decoded()[0] for c in p])
+    batch = decoded()
+    b.stream_rows, b.max_batch_rows = True, 3
+    released = []
+    release = row_stream.RowCache.release
+    monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))
+    streamed = decoded()
+    assert len(released) == len(prompts) and any(s < 2 for s in released[:-3]), released
+    lengths = {len(c.token_ids) for p in batch[0] for c in p}
+    assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
+    _same(streamed[0], batch[0])
+
+
+def _end_at_a_varied_token(b, monkeypatch, rows: list[list[int]]) -> None:
+    """The backend's rows end at the token that ends the `rows` (token ids) at the most different steps."""
+
+    def ends(token: int) -> int:
+        return len({r.index(token) if token in r else len(r) for r in rows})
+
+    token = max({t for r in rows for t in r}, key=ends)
+    assert ends(token) >= 3, "no token ends the rows at three different steps"
+    stops = {*b.eos_token_ids, token}
+    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: stops))
+
+
+def test_a_row_cache_frees_a_slot_by_moving_the_last_live_one_into_it():
+    from transformers import LlamaConfig
+
+    from jacrl.backends.row_stream import RowCache
+
+    config = LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=2)
+    cache = RowCache(config, slots=3, capacity=6, dtype=torch.float32, device="cpu")
+    for n in (2, 4, 3):
+        cache.live += 1
+        cache.lens[cache.live - 1] = n
+        for t in (*cache.keys, *cache.values):
+            t[cache.live - 1, :, :n] = float(n)
+    cache.release(0)
+    assert cache.live == 2 and cache.lens[:2].tolist() == [3, 4]
+    assert bool((cache.keys[1][0, :, :3] == 3.0).all()) and bool((cache.values[0][1, :, :4] == 4.0).all())
+    cache.release(1)  # the last live slot: nothing moves
+    assert cache.live == 1 and cache.lens[0] == 3
 
 
 def _end_at_a_frequent_token(b, monkeypatch, completions) -> None:

@@ -1,10 +1,10 @@
-"""A decode step of a Llama-family model (Llama, Qwen2) over `PrefixKV`, written out for CPU.
+"""A decode step of a Llama-family model (Llama, Qwen2) over `PrefixKV` or a `RowCache`, written out for CPU.
 
 Through transformers a SmolLM2 decode step of a GRPO group (8 rows) runs ~70 operators a layer,
 each a Python module call or a dispatch, and seven matmuls whose weights the default CPU path
 re-lays out on every call. Here a layer is its two norms, two packed matmuls for its projections
 (q | k | v fused, gate | up fused: `jacrl.backends.packed`) and two for its outputs, the rotary
-embedding in three operators, and the shared-prefix attention (`shared_prefix.attend`). The
+embedding in three operators, and the cache's own attention (`shared_prefix.attend`, `RowCache.attend`). The
 numbers are transformers' own up to the order of floating-point sums: the norms are the model's
 modules, the rotary tables its `rotary_emb`, and bf16 matmuls give the same values packed or not.
 
@@ -17,10 +17,13 @@ decode folds its adapter into the packed weight: `FastDecoder.of(folded=True)`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jacrl.backends.packed import pack
-from jacrl.backends.shared_prefix import PrefixKV, attend
+from jacrl.backends.shared_prefix import PrefixKV
+
+if TYPE_CHECKING:
+    from jacrl.backends.row_stream import RowCache
 
 FAMILIES = ("llama", "qwen2")
 
@@ -69,7 +72,7 @@ class FastDecoder:
             return None
         return cls(lm, rows)
 
-    def __call__(self, kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+    def __call__(self, kv: PrefixKV | RowCache, tokens: Any, positions: Any) -> Any:
         """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
         import torch
 
@@ -82,7 +85,7 @@ class FastDecoder:
             q, k = _rotated(qk.view(rows, self.heads + self.kv_heads, d), cos, sin).split(
                 [self.heads, self.kv_heads], 1
             )
-            out = attend(kv, i, q[:, :, None], k[:, :, None], v.view(rows, self.kv_heads, 1, d), self.scaling)
+            out = kv.attend(i, q[:, :, None], k[:, :, None], v.view(rows, self.kv_heads, 1, d), self.scaling)
             x = x + layer.o(out.reshape(rows, q_width))
             gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
             x = x + layer.down(torch.nn.functional.silu(gate) * up)

@@ -14,10 +14,10 @@ from jacrl.backends.base import Draw, SamplingParams
 
 MAX_BATCH_ROWS = 64
 """Sequences the torch backend decodes together at most (`TorchBackend.max_batch_rows`)."""
-DECODE_CACHE_BYTES = 4 * 2**30
-"""The most KV cache one decoding call holds (a call's rows share its weight reads, so fewer calls are
-faster): SmolLM2's 101 holdout prompts to 192 tokens (23 KB a token) still take two calls, a 1.5 B
-model's (28 KB a token) to 1280 tokens about four, where 64 rows a call would hold ~10 GB."""
+DECODE_CACHE_BYTES = 3 * 2**30
+"""The most KV cache one decoding call holds (`TorchBackend._call_cache_bytes`; a stream's slots,
+`jacrl.backends.row_stream`): more rows share each step's weight read, and a 1.5 B model's eval
+(3.3 GB of bf16 weights and their packed copy beside) still fits 12 GB."""
 
 
 def at_temperature(logits: Any, temperature: float) -> Any:
@@ -91,16 +91,16 @@ class RowChooser:
 
         if len(self.parts) == 1:  # one draw holds every row (GRPO, RFT): no gather or scatter per step
             _, n, draw = self.parts[0]
-            return _choose_rows(logits, n, draw)
+            return choose_rows(logits, n, draw)
         tok = torch.empty(self.rows, dtype=torch.long)
         logp = torch.empty(self.rows, dtype=logits.dtype)
         for index, n, draw in self.parts:
             if n:
-                tok[index], logp[index] = _choose_rows(logits[index], n, draw)
+                tok[index], logp[index] = choose_rows(logits[index], n, draw)
         return tok, logp
 
 
-def _choose_rows(logits: Any, n: int, draw: SeededDraw) -> tuple[Any, Any]:
+def choose_rows(logits: Any, n: int, draw: SeededDraw) -> tuple[Any, Any]:
     """One draw's next tokens (n rows per prompt): argmax when greedy, else each prompt's n rows
     from its own generator."""
     import torch

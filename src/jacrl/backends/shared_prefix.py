@@ -20,9 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jacrl.backends.cpu import bf16_fpmath, onednn_keeps_float32, onednn_may_serve
+
+if TYPE_CHECKING:
+    from jacrl.backends.row_stream import RowCache
 
 ATTENTION = "jacrl_shared_prefix"
 
@@ -87,6 +90,10 @@ class PrefixKV:
         bf16 = caches[0].layers[0].keys.dtype == torch.bfloat16 and onednn_may_serve(keys[0].device.type)
         return cls(keys, values, bias, rows_per_prompt, own, [v.clone() for v in own], slot, slots, bf16)
 
+    def attend(self, layer: int, query: Any, key: Any, value: Any, scaling: float) -> Any:
+        """Layer `layer`'s attention of one decode step (`attend`)."""
+        return attend(self, layer, query, key, value, scaling)
+
     def narrow(self, rows: Any, prompts: Any) -> None:
         """Keep the rows at `rows` (positions among the current ones, as many for each of the prompts
         at `prompts`, in their order) and those prompts' caches."""
@@ -148,14 +155,14 @@ def shared_prefix_attention(
     module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, **kwargs: Any
 ) -> tuple[Any, None]:
     """One decode step's attention of `query` [rows, heads, 1, d] over its prompt's cache and its own
-    tokens (this step's `key` / `value` appended first); [rows, 1, heads, d] as transformers' sdpa
-    returns it. Other calls (no `prefix_kv`: prefill, scoring) go to sdpa."""
+    tokens (this step's `key` / `value` appended first), or over a `RowCache`'s rows; [rows, 1, heads, d]
+    as transformers' sdpa returns it. Other calls (no `prefix_kv`: prefill, scoring) go to sdpa."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    kv: PrefixKV | None = kwargs.pop("prefix_kv", None)
+    kv: PrefixKV | RowCache | None = kwargs.pop("prefix_kv", None)
     if kv is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-    return attend(kv, module.layer_idx, query, key, value, scaling), None
+    return kv.attend(module.layer_idx, query, key, value, scaling), None
 
 
 def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: float) -> Any:
@@ -196,7 +203,7 @@ def attend(kv: PrefixKV, layer: int, query: Any, key: Any, value: Any, scaling: 
     return out.reshape(rows, 1, heads, d).to(query.dtype)
 
 
-def next_logits(model: Any, kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+def next_logits(model: Any, kv: PrefixKV | RowCache, tokens: Any, positions: Any) -> Any:
     """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
     out = model(input_ids=tokens, position_ids=positions, prefix_kv=kv, use_cache=False)
     return out.logits[:, -1, :].float()

@@ -38,9 +38,11 @@ from jacrl.backends.cpu import (
 )
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.fast_decode import FastDecoder
+from jacrl.backends.heap import release_free_heap
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
 from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
+from jacrl.backends.row_stream import RowCache, RowStream, slot_bytes
 from jacrl.backends.sampling import (
     DECODE_CACHE_BYTES,
     MAX_BATCH_ROWS,
@@ -136,6 +138,9 @@ class TorchBackend(Backend):
     narrow_shared = True
     """Rows that ended leave a shared-prefix decode (`SharedRows`); False decodes every row to the
     longest one's end (what `bench/decode_step.py` compares)."""
+    stream_rows = True
+    """One row per prompt streams the prompts through a fixed set of cache slots (`RowStream`); False
+    decodes them in batches over a static cache (`StaticRows`), each batch to its longest row's end."""
     pack_decode: bool | None = None
     """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
     `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
@@ -226,6 +231,10 @@ class TorchBackend(Backend):
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
+        if rows == 1 and self.stream_rows:
+            d = next(k for k, draw in enumerate(draws) if draw.n)
+            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], progress)]
+            return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for chunk in self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens):
@@ -239,23 +248,65 @@ class TorchBackend(Backend):
         bar.close()
         return out
 
+    def _stream(self, prompts: list[list[int]], draw: Draw, progress: bool) -> list[Completion]:
+        """One row per prompt, the prompts streamed through the slots of one `RowCache`
+        (`jacrl.backends.row_stream`): as many slots as `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
+        import torch
+
+        model = self._sampling_model()
+        lm = _causal_lm_of(model)
+        max_tokens, capacity = draw.params.max_tokens, max(map(len, prompts)) + draw.params.max_tokens
+        per_slot = slot_bytes(lm.config, capacity, lm.dtype.itemsize)
+        slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
+        bar = Progress(total=len(prompts), desc=f"sample ({self.name})", unit="seq", disable=not progress)
+
+        def prefill(prompt: list[int]) -> tuple[Any, Any]:
+            caches, logits = self._prefill(model, [prompt])
+            # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
+            # model's eval by ~1 GB; a trim costs milliseconds against a prefill's seconds
+            release_free_heap()
+            return caches[0], logits
+
+        def through_transformers(kv: RowCache, tokens: Any, positions: Any) -> Any:
+            with decoding_with(lm):
+                return next_logits(model, kv, tokens, positions)
+
+        with torch.inference_mode():
+            cache = RowCache(lm.config, slots, capacity, lm.dtype, self.device)
+            packing = self._packs()
+            fast = FastDecoder.of(lm, slots, folded=self._fold_on_pack and not self._live) if packing else None
+            seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
+            stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
+            order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+            packed = packed_linears(model, slots) if packing and fast is None else nullcontext()
+            with self._decode_threads(slots), packed:
+                ids, lps = stream.run(prompts, order, lambda _: bar.update(1))
+        bar.close()
+        return [self._finish(a, b) for a, b in zip(ids, lps)]
+
     def _chunks(self, lengths: list[int], order: list[int], rows: int, max_tokens: int) -> Iterator[list[int]]:
         """`order` (prompts by length, `lengths` theirs) cut into the calls that decode together: at most
-        `max_batch_rows` rows, and at most `DECODE_CACHE_BYTES` of KV cache (each prompt's own, and every
-        row's to its chunk's longest prompt and `max_tokens`)."""
-        cfg = self._causal_lm().config
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        per_token = cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * self.dtype.itemsize
+        `max_batch_rows` rows, and at most `DECODE_CACHE_BYTES` of KV cache (`_call_cache_bytes`)."""
         start = 0
         while start < len(order):
             end = start + 1
             while end < len(order) and (end + 1 - start) * rows <= self.max_batch_rows:
-                cache = sum(lengths[start : end + 1]) + (end + 1 - start) * rows * (lengths[end] + max_tokens)
-                if cache * per_token > DECODE_CACHE_BYTES:
+                if self._call_cache_bytes(lengths[start : end + 1], rows, max_tokens) > DECODE_CACHE_BYTES:
                     break
                 end += 1
             yield order[start:end]
             start = end
+
+    def _call_cache_bytes(self, lengths: list[int], rows: int, max_tokens: int) -> int:
+        """The KV cache a call decoding prompts of `lengths` (longest last), `rows` each, holds at once:
+        each prompt's prefilled cache, and over the shared prefix its float32 copy (`PrefixKV`) and the
+        rows' own float32 caches, else a static cache of every row's padded prompt and tokens."""
+        lm = self._causal_lm()
+        prompts, width = len(lengths), lengths[-1]
+        prefilled = slot_bytes(lm.config, sum(lengths), self.dtype.itemsize)
+        if rows > 1 and self.shared_prefix:
+            return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
+        return prefilled + slot_bytes(lm.config, prompts * rows * (width + max_tokens), self.dtype.itemsize)
 
     def _sample(
         self, prompts: list[list[int]], layout: RowLayout, seeded: list[SeededDraw], max_tokens: int
@@ -281,6 +332,7 @@ class TorchBackend(Backend):
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
                 step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
+            del caches  # copied into the step's own cache
             packed = packed_linears(model, n) if packing and fast is None else nullcontext()
             with self._decode_threads(n), packed:
                 tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)

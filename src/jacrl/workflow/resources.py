@@ -22,10 +22,10 @@
                   its completion's tokens, their scores against the whole sequence, and its
                   copy of the prompt's KV cache; and the reference pass's kept prompt caches
                   (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
-                  eval: the KV cache twice (each prompt's own, and the padded static cache decoding
-                  writes into: rows × seq × layers × 2 × kv_heads × head_dim × bytes each), at most
-                  `DECODE_CACHE_BYTES` (a decoding call takes no more rows than fit it) + each
-                  row's float32 next-token logits (rows × vocab × 4)
+                  eval: the KV cache a decoding call holds (`TorchBackend._call_cache_bytes`; one
+                  row a prompt streams through cache slots: `jacrl.backends.row_stream`), at most
+                  `DECODE_CACHE_BYTES` + each row's float32 next-token logits and their log-softmax
+                  (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer)
 
 The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
 the activation, their product) and about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB
@@ -168,7 +168,8 @@ def mem_mb(
         activations = 0
     elif kind == "eval":
         cache = 2 * rows * seq * shape.layers * shape.kv_width * nbytes
-        activations = min(cache, DECODE_CACHE_BYTES) + rows * shape.vocab * 4
+        prefill = seq * shape.kept_per_token * nbytes  # a prompt's forward, one layer's values at a time
+        activations = min(cache, DECODE_CACHE_BYTES) + rows * shape.vocab * 8 + prefill
     else:
         activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
         activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
