@@ -346,7 +346,7 @@ def test_assistant_only_overrides_do_not_warn():
 
 
 def test_sft_mode_forces_mito():
-    with pytest.warns(LossConfigWarning, match="training_mode = 'sft' forces MITO"):
+    with pytest.warns(LossConfigWarning, match="training_mode = 'sft' forces plain-text prompts"):
         config = load({"training_mode": "sft", "losses": RL_ECHO, "orchestrator": {"renderer": "chat_template"}})
     assert config.orchestrator.renderer is None
 
@@ -356,7 +356,7 @@ def test_sft_mode_with_a_prompt_role_echo_warns_that_it_selects_nothing():
     with pytest.warns(LossConfigWarning) as caught:
         load({"training_mode": "sft", "losses": losses, "orchestrator": {"renderer": "chat_template"}})
     messages = [str(w.message) for w in caught]
-    assert any("forces MITO" in m for m in messages)
+    assert any("forces plain-text prompts" in m for m in messages)
     assert any("prompt roles ['system']" in m and "renderer is None" in m for m in messages)
 
 

@@ -277,3 +277,27 @@ def test_a_fork_server_that_cannot_run_a_program_serves_on(tiered_scorer):
         assert ok.runs and ok.stdout == HOSTILE_TASK.expected_stdout and runner.proc.pid == pid
     finally:
         runner.close()
+
+
+def test_a_fork_server_warms_every_module_it_names(tiered_scorer):
+    """Every name in `WARM_MODULES` imports under the installed jaclang: a release that moves one would
+    leave every run to import its successor itself, slower (`report_cold_modules` says so once)."""
+    runner = ForkServerRunner(tiered_scorer.cfg)
+    try:
+        assert runner.wait_ready()["cold_modules"] == []
+    finally:
+        runner.close()
+
+
+def test_modules_a_fork_server_could_not_warm_are_logged_once_a_process(caplog, monkeypatch):
+    from jacrl.reward import forkserver
+
+    monkeypatch.setattr(forkserver, "_reported_cold", set())
+    with caplog.at_level("WARNING", logger=forkserver.__name__):
+        for _ in range(2):
+            forkserver.report_cold_modules(["jaclang.moved"], "9.9")
+        forkserver.report_cold_modules([], "9.9")
+    assert [r.getMessage() for r in caplog.records] == [
+        "fork server: 1 of WARM_MODULES no longer import under jaclang 9.9 (jaclang.moved): runs start slower "
+        "until jacrl.reward.forkserver.WARM_MODULES names what replaced them"
+    ]

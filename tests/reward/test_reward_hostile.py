@@ -264,11 +264,11 @@ def leftovers() -> list[str]:
 @pytest.fixture(scope="module", autouse=True)
 def _subreaper():
     """Orphans of a run re-parent to this process instead of init, so `leftovers` sees them."""
-    from jacrl.reward._confine import _prctl
+    from jacrl.reward._confine import set_child_subreaper
 
-    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    set_child_subreaper(True)
     yield
-    _prctl(36, 0)
+    set_child_subreaper(False)
 
 
 class Listener:

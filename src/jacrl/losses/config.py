@@ -558,7 +558,7 @@ def warn_unattributed_prompt_roles(orchestrator: OrchestratorConfig, losses: lis
             warned.add((term.name, prompt_roles))
             warnings.warn(
                 f"{where} supervises prompt roles {list(prompt_roles)} but orchestrator.renderer is None "
-                f"(MITO), so prompt tokens carry no role attribution and those roles select nothing; "
+                f"(prompts rendered as plain text), so prompt tokens carry no role attribution and those roles select nothing; "
                 f"set orchestrator.renderer: chat_template",
                 LossConfigWarning,
                 stacklevel=4,
@@ -584,7 +584,7 @@ class LossFrameworkConfig(StrictModel):
     training_mode: TrainingMode = Field(
         "rl",
         description="`rl`: the primary term of `losses` drives training. `sft`: a masked NLL on the "
-        "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces MITO "
+        "completion replaces the primary; the other terms (echo, ref_kl) still apply. sft forces plain-text prompts "
         "(orchestrator.renderer None, with a warning when one was set). `opd`: a per-token divergence of the "
         "policy's own samples to a teacher model (`trainer.opd` says which: reverse or forward; the ladder's `opd.core`) replaces the primary "
         "(docs/design.md#loss-framework); the other terms still apply.",
@@ -595,10 +595,10 @@ class LossFrameworkConfig(StrictModel):
     @model_validator(mode="after")
     def _propagate_losses(self) -> LossFrameworkConfig:
         check_terms(self.losses, self.training_mode)
-        forced_mito = self.training_mode == "sft" and self.orchestrator.renderer is not None
-        if forced_mito:
+        forced_plain = self.training_mode == "sft" and self.orchestrator.renderer is not None
+        if forced_plain:
             warnings.warn(
-                f"training_mode = 'sft' forces MITO: orchestrator.renderer {self.orchestrator.renderer!r} is "
+                f"training_mode = 'sft' forces plain-text prompts: orchestrator.renderer {self.orchestrator.renderer!r} is "
                 f"replaced by None (prompts are plain strings without role attribution)",
                 LossConfigWarning,
                 stacklevel=2,
@@ -617,6 +617,6 @@ class LossFrameworkConfig(StrictModel):
         self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
         if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
             check_env_losses(self.orchestrator, self.losses)
-        elif forced_mito:  # its own check ran with the renderer it was given
+        elif forced_plain:  # its own check ran with the renderer it was given
             warn_unattributed_prompt_roles(self.orchestrator, self.losses)
         return self

@@ -44,6 +44,7 @@ import socket
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_KEEPCAPS = 8
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
@@ -86,6 +87,18 @@ def _prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
         _c().prctl(option, ctypes.c_ulong(arg2), ctypes.c_ulong(arg3), ctypes.c_ulong(0), ctypes.c_ulong(0)),
         f"prctl({option})",
     )
+
+
+def set_child_subreaper(on: bool) -> None:
+    """Orphans of this process's descendants re-parent to it (to be reaped here), not to init."""
+    _prctl(PR_SET_CHILD_SUBREAPER, int(on))
+
+
+def reap_orphans_and_die_with_parent() -> None:
+    """This process becomes its descendants' reaper and is killed when its parent dies (no fork server
+    outlives its client)."""
+    set_child_subreaper(True)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _CapHeader(ctypes.Structure):

@@ -22,6 +22,7 @@ Protocol (server side): stdin/stdout carry one JSON object per line; the first l
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import shutil
@@ -35,6 +36,8 @@ from jacrl.reward.config import RewardConfig
 from jacrl.reward.runner import RunResult, run_jac
 from jacrl.reward.sandbox import PROGRAM, Plan, fresh_run, interpreter_env, make_run_dir, plan_for, tmp_root
 from jacrl.reward.supervise import Supervised, supervise_run
+
+log = logging.getLogger(__name__)
 
 SRC = str(Path(__file__).resolve().parents[2])
 BOOT = (
@@ -93,6 +96,8 @@ class _Server:
         self.cfg = RewardConfig.model_validate(setup["config"])
         self.root = Path(setup["tmp_root"])
         self.base_path = base_path
+        self.cold: list[str] = []
+        """The `WARM_MODULES` that did not import."""
 
     def warm(self) -> None:
         import importlib
@@ -111,7 +116,7 @@ class _Server:
             try:
                 importlib.import_module(name)
             except ImportError:
-                pass
+                self.cold.append(name)  # the client logs them: every run then imports their successors itself
         d = make_run_dir(self.root, WARM_PROGRAM)
         try:  # compile only: the server never executes a program
             JacRuntime.get_compiler().get_bytecode(full_target=os.path.join(d, PROGRAM), target_program=JacProgram())
@@ -265,7 +270,7 @@ def serve(base_path: list[str]) -> None:
     """Server main: read the setup from argv, warm up, then answer requests until stdin closes."""
     import gc
 
-    from jacrl.reward._confine import PR_SET_PDEATHSIG, _prctl
+    from jacrl.reward._confine import reap_orphans_and_die_with_parent
 
     setup = json.loads(sys.argv[1])
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -274,8 +279,7 @@ def serve(base_path: list[str]) -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)  # nothing jaclang prints can corrupt the protocol
     try:
-        _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans of a run come back to be reaped here
-        _prctl(PR_SET_PDEATHSIG, 9)  # die with the client
+        reap_orphans_and_die_with_parent()
     except OSError:
         pass
     t0 = time.monotonic()
@@ -292,6 +296,7 @@ def serve(base_path: list[str]) -> None:
         "pid": os.getpid(),
         "warm_s": time.monotonic() - t0,
         "jaclang": importlib.metadata.version("jaclang"),
+        "cold_modules": server.cold,
     }
     proto_out.write((json.dumps(ready) + "\n").encode())
     buf = b""
@@ -310,6 +315,24 @@ def serve(base_path: list[str]) -> None:
 
 
 # ---------------------------------------------------------------- client side
+
+
+_reported_cold: set[str] = set()
+
+
+def report_cold_modules(names: list[str], jaclang: str) -> None:
+    """Log, once a process, the `WARM_MODULES` a fork server could not import: a jaclang release that
+    moved them leaves every run to import their successors itself, slower, and nothing else would say so."""
+    new = [n for n in names if n not in _reported_cold]
+    if new:
+        _reported_cold.update(new)
+        log.warning(
+            "fork server: %d of WARM_MODULES no longer import under jaclang %s (%s): runs start slower until "
+            "jacrl.reward.forkserver.WARM_MODULES names what replaced them",
+            len(new),
+            jaclang,
+            ", ".join(new),
+        )
 
 
 class ForkServerError(RuntimeError):
@@ -384,6 +407,7 @@ class ForkServerRunner:
             self.start()
         if self.ready is None:
             self.ready = self._readline(time.monotonic() + timeout)
+            report_cold_modules(self.ready.get("cold_modules", []), self.ready.get("jaclang", "?"))
         return self.ready
 
     def _request(self, program: str, timeout: float) -> RunResult:
