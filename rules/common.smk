@@ -6,15 +6,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-# Idle torch/OpenMP threads spin a short while, then sleep; inherited by every job's script. A job
-# owns the cores it declares (Snakemake runs no more threads than --cores; SLURM gives each job its
-# own), and a decode step opens hundreds of parallel regions: threads that slept at once
-# (OMP_WAIT_POLICY=PASSIVE) woke for each, a SmolLM2 group's decode 1.3x slower. Threads that spin
-# where another process shares the cores slow both (2.6x), hence a bound, and the user's own
-# setting of either variable wins (docs/design.md#backends).
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from snakemake.exceptions import WorkflowError
@@ -31,6 +22,7 @@ from jacrl.ladder.config import (
     condition_parts,
 )
 from jacrl.ladder.plan import PlanSpec, grid
+from jacrl import layout
 from jacrl.models.registry import REGISTRY
 from jacrl.rl.envs import env_task_files
 from jacrl.training.tracking import TRACKING_ENV
@@ -42,14 +34,23 @@ try:
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-# Every job's tracker (jacrl.training.tracking): read from the environment, so that turning
-# curves on or off changes no rule's params and reruns nothing.
+# The environment every job's script inherits, set in this one place: each variable is read by a
+# job's fresh Python (when torch loads, or by its tracker), so none is a rule's param and changing
+# one reruns nothing.
+# - GOMP_SPINCOUNT: idle torch/OpenMP threads spin a short while, then sleep. A job owns the cores
+#   it declares (Snakemake runs no more threads than --cores; SLURM gives each job its own), and a
+#   decode step opens hundreds of parallel regions: threads that slept at once (OMP_WAIT_POLICY=
+#   PASSIVE) woke for each, a SmolLM2 group's decode 1.3x slower; threads that spin where another
+#   process shares the cores slow both, hence a bound (docs/design.md#backends). The user's own
+#   setting of either variable wins.
+# - TRACKING_ENV: every job's tracker (jacrl.training.tracking), so turning curves on or off reruns nothing.
+# - `determinism: strict` pins kernel paths through variables torch reads when it loads.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 os.environ[TRACKING_ENV] = CFG.tracking
-# `determinism: strict` pins kernel paths through variables torch reads when it loads: put in this
-# process's environment, they reach every job's fresh Python before its first `import torch`.
 os.environ.update(job_environment(CFG.determinism))
 
-RL = "dataset/rl"
+RL = layout.RL
 MODELS = [m.name for m in CFG.models]
 HUB_MODELS = [m.name for m in CFG.models if m.hub]
 """The models `rule hub_model` fetches into models/<name>/."""
@@ -127,14 +128,14 @@ def job_runtime(kind):
     return lambda wc: job_resources(CFG, wc.model, kind)["runtime"]
 
 
-RFT_MODEL = "models/{model}-rft" + ("-r{rung}" if CFG.rft.tasks == "rung" else "")
+RFT_MODEL = layout.rft_model("{model}", "{rung}" if CFG.rft.tasks == "rung" else None)
 """The RFT warm start: one per rung, sampled from the rung's train tasks, or one per model from the
 whole train pool (`rft.tasks`)."""
 RFT_KEY = "r{rung}/{model}" if CFG.rft.tasks == "rung" else "{model}"
 
 
 def rft_tasks(wc):
-    return f"{RL}/rungs/r{wc.rung}/train.jsonl" if CFG.rft.tasks == "rung" else f"{RL}/trainpool.jsonl"
+    return layout.rung_tasks(wc.rung) if CFG.rft.tasks == "rung" else layout.split_tasks("trainpool")
 
 
 def on_rft_start(wc):
@@ -154,13 +155,13 @@ def policy_model_dir(wc):
 
 def adapter_input(wc):
     """The adapter a cell evaluates: its condition's (none for base)."""
-    return [] if wc.cond == "base" else f"adapters/r{wc.rung}/{wc.model}/{wc.cond}"
+    return [] if wc.cond == "base" else layout.adapter(wc.rung, wc.model, wc.cond)
 
 
 def grpo_init(wc):
     """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter, raw_grpo none
     (a fresh LoRA)."""
-    return f"adapters/r{wc.rung}/{wc.model}/sft" if condition_parts(wc.cond)[0] == "sft_grpo" else []
+    return layout.adapter(wc.rung, wc.model, "sft") if condition_parts(wc.cond)[0] == "sft_grpo" else []
 
 
 MULTI_CONDITIONS = (
@@ -215,7 +216,7 @@ def opd_teacher_inputs(wc):
 
 def split_file(rung, split):
     """A cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
-    return f"{RL}/holdout.jsonl" if split == "gen" else f"{RL}/rungs/r{rung}/train.jsonl"
+    return layout.cell_tasks(rung, split)
 
 
 def base_cell_tasks(wc):
@@ -231,9 +232,7 @@ def base_cell_tasks(wc):
 def cell_file(rung, model, cond, split):
     """The cell a ladder slot reads, without its suffix (.json, .samples.jsonl). The base model's gen cell
     does not depend on the rung: every rung reads the one shared cell (rule eval_base_gen), none is copied."""
-    if cond == "base" and split == "gen":
-        return f"results/cells/shared/{model}/base/gen"
-    return f"results/cells/r{rung}/{model}/{cond}/{split}"
+    return layout.cell(rung, model, cond, split)
 
 
 def cell_files(wc):
@@ -272,7 +271,7 @@ def plan_keys(path):
         return [CellKey(*k) for k in json.load(fh)["cells"]]
 
 
-PLAN = "results/plan.json"
+PLAN = layout.PLAN
 
 
 def built_cells(wc):
@@ -325,10 +324,10 @@ def expected_cells():
 
 
 def all_targets():
-    return ["results/ladder.md", "results/ladder.csv", "results/ladder.png"]
+    return list(layout.LADDER_TABLE)
 
 
-REPORT = "results/report"
+REPORT = layout.REPORT
 
 
 def report_targets(wc=None):
@@ -338,7 +337,7 @@ def report_targets(wc=None):
     keys = ladder_keys()
     curves = sorted({f"{REPORT}/curves/r{k.rung}/{k.model}/{k.cond}.png" for k in keys if k.cond != "base"})
     pages = [f"{REPORT}/samples/r{k.rung}/{k.model}/{k.cond}/{k.split}.html" for k in keys]
-    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", "results/ladder.png", *curves, *pages]
+    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", layout.LADDER_TABLE[2], *curves, *pages]
 
 
 # The config sections each job depends on (its params): changing another section does not rerun it.

@@ -9,10 +9,10 @@ rule eval_base_gen:
     # and completions page read this one file (cell_file).
     input:
         model=lambda wc: model_input(wc.model),
-        tasks=[f"{RL}/holdout.jsonl"],
+        tasks=[layout.split_tasks("holdout")],
     output:
-        cells=["results/cells/shared/{model}/base/gen.json"],
-        samples=["results/cells/shared/{model}/base/gen.samples.jsonl"],
+        cells=[layout.shared_base_gen("{model}") + ".json"],
+        samples=[layout.shared_base_gen("{model}") + ".samples.jsonl"],
     log:
         "logs/eval/shared/{model}/base/gen.log",
     benchmark:
@@ -37,8 +37,8 @@ use rule eval_base_gen as eval_base with:
         model=lambda wc: model_input(wc.model),
         tasks=base_cell_tasks,
     output:
-        cells=["results/cells/r{rung}/{model}/base/{split}.json"],
-        samples=["results/cells/r{rung}/{model}/base/{split}.samples.jsonl"],
+        cells=[layout.cell("{rung}", "{model}", "base", "{split}") + ".json"],
+        samples=[layout.cell("{rung}", "{model}", "base", "{split}") + ".samples.jsonl"],
     log:
         "logs/eval/r{rung}/{model}/base/{split}.log",
     benchmark:
@@ -57,8 +57,8 @@ use rule eval_base_gen as eval with:
         tasks=lambda wc: [split_file(wc.rung, s) for s in LADDER_SPLITS],
         adapter=adapter_input,
     output:
-        cells=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.json", split=LADDER_SPLITS),
-        samples=expand("results/cells/r{{rung}}/{{model}}/{{cond}}/{split}.samples.jsonl", split=LADDER_SPLITS),
+        cells=[layout.cell("{rung}", "{model}", "{cond}", s) + ".json" for s in LADDER_SPLITS],
+        samples=[layout.cell("{rung}", "{model}", "{cond}", s) + ".samples.jsonl" for s in LADDER_SPLITS],
     log:
         "logs/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".log",
     benchmark:
@@ -82,7 +82,7 @@ rule rl_ladder:
         cells=after_the_gate(curve_keys()) if SMART else cell_json(ladder_keys()),
         staged=(lambda wc: cell_json(ladder_keys())) if SMART else [],
     output:
-        "results/rl_ladder.jsonl",
+        layout.LADDER_ROWS,
     log:
         "logs/rl_ladder.log",
     benchmark:
@@ -101,12 +101,12 @@ rule rl_ladder:
 
 rule show_ladder:
     input:
-        rows="results/rl_ladder.jsonl",
+        rows=layout.LADDER_ROWS,
         plan=PLAN if SMART else [],  # the smart plan goes at the head of ladder.md
     output:
-        md=report("results/ladder.md", category="Ladder"),
-        csv="results/ladder.csv",
-        png=report("results/ladder.png", category="Ladder", caption="../report/ladder.rst"),
+        md=report(layout.LADDER_TABLE[0], category="Ladder"),
+        csv=layout.LADDER_TABLE[1],
+        png=report(layout.LADDER_TABLE[2], category="Ladder", caption="../report/ladder.rst"),
     log:
         "logs/show_ladder.log",
     benchmark:
@@ -126,7 +126,7 @@ use rule rl_ladder as rl_ladder_so_far with:
         cells=after_the_gate(curve_keys()) if SMART else [],
         built=built_cells,
     output:
-        "results/so_far/rl_ladder.jsonl",
+        f"{layout.SO_FAR}/rl_ladder.jsonl",
     log:
         "logs/rl_ladder_so_far.log",
     benchmark:
@@ -140,12 +140,12 @@ use rule rl_ladder as rl_ladder_so_far with:
 
 use rule show_ladder as show_ladder_so_far with:
     input:
-        rows="results/so_far/rl_ladder.jsonl",
+        rows=f"{layout.SO_FAR}/rl_ladder.jsonl",
         plan=PLAN if SMART else [],
     output:
-        md="results/so_far/ladder.md",
-        csv="results/so_far/ladder.csv",
-        png="results/so_far/ladder.png",
+        md=f"{layout.SO_FAR}/ladder.md",
+        csv=f"{layout.SO_FAR}/ladder.csv",
+        png=f"{layout.SO_FAR}/ladder.png",
     log:
         "logs/show_ladder_so_far.log",
     benchmark:

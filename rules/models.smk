@@ -4,7 +4,7 @@
 
 rule tiny_model:
     input:
-        trainpool=f"{RL}/trainpool.jsonl",
+        trainpool=layout.split_tasks("trainpool"),
     output:
         directory("models/tiny"),
     log:

@@ -10,9 +10,9 @@ SMALLEST_RUNG = min(CFG.ladder_rungs, key=rung_sort_key)
 
 checkpoint smoke:
     input:
-        expand("results/cells/r{rung}/{model}/sft/mem.json", rung=SMALLEST_RUNG, model=CFG.ladder_models),
+        [layout.cell(SMALLEST_RUNG, m, "sft", "mem") + ".json" for m in CFG.ladder_models],
     output:
-        "results/smoke.json",
+        layout.SMOKE,
     log:
         "logs/smoke.log",
     benchmark:

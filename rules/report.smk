@@ -12,7 +12,7 @@ rule report_items:
 
 rule report_ladder:
     input:
-        "results/rl_ladder.jsonl",
+        layout.LADDER_ROWS,
     output:
         report(f"{REPORT}/ladder.html", category="Ladder", caption="../report/ladder_table.rst"),
     log:
@@ -26,7 +26,7 @@ rule report_ladder:
 
 rule report_splits:
     input:
-        f"{RL}/splits.md",
+        f"{layout.RL}/splits.md",
     output:
         report(f"{REPORT}/splits.html", category="Data", caption="../report/splits.rst"),
     log:
@@ -40,7 +40,7 @@ rule report_splits:
 
 rule report_curves:
     input:
-        "adapters/r{rung}/{model}/{cond}",
+        layout.adapter("{rung}", "{model}", "{cond}"),
     output:
         report(
             f"{REPORT}/curves/r{{rung}}/{{model}}/{{cond}}.png",
@@ -58,7 +58,7 @@ rule report_curves:
     resources:
         mem_mb=1000,
     params:
-        title=lambda wc: f"adapters/r{wc.rung}/{wc.model}/{wc.cond}",
+        title=lambda wc: layout.adapter(wc.rung, wc.model, wc.cond),
     script:
         "../scripts/report_curves.py"
 

@@ -5,7 +5,7 @@ rule build_tasks:
     input:
         driver_files(),
     output:
-        tasks=f"{RL}/tasks.jsonl",
+        tasks=layout.split_tasks("tasks"),
         templates=directory(f"{RL}/templates"),
         refbodies=directory(f"{RL}/refbodies"),
     log:
@@ -24,11 +24,11 @@ rule build_tasks:
 
 rule splits:
     input:
-        f"{RL}/tasks.jsonl",
+        layout.split_tasks("tasks"),
     output:
-        holdout=f"{RL}/holdout.jsonl",
-        trainpool=f"{RL}/trainpool.jsonl",
-        valid=f"{RL}/valid.jsonl",
+        holdout=layout.split_tasks("holdout"),
+        trainpool=layout.split_tasks("trainpool"),
+        valid=layout.split_tasks("valid"),
         summary=f"{RL}/splits.md",
     log:
         "logs/splits.log",
@@ -44,9 +44,9 @@ rule splits:
 
 rule rung:
     input:
-        f"{RL}/trainpool.jsonl",
+        layout.split_tasks("trainpool"),
     output:
-        f"{RL}/rungs/r{{rung}}/train.jsonl",
+        layout.rung_tasks("{rung}"),
     log:
         "logs/rung/r{rung}.log",
     benchmark:
@@ -60,11 +60,11 @@ rule rung:
 rule export_dataset:
     # The tasks for other trainers (docs/interop.md); needs the `datasets` extra. Not in `all`.
     input:
-        trainpool=f"{RL}/trainpool.jsonl",
-        holdout=f"{RL}/holdout.jsonl",
-        valid=f"{RL}/valid.jsonl",
+        trainpool=layout.split_tasks("trainpool"),
+        holdout=layout.split_tasks("holdout"),
+        valid=layout.split_tasks("valid"),
         summary=f"{RL}/splits.md",
-        rungs=expand(f"{RL}/rungs/r{{rung}}/train.jsonl", rung=CFG.rungs),
+        rungs=[layout.rung_tasks(r) for r in CFG.rungs],
     output:
         directory("exports/jac-tasks"),
     log:

@@ -5,9 +5,9 @@
 rule sft:
     input:
         model=lambda wc: model_input(wc.model),
-        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        tasks=layout.rung_tasks("{rung}"),
     output:
-        directory("adapters/r{rung}/{model}/sft"),
+        directory(layout.adapter("{rung}", "{model}", "sft")),
     log:
         "logs/sft/r{rung}/{model}.log",
     benchmark:
@@ -31,11 +31,11 @@ rule sft:
 rule grpo:
     input:
         model=policy_model_input,
-        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        tasks=layout.rung_tasks("{rung}"),
         init=grpo_init,
         envs=grpo_env_tasks,
     output:
-        directory("adapters/r{rung}/{model}/{cond}"),
+        directory(layout.adapter("{rung}", "{model}", "{cond}")),
     log:
         "logs/grpo/r{rung}/{model}/{cond}.log",
     benchmark:
@@ -60,11 +60,11 @@ rule grpo:
 rule opd:
     input:
         model=lambda wc: model_input(wc.model),
-        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
+        tasks=layout.rung_tasks("{rung}"),
         envs=opd_env_tasks,
         teacher=opd_teacher_inputs,
     output:
-        directory("adapters/r{rung}/{model}/opd"),
+        directory(layout.adapter("{rung}", "{model}", "opd")),
     log:
         "logs/opd/r{rung}/{model}.log",
     benchmark:
@@ -89,11 +89,11 @@ rule opd:
 rule grpo_multi:
     input:
         model=lambda wc: model_input(wc.model),
-        tasks=f"{RL}/rungs/r{{rung}}/train.jsonl",
-        init="adapters/r{rung}/{model}/sft",
+        tasks=layout.rung_tasks("{rung}"),
+        init=layout.adapter("{rung}", "{model}", "sft"),
         envs=multi_env_tasks,
     output:
-        [directory(f"adapters/r{{rung}}/{{model}}/{c}") for c in MULTI_CONDITIONS],
+        [directory(layout.adapter("{rung}", "{model}", c)) for c in MULTI_CONDITIONS],
     log:
         "logs/grpo_multi/r{rung}/{model}.log",
     benchmark:

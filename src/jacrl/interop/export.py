@@ -12,14 +12,15 @@ Needs the `datasets` extra (`pip install -e '.[datasets]'`).
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl import cli
+from jacrl import cli, layout
 from jacrl.interop.components import components
 from jacrl.interop.reward import default_config
-from jacrl.interop.rows import RUNGS, chat_row, verl_row
+from jacrl.interop.rows import chat_row, verl_row
 from jacrl.io import atomic_dir
 from jacrl.reward.config import RewardConfig, load_reward_config
 from jacrl.tasks.record import Task, read_tasks
@@ -37,11 +38,11 @@ class Export:
 
 def split_files(tasks_dir: Path) -> dict[str, Path]:
     """The task files to export, by split name: the three splits, then every built rung."""
-    files = {name: tasks_dir / f"{name}.jsonl" for name in BASE_SPLITS}
+    files = {name: Path(layout.split_tasks(name, str(tasks_dir))) for name in BASE_SPLITS}
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
         raise FileNotFoundError(2, "No such task file (build the splits first)", ", ".join(missing))
-    for rung in sorted((tasks_dir / RUNGS).glob("r*/train.jsonl")):
+    for rung in sorted(Path(p) for p in glob.glob(layout.rung_tasks("*", str(tasks_dir)))):
         files[rung.parent.name] = rung
     return files
 

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jacrl import layout
 from jacrl.tasks.record import Task
 
 DATA_SOURCE = "jacrl/jac-tasks"
-RUNGS = "rungs"
 
 
 def split_path(split: str, tasks_dir: str | Path = "dataset/rl") -> Path:
     """The task file of a split: trainpool, holdout, valid, or a rung (`r3`, `3`, `all`)."""
-    root = Path(tasks_dir)
     if split in ("trainpool", "holdout", "valid"):
-        return root / f"{split}.jsonl"
+        return Path(layout.split_tasks(split, str(tasks_dir)))
     rung = split.removeprefix("r")
     if rung == "all" or rung.isdigit():
-        return root / RUNGS / f"r{rung}" / "train.jsonl"
+        return Path(layout.rung_tasks(rung, str(tasks_dir)))
     raise ValueError(f"unknown split {split!r}: trainpool, holdout, valid or a rung (r1, r3, rall, ...)")
 
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
+from jacrl import layout
 from jacrl.strict import StrictModel
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -290,10 +291,8 @@ class EnvSource:
         """The JSONL file of this env's tasks; None = the run's own tasks."""
         if self.tasks is None:
             return None
-        if self.tasks in TRAIN_SPLITS:
-            return Path(rl_dir) / f"{self.tasks}.jsonl"
-        if re.fullmatch(r"r(\d+|all)", self.tasks):
-            return Path(rl_dir) / "rungs" / self.tasks / "train.jsonl"
+        if self.tasks in TRAIN_SPLITS or re.fullmatch(r"r(\d+|all)", self.tasks):
+            return Path(layout.split_tasks(self.tasks, str(rl_dir)))
         return Path(self.tasks)
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from jacrl import layout
 from jacrl.ladder.config import Rung
 from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, OpdLossConfig, check_terms, dump_losses
 from jacrl.reward.config import RewardConfig
@@ -218,5 +219,5 @@ class OPDConfig(StrictModel):
         if self.teacher_adapter == "none":
             return None
         if self.teacher_adapter == "sft":
-            return f"adapters/r{self.teacher_rung}/{self.teacher_model or model}/sft"
+            return layout.adapter(self.teacher_rung, self.teacher_model or model, "sft")
         return self.teacher_adapter
