@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fixtures.models import model_spec
 
+from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.reward.batch import RewardScorer
@@ -305,3 +306,24 @@ def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
     )
     assert len(probe.after_step) == 6
     assert len(set(probe.after_step[1:])) == 1, probe.after_step
+
+
+def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_model, tasks, scorer):
+    """A step whose every group has zero advantage makes no optimiser step, but its sampling's freed
+    blocks are looked at all the same (`Backend.settle_heap`)."""
+    from jacrl.rl.loop import orchestrator_and_trainer, train_step
+
+    # at a vanishing temperature both rows of the group are the greedy one: one reward, zero advantage
+    cfg = load_config(
+        {"grpo": {"group_size": 2, "prompts_per_step": 1, "max_completion": 8, "iters": 1, "temperature": 1e-4}}
+    )
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    b.configure_optimizer(1e-4)
+    orch, trainer = orchestrator_and_trainer(b, tasks[:1], scorer, cfg.grpo, cfg, "dataset/rl", None, 2)
+    settled = []
+    settle = b.settle_heap
+    b.settle_heap = lambda: settled.append(1) or settle()
+    row = train_step(orch, trainer, cfg.grpo, 0)
+    assert row.get("skipped") == "every group had zero advantage", row
+    assert settled == [1]

@@ -366,9 +366,16 @@ class Backend(ABC):
         if self._opt is None:
             raise RuntimeError("call configure_optimizer() before step()")
         norm = self._step(lr)
-        self._heap = self._heap or HeapKeeper()
-        self._heap.after_step()
+        self.settle_heap()
         return norm
+
+    def settle_heap(self) -> bool:
+        """Hand the free heap back once the resident set has grown past its bound (`HeapKeeper`): after
+        every optimiser step, and after a GRPO step that trained nothing, whose sampling leaves its blocks
+        all the same (Qwen2.5-Coder-1.5B's sampling peak grew 10.1 → 11.4 → 12.2 GB over three such steps
+        in a row, untrimmed). Whether it trimmed."""
+        self._heap = self._heap or HeapKeeper()
+        return self._heap.after_step()
 
     def save_optimizer(self, path: str | Path) -> Path:
         """Write the optimiser state into folder `path` (to resume training)."""

@@ -308,6 +308,7 @@ def train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int)
         tokens = float(data.batch.attention_mask.sum())
     else:
         row["skipped"] = "every group had zero advantage"
+        trainer.backend.settle_heap()  # no optimiser step to do it
         tokens = 0.0
     row["time/train_s"] = time.perf_counter() - t0
     row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
