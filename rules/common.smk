@@ -214,30 +214,19 @@ def opd_teacher_inputs(wc):
     return [*([model] if model else []), *([teacher["adapter"]] if teacher["adapter"] else [])]
 
 
-def split_file(rung, split):
-    """A cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
-    return layout.cell_tasks(rung, split)
-
-
 def base_cell_tasks(wc):
     """A rung's base cell reads its split's tasks; there is no rung base gen cell (the shared one)."""
     if wc.split == "gen":
         raise WorkflowError(
             f"the base model's gen cell does not depend on the rung; every rung reads "
-            f"{cell_file(wc.rung, wc.model, 'base', 'gen')}.json"
+            f"{layout.cell(wc.rung, wc.model, 'base', 'gen')}.json"
         )
-    return [split_file(wc.rung, wc.split)]
-
-
-def cell_file(rung, model, cond, split):
-    """The cell a ladder slot reads, without its suffix (.json, .samples.jsonl). The base model's gen cell
-    does not depend on the rung: every rung reads the one shared cell (rule eval_base_gen), none is copied."""
-    return layout.cell(rung, model, cond, split)
+    return [layout.cell_tasks(wc.rung, wc.split)]
 
 
 def cell_files(wc):
     """A slot's cell and samples as named inputs (`unpack`)."""
-    stem = cell_file(wc.rung, wc.model, wc.cond, wc.split)
+    stem = layout.cell(wc.rung, wc.model, wc.cond, wc.split)
     return {"cell": f"{stem}.json", "samples": f"{stem}.samples.jsonl"}
 
 
@@ -286,7 +275,7 @@ def built_cells(wc):
 
 
 def cell_json(keys):
-    return [f"{cell_file(*k)}.json" for k in keys]
+    return [f"{layout.cell(*k)}.json" for k in keys]
 
 
 def after_the_gate(keys):

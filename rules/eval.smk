@@ -6,7 +6,7 @@ LADDER_SPLITS = list(CFG.ladder.splits)
 
 rule eval_base_gen:
     # The base model on the holdout does not depend on the rung: computed once, and every rung's row
-    # and completions page read this one file (cell_file).
+    # and completions page read this one file (jacrl.layout.cell).
     input:
         model=lambda wc: model_input(wc.model),
         tasks=[layout.split_tasks("holdout")],
@@ -54,7 +54,7 @@ use rule eval_base_gen as eval_base with:
 use rule eval_base_gen as eval with:
     input:
         model=policy_model_input,
-        tasks=lambda wc: [split_file(wc.rung, s) for s in LADDER_SPLITS],
+        tasks=lambda wc: [layout.cell_tasks(wc.rung, s) for s in LADDER_SPLITS],
         adapter=adapter_input,
     output:
         cells=[layout.cell("{rung}", "{model}", "{cond}", s) + ".json" for s in LADDER_SPLITS],

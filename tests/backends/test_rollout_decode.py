@@ -131,7 +131,7 @@ def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(
     decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
     monkeypatch.setattr(static_rows, "NARROW_SHARE", 2.0)  # never narrow: every row to the end
     plain = decoded()
-    _end_at_a_frequent_token(b, monkeypatch, [c for d in plain for p in d for c in p])
+    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for d in plain for p in d for c in p])
     whole = decoded()
     narrowed = []
     monkeypatch.setattr(static_rows, "NARROW_SHARE", 0.25)
@@ -200,16 +200,6 @@ def test_a_row_cache_frees_a_slot_by_moving_the_last_live_one_into_it():
     assert cache.live == 1 and cache.lens[0] == 3
 
 
-def _end_at_a_frequent_token(b, monkeypatch, completions) -> None:
-    """The backend's rows end at the token the `completions` contain most often too: rows reach it at
-    different steps, so a decode narrows several times."""
-    from collections import Counter
-
-    firsts = Counter(t for c in completions for t in set(c.token_ids[1:-1]))
-    ends = {*b.eos_token_ids, firsts.most_common(1)[0][0]}
-    monkeypatch.setattr(type(b), "eos_token_ids", property(lambda self: ends))
-
-
 def _spy(narrow, calls: list[int]):
     def spied(self, keep):
         calls.append(len(keep))
@@ -230,7 +220,7 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
         ([*PROMPTS, "def fib(n: int) -> int"], [Draw(1, GREEDY), Draw(4, SAMPLED)]),
     ]
     decoded = lambda: [b.generate_draws(p, d, progress=False) for p, d in cases]  # noqa: E731
-    _end_at_a_frequent_token(b, monkeypatch, [c for case in decoded() for d in case for p in d for c in p])
+    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for case in decoded() for d in case for p in d for c in p])
     with monkeypatch.context() as m:
         m.setattr(shared_prefix.SharedRows, "to_keep", lambda self, ended: None)  # every row to the end
         whole = decoded()

@@ -88,6 +88,13 @@ def require_model_dir(path: str | Path, name: str | None = None) -> Path:
     return p
 
 
+def kept_values_per_token(hidden: int, intermediate: int) -> int:
+    """Values a decoder layer's forward keeps for its backward per token: the MLP's four
+    intermediate-wide tensors (its two projections, the activation and their product) and about nine
+    hidden-wide ones (norms, q/k/v, attention output, residuals); measured: docs/design.md#backends."""
+    return 4 * intermediate + 9 * hidden
+
+
 def safetensors_parameters(folder: str | Path) -> int | None:
     """Parameter count from the headers of a folder's *.safetensors files (no tensor is read)."""
     files = sorted(Path(folder).glob("*.safetensors"))
@@ -372,8 +379,7 @@ class Backend(ABC):
     def settle_heap(self) -> bool:
         """Hand the free heap back once the resident set has grown past its bound (`HeapKeeper`): after
         every optimiser step, and after a GRPO step that trained nothing, whose sampling leaves its blocks
-        all the same (Qwen2.5-Coder-1.5B's sampling peak grew 10.1 → 11.4 → 12.2 GB over three such steps
-        in a row, untrimmed). Whether it trimmed."""
+        all the same (docs/design.md#backends, "The heap between steps"). Whether it trimmed."""
         self._heap = self._heap or HeapKeeper()
         return self._heap.after_step()
 

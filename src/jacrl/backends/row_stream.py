@@ -29,8 +29,11 @@ Forward = Callable[["RowCache", Any, Any], Any]
 
 def slot_bytes(config: Any, tokens: int, itemsize: int) -> int:
     """The keys and values of `tokens` positions of one row, over every layer."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return tokens * config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * itemsize
+    return tokens * config.num_hidden_layers * 2 * config.num_key_value_heads * _head_dim(config) * itemsize
+
+
+def _head_dim(config: Any) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 class RowCache:
@@ -40,8 +43,7 @@ class RowCache:
     def __init__(self, config: Any, slots: int, capacity: int, dtype: Any, device: Any):
         import torch
 
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        shape = (slots, config.num_key_value_heads, capacity, head_dim)
+        shape = (slots, config.num_key_value_heads, capacity, _head_dim(config))
         # zeros, not empty: a short row's masked positions are read, and weigh 0 only if finite
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.num_hidden_layers)]
         self.values = [torch.zeros_like(k) for k in self.keys]
@@ -132,11 +134,11 @@ class RowStream:
                 logits[cache.live - 1] = first[0]
             tok, lp = self._choose(logits[: cache.live], owner)
             ended = []
-            for j in range(cache.live):
+            for j, (t, p) in enumerate(zip(tok.tolist(), lp.tolist())):
                 i = owner[j]
-                tokens[i].append(int(tok[j]))
-                logps[i].append(float(lp[j]))
-                if tokens[i][-1] in self.eos or len(tokens[i]) == self.max_tokens:
+                tokens[i].append(t)
+                logps[i].append(p)
+                if t in self.eos or len(tokens[i]) == self.max_tokens:
                     ended.append(j)
                     done(i)
             for j in reversed(ended):  # from the back: the last live slot is never one still to free

@@ -24,6 +24,7 @@ from jacrl.backends.base import (
     TokenRows,
     TrainingState,
     check_draws,
+    kept_values_per_token,
     length_buckets,
     pad_right,
     require_model_dir,
@@ -67,11 +68,8 @@ prompt over 30 float32 layers is ~2 GB, Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 l
 
 def prompt_graph_bytes(config: Any, tokens: int, layers: int, width: int) -> int:
     """What a forward of `tokens` keeps for its backward through `layers` decoder layers of values
-    `width` bytes wide: per token and layer the MLP's four intermediate-wide tensors (its two
-    projections, the activation and their product) and about nine hidden-wide ones (norms, q/k/v,
-    attention output, residuals): Qwen2.5-Coder-1.5B in bf16, 99 KB against 98 KB measured."""
-    per_token = 4 * config.intermediate_size + 9 * config.hidden_size
-    return tokens * layers * per_token * width
+    `width` bytes wide (`kept_values_per_token`)."""
+    return tokens * layers * kept_values_per_token(config.hidden_size, config.intermediate_size) * width
 
 
 def pick_device() -> str:
@@ -273,12 +271,11 @@ class TorchBackend(Backend):
 
         with torch.inference_mode():
             cache = RowCache(lm.config, slots, capacity, lm.dtype, self.device)
-            packing = self._packs()
-            fast = FastDecoder.of(lm, slots, folded=self._fold_on_pack and not self._live) if packing else None
+            fast = self._fast_decoder(lm, slots)
             seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
             stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-            packed = packed_linears(model, slots) if packing and fast is None else nullcontext()
+            packed = packed_linears(model, slots) if self._packs() and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
                 ids, lps = stream.run(prompts, order, lambda _: bar.update(1))
         bar.close()
@@ -328,7 +325,7 @@ class TorchBackend(Backend):
         with torch.inference_mode():
             fast = None
             if rows > 1 and self.shared_prefix:
-                fast = FastDecoder.of(lm, n, folded=self._fold_on_pack and not self._live) if packing else None
+                fast = self._fast_decoder(lm, n)
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
                 step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, _cache_kwarg(lm))
@@ -430,6 +427,11 @@ class TorchBackend(Backend):
         if not tokens:
             return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
         return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
+
+    def _fast_decoder(self, lm: Any, rows: int) -> FastDecoder | None:
+        """The fast decode step for `rows` rows where decodes pack their weights and the model has one
+        (its adapter folded in where `sample_merged` keeps no copy)."""
+        return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if self._packs() else None
 
     def _params(self) -> int:
         if self._n_params is None:

@@ -17,7 +17,7 @@ from jacrl.tasks.record import Task
 DATA_SOURCE = "jacrl/jac-tasks"
 
 
-def split_path(split: str, tasks_dir: str | Path = "dataset/rl") -> Path:
+def split_path(split: str, tasks_dir: str | Path = layout.RL) -> Path:
     """The task file of a split: trainpool, holdout, valid, or a rung (`r3`, `3`, `all`)."""
     if split in ("trainpool", "holdout", "valid"):
         return Path(layout.split_tasks(split, str(tasks_dir)))

@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jacrl.backends.base import safetensors_parameters
+from jacrl.backends.base import kept_values_per_token, safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
@@ -83,9 +83,8 @@ class Shape:
 
     @property
     def kept_per_token(self) -> int:
-        """Values a layer keeps for its backward per token: the MLP's four intermediate-wide tensors and
-        about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB estimated, 98 KB measured)."""
-        return 4 * (self.intermediate or 4 * self.hidden) + 9 * self.hidden
+        """Values a layer keeps for its backward per token (`kept_values_per_token`)."""
+        return kept_values_per_token(self.hidden, self.intermediate or 4 * self.hidden)
 
     @property
     def kv_width(self) -> int:
