@@ -40,7 +40,7 @@ except ConfigError as err:
 # - GOMP_SPINCOUNT: idle torch/OpenMP threads spin a short while, then sleep. A job owns the cores
 #   it declares (Snakemake runs no more threads than --cores; SLURM gives each job its own), and a
 #   decode step opens hundreds of parallel regions: threads that slept at once (OMP_WAIT_POLICY=
-#   PASSIVE) woke for each, a SmolLM2 group's decode 1.3x slower; threads that spin where another
+#   PASSIVE) woke for each and slowed a SmolLM2 group's decode; threads that spin where another
 #   process shares the cores slow both, hence a bound (docs/design.md#backends). The user's own
 #   setting of either variable wins.
 # - TRACKING_ENV: every job's tracker (jacrl.training.tracking), so turning curves on or off reruns nothing.

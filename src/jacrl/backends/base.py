@@ -194,9 +194,10 @@ def pad_right(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:
 
 
 BUCKET_OVERHEAD_ROWS = 32
-"""What one more forward costs, in padded row-tokens: a call's per-layer launches and copies are a
-few tens of ms, a row-token of a ~100 M model's forward and backward ~20 ms on a CPU; 32 splits
-only where it saves a clear share (a group of 80-token rows with one at the 192-token cap)."""
+"""What one more forward costs, in padded row-tokens: a call's per-layer launches and copies weigh
+about as much as this many row-tokens of a ~100 M model's forward and backward on a CPU
+(docs/design.md#backends), so a split pays only where it saves a clear share (a group of 80-token
+rows with one at the 192-token cap)."""
 
 
 def length_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD_ROWS) -> list[list[int]]:

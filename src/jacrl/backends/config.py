@@ -128,8 +128,8 @@ class ModelSpec(StrictModel):
         False,
         json_schema_extra={**RESULT_FREE, **ADDED_LATER},  # as threads: the same computation, summed in another order
         description="Decode steps of several rows after a shared prompt (GRPO's groups, eval's policy "
-        "samples) through `torch.compile` (torch backend): a group's decode in ~0.8x the time on CPU, for "
-        "~1-2 min of compiling per job on a fresh machine; for long GRPO runs (docs/design.md#backends).",
+        "samples) through `torch.compile` (torch backend): a group's decode in less time on CPU, for a "
+        "compile of each job on a fresh machine; for long GRPO runs (its cost: docs/design.md#backends).",
     )
     gpus: int | None = Field(
         None,

@@ -45,8 +45,8 @@ matmuls are too small for bf16 to pay, and float32 keeps a small model's run (th
 ladder's tiny model) the same on CPUs with and without bf16."""
 BF16_TRAIN_MIN_PARAMS = 1_000_000_000
 """A training job of a model this large keeps its frozen base in bfloat16 (its LoRA weights stay
-float32) where the CPU computes it: a float32 copy of a 1.5 B model is 6-7 GB before its sampling
-copy, activations and logits, more than the 12 GB a job of it is given (docs/design.md#backends).
+float32) where the CPU computes it: a float32 copy of a 1.5 B model alone is half of what a job of
+it may hold, before its sampling copy, activations and logits (docs/design.md#backends).
 Below it training keeps float32 weights, the faster of the two there."""
 
 
@@ -141,12 +141,10 @@ def float32_through_onednn(device: str) -> AbstractContextManager[None]:
     """Inside the block float32 matmuls on `device` go to oneDNN where it may serve them
     (`onednn_may_serve`) and keeps their float32 arithmetic (`onednn_keeps_float32`).
 
-    PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time on an AMD EPYC
-    (Zen 5, 2 threads) for training's shapes: a SmolLM2 LoRA training pass over a 1.8k-token row
-    8.4-8.8 s against 4.6-4.9 s, the gradients equal to 6.5e-6 relative. For a decode's few rows
-    oneDNN's fixed cost per call loses (16 against 4 us for one row of the tiny model's width), so
-    the torch backend takes this around its scoring and training passes only
-    (docs/design.md#backends)."""
+    PyTorch multiplies float32 through MKL, whose GEMM took about twice oneDNN's time for
+    training's shapes, with the same gradients to float rounding. For a decode's few rows oneDNN's
+    fixed cost per call loses, so the torch backend takes this around its scoring and training
+    passes only (both measured: docs/design.md#backends)."""
     return bf16_fpmath(onednn_may_serve(device) and onednn_keeps_float32())
 
 

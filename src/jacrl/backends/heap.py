@@ -5,8 +5,8 @@ shape. Freed blocks stay in malloc's arenas, and the next step's other shapes re
 part, so resident memory climbs step after step, far above what the largest single step needs (a
 long SmolLM2 gold-SFT job was killed by the kernel for it: docs/design.md#measured-facts).
 `malloc_trim(0)` hands every free page of every arena back (milliseconds), but the next step then
-touches its activations' pages afresh, a page fault each: a SmolLM2 GRPO step (~4 GB of
-activations) took 0.6–2.3 s longer trimmed after every step than not (docs/design.md#backends).
+touches its activations' pages afresh, a page fault each, and a SmolLM2 GRPO step took measurably
+longer trimmed after every step than not (docs/design.md#backends).
 So `HeapKeeper` trims only once the resident set has grown by `GROWTH` over its size after the
 first step since the last trim (a step whose blocks came from a trimmed heap: its own need);
 `Backend.step` asks it after each optimiser step. Where the C library has no `malloc_trim`

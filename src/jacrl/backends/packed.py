@@ -1,12 +1,11 @@
 """A decode's linear layers through oneDNN with their weights laid out once for its batch.
 
 A decode step multiplies a few rows (8 for a GRPO group) by every weight of the model. PyTorch's
-default CPU matmul for so few rows re-lays the weight out on every call: on SmolLM2's 30 layers
-(AMD EPYC Zen 4, 2 threads, 8 rows) one step's projections take 19 ms in bf16 and 50 ms in float32,
-against 11.5 and 18 ms when each weight is reordered for oneDNN once (timed apart from a profile of
-the group's decode; bf16 gives the same numbers, float32 the same up to the order of its sums, ~1e-6
-relative; `bench/decode_step.py` times whole decodes both ways).
-Reordering SmolLM2's weights costs 0.1-0.2 s, so a decode packs them on entry and drops the packed
+default CPU matmul for so few rows re-lays the weight out on every call, which costs more than
+the product itself at SmolLM2's size; reordering each weight for oneDNN once saves it (bf16 gives
+the same numbers, float32 the same up to the order of its sums; the timings:
+docs/design.md#backends, and `bench/decode_step.py` times whole decodes both ways).
+Reordering is cheap against a decode, so a decode packs the weights on entry and drops the packed
 copies when it ends: the weights may change between decodes (GRPO refolds its sampling copy after
 every optimiser step), and the packed copies are never stale that way.
 """

@@ -9,9 +9,9 @@ by side, the rows as more query positions) against the prompt's keys in one unma
 call, and each row against its own tokens causally; the parts joined by their log-sum-exps. The
 backward runs the kernel's own backward on each part with the joined output and log-sum-exp (the
 split softmax of ring attention), which is exact: each part's probabilities are recomputed against
-the joint normaliser. On SmolLM2's group (8 rows of 170 tokens after 1549, bf16) a layer's forward
-and backward take 0.61× of sdpa's, and a group's scoring 0.86× (`bench/shared_prompt.py --paths
-cache,shared`; docs/results.md).
+the joint normaliser. It saves recomputing the prompt's attention once a row, on a layer's forward and
+backward and on a group's scoring (`bench/shared_prompt.py --paths cache,shared`; the figures:
+docs/design.md#backends).
 
 CPU only (the flash kernel's CPU entry points, which return the log-sum-exp), and only for the
 families whose attention is plain softmax attention over every position (`serves`).
@@ -109,7 +109,7 @@ def _prompt_backward(grad: Any, query: Any, keys: Any, values: Any, out: Any, ls
     """The kernel's backward of the folded queries [1, kv_heads, m, d] over the prompt, with the
     queries cut into as many parts as make the key heads' work a multiple of the threads: the
     backward runs one thread per (batch, head), and SmolLM2's 3 key heads on 2 threads left one idle
-    a third of the time (0.78× the one call's time there). The parts' key and value gradients are
+    a third of the time (docs/design.md#backends). The parts' key and value gradients are
     summed in float32."""
     kv, m = query.shape[1], query.shape[2]
     threads = torch.get_num_threads()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BUDGET_BYTES = 1 << 30
-"""At most 1 GiB of kept prompts: rung 10's ten ~1.5k-token SmolLM2 prompts are 0.7 GB in float32."""
+"""The most bytes of kept prompts: enough for SmolLM2's rung 10 (ten ~1.5k-token prompts) in float32."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 NARROW_SHARE = 0.25
 """Narrow once this share of the decoding rows has ended: each narrowing copies the kept rows'
-cache (SmolLM2 at 1.6k slots: ~37 MB a row, its 30 layers' keys and values in bf16), so it waits
+cache (at SmolLM2's 1.6k slots, every layer's keys and values of each row), so it waits
 for a cut worth its copy."""
 
 

@@ -2,7 +2,7 @@
 and the log-softmax in one autograd function whose logits live in a buffer the backend keeps.
 
 Scoring a GRPO group (8 rows of up to 192 tokens) through the output layer makes a [tokens, vocab]
-float32 logits tensor (SmolLM2: 49,152 wide, ~190 MB for a length bucket of 955 tokens), then a
+float32 logits tensor (SmolLM2's is 49,152 wide, a length bucket of ~1k tokens of it), then a
 log-softmax of the same size, the gather's zero-filled gradient and the log-softmax's gradient:
 four fresh allocations of that size, each paid for in page faults before any arithmetic (up to a
 quarter of a second each where the kernel backs new pages slowly, as in a micro-VM), and four
@@ -22,7 +22,8 @@ import torch
 from jacrl.backends.cpu import bf16_fpmath
 
 CHUNK_ROWS = 32
-"""Positions per chunk of the log-sum-exp and the gradient: 32 × 49,152 float32 is 6 MB, cache-sized."""
+"""Positions per chunk of the log-sum-exp and the gradient: 32 rows of a SmolLM2-wide float32 vocabulary
+stay in a core's cache."""
 
 
 class LogitsArena:
@@ -98,8 +99,8 @@ class HeadLogprobs(torch.autograd.Function):
 
 
 VOCAB_CHUNK = 16384
-"""Output-layer rows a chunk of a bfloat16 head: its float32 copy is 16384 × width (Qwen2.5-Coder-1.5B:
-96 MB) where the whole layer's would be 0.9 GB."""
+"""Output-layer rows a chunk of a bfloat16 head: its float32 copy is 16384 × width, a tenth of
+Qwen2.5-Coder-1.5B's whole layer (151,936 rows)."""
 
 
 def head_logits(flat: Any, weight: Any, out: Any) -> Any:

@@ -62,8 +62,9 @@ SMALL_DECODE_ROWS = 16
 
 
 SHARED_PROMPT_BYTES = 3 * 2**30
-"""The most a sampled prompt's kept forward (`share_prompt_forwards`) may hold: SmolLM2's 1.5k-token
-prompt over 30 float32 layers is ~2 GB, Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 layers ~3.8 GB."""
+"""The most a sampled prompt's kept forward (`share_prompt_forwards`) may hold: room for SmolLM2's
+1.5k-token prompt over 30 float32 layers, not for Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 layers
+(`prompt_graph_bytes`; both sizes: docs/design.md#backends)."""
 
 
 def prompt_graph_bytes(config: Any, tokens: int, layers: int, width: int) -> int:
@@ -261,7 +262,7 @@ class TorchBackend(Backend):
         def prefill(prompt: list[int]) -> tuple[Any, Any]:
             caches, logits = self._prefill(model, [prompt])
             # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
-            # model's eval by ~1 GB; a trim costs milliseconds against a prefill's seconds
+            # model's eval past its bound (docs/design.md#backends); a trim is cheap against a prefill
             release_free_heap()
             return caches[0], logits
 
@@ -461,7 +462,7 @@ class TorchBackend(Backend):
         copy_dtype = resolve_dtype(dtype, self.device, params, training=False)
         if copy_dtype == self.dtype and self._packs():
             # the policy's own weights are the copy's: each decode packs them with the adapter folded
-            # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is 3 GB)
+            # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is gigabytes)
             self._fold_on_pack = True
             return True
         self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
@@ -495,8 +496,9 @@ class TorchBackend(Backend):
 
     def train_autocast(self) -> bool:
         """Scoring and training forwards in bfloat16 autocast from now on, where the device multiplies
-        bfloat16 natively and the weights are float32 (SmolLM2's GRPO training on an AVX512-BF16 CPU:
-        0.76× float32's time, docs/results.md). The output layer stays float32."""
+        bfloat16 natively and the weights are float32 (faster than float32 for SmolLM2's GRPO training on
+        an AVX512-BF16 CPU at the same first-step loss: docs/design.md#backends). The output layer stays
+        float32."""
         import torch
 
         if self._autocast:
@@ -521,7 +523,7 @@ class TorchBackend(Backend):
     def _graph_fits(self, prompts: list[list[int]]) -> bool:
         """Whether the prompts' forwards kept for the backward (`share_prompt_forwards`) fit
         `SHARED_PROMPT_BYTES` by `prompt_graph_bytes`: a 1.4k-token prompt of Qwen2.5-Coder-1.5B with
-        LoRA on all 28 layers keeps ~3.8 GB, held while the decode's packed weights are made
+        LoRA on all 28 layers keeps more, held while the decode's packed weights are made
         (docs/design.md#backends); past the bound the sampler prefills apart and the backward
         forwards the prompt again."""
         import torch

@@ -79,7 +79,7 @@ class GRPOConfig(StrictModel):
         "attention in bfloat16 autocast where the device multiplies it natively (a CPU with AVX512-BF16, AMX or Arm "
         "BF16; a CUDA GPU) and the model trains in float32; the weights, the adapter, the optimiser and the output "
         "layer stay float32. Elsewhere, or under `determinism: strict`, it trains in float32 and says so in the "
-        "job's log. SmolLM2's step on 2 AVX512-BF16 cores, each way: docs/results.md, \"A GRPO step's cost\".",
+        "job's log. SmolLM2's step on 2 AVX512-BF16 cores, each way: docs/results.md, appendix \"A GRPO step's cost\".",
     )
     mask_truncated: bool = Field(
         False,

@@ -28,8 +28,8 @@
                   (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer)
 
 The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
-the activation, their product) and about nine hidden-wide ones (Qwen2.5-Coder-1.5B in bf16: 99 KB
-estimated, 98 KB measured: docs/design.md#backends); with checkpointing only each layer's input
+the activation, their product) and about nine hidden-wide ones (the estimate against the measured
+values of Qwen2.5-Coder-1.5B: docs/design.md#backends); with checkpointing only each layer's input
 is kept. The precision is the one the job will load: an
 explicit `dtype`, or for `auto` 2 bytes on `device: cuda|mps`, else what `auto` picks on this CPU
 (`jacrl.backends.cpu.auto_cpu_dtype`: for an eval job bfloat16 for a model of ≥ 50 M parameters
@@ -179,7 +179,8 @@ def mem_mb(
 def loading_bytes(spec: ModelSpec, shape: Shape, nbytes: int, root: str | Path) -> int:
     """What loading holds at its peak: the weights file's pages as it is read (the registry builtins are
     float32 on disk: 4 bytes a parameter) and, when the job loads another precision, its own copy
-    (Qwen2.5-Coder-1.5B read into bf16: 11.1 GB resident at the load's peak, 4.4 GB after)."""
+    (Qwen2.5-Coder-1.5B's load against what stays: docs/results.md, "Qwen2.5-Coder-1.5B on 2 CPU
+    cores: memory and step")."""
     files = list(spec.model_dir(root).glob("*.safetensors"))
     on_disk = sum(f.stat().st_size for f in files) or shape.parameters * 4
     converted = 0 if on_disk <= shape.parameters * nbytes * 1.01 else shape.parameters * nbytes
