@@ -129,7 +129,7 @@ def main() -> None:
     for label, losses in CONFIGS.items():
         config = LossFrameworkConfig.model_validate({"losses": losses})
         batch = build_batch(rollouts, EnvLossPlans.from_config(config))
-        terms = build_terms(config.trainer.losses)
+        terms = build_terms(config.losses)
         ref = reference if any(t.needs_reference for t in terms) else None
         setups[label] = (batch, terms, ref)
 

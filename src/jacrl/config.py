@@ -48,9 +48,9 @@ _said: set[str] = set()
 
 
 class Config(LossFrameworkConfig):
-    """The root of config.yaml. The loss framework's shared `losses` (and `training_mode`,
-    `trainer`, `orchestrator`) are top-level keys by its design, which propagates `losses` into
-    the other two; so the root extends `LossFrameworkConfig` and adds its other sections."""
+    """The root of config.yaml. The loss framework's keys (`losses`, `training_mode`, `trainer`,
+    `orchestrator`) are top-level keys of the file by its design, so the root extends
+    `LossFrameworkConfig` (whose `losses` is the run's one term list) and adds its other sections."""
 
     threads: int = Field(
         2,
@@ -185,10 +185,7 @@ class Config(LossFrameworkConfig):
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
             check_same_losses(
                 self.losses,
-                {
-                    f"sft_grpo{ARM_MARK}{name}": arm.orchestrator.losses or arm.losses
-                    for name, arm in self.grpo_arms.items()
-                },
+                {f"sft_grpo{ARM_MARK}{name}": arm.losses for name, arm in self.grpo_arms.items()},
             )
         return self
 
@@ -220,26 +217,30 @@ class Config(LossFrameworkConfig):
             raise ValueError("trainer.opd is the opd condition's divergence: set it as opd.core")
         if self.opd.losses is None or OPD_CONDITION not in self.ladder.conditions:
             return self
-        try:
-            self.opd.loss_framework(self)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            message = first["msg"].removeprefix("Value error, ")
-            raise ValueError(f"opd.losses does not fit the other loss keys ({where or 'losses'}): {message}") from None
+        misfit = self._opd_misfit()
+        if misfit:
+            raise ValueError(misfit)
         return self
 
-    @model_validator(mode="after")
-    def _policy_temperature_is_grpos(self) -> Config:
-        """An unset `eval.policy_temperature` becomes the top-level `grpo.temperature`: one temperature for
-        every arm's cells, so they compare."""
-        if self.eval.policy_temperature is None:
-            self.eval.policy_temperature = self.grpo.temperature
-            _say_once(
-                f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
-                f"({self.grpo.temperature}), the one GRPO samples at, for every arm's cells alike"
-            )
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_temperature_is_grpos(cls, data: Any) -> Any:
+        """An unset `eval.policy_temperature` is read as the top-level `grpo.temperature`: one temperature for
+        every arm's cells, so they compare (the input is filled in before validation; the validated config
+        is never changed)."""
+        if not isinstance(data, dict):
+            return data
+        evaluation, grpo = _plain(data.get("eval")) or {}, _plain(data.get("grpo")) or {}
+        if not isinstance(evaluation, dict) or evaluation.get("policy_temperature") is not None:
+            return data
+        temperature = grpo.get("temperature") if isinstance(grpo, dict) else None
+        if temperature is None:
+            temperature = GRPOConfig.model_fields["temperature"].default
+        _say_once(
+            f"eval.policy_temperature is unset, so the policy samples are drawn at grpo.temperature "
+            f"({temperature}), the one GRPO samples at, for every arm's cells alike"
+        )
+        return {**data, "eval": {**evaluation, "policy_temperature": temperature}}
 
     def model(self, name: str) -> ModelSpec:
         for m in self.models:
@@ -257,17 +258,26 @@ class Config(LossFrameworkConfig):
 
     @property
     def conditions(self) -> list[str]:
-        """Every condition a cell can have: the five (opd where its terms fit the envs: its job could not
-        start otherwise), then the GRPO conditions of each named arm."""
-        own = [c for c in CONDITIONS if c != OPD_CONDITION or self._opd_trainable()]
+        """Every condition a cell can have: the five, then the GRPO conditions of each named arm. opd is left
+        out where its terms do not fit the envs (no opd job could start, so no opd cell can be built or
+        compared), and the log says so once, with the reason; selecting it is refused (`_opd_terms_fit`)."""
+        misfit = self._opd_misfit()
+        if misfit:
+            _say_once(f"no opd cells in this config: {misfit}")
+        own = [c for c in CONDITIONS if c != OPD_CONDITION or not misfit]
         return [*own, *arm_conditions(list(self.grpo_arms))]
 
-    def _opd_trainable(self) -> bool:
+    def _opd_misfit(self) -> str | None:
+        """Why opd's terms do not fit the other loss keys, or None where they do."""
         try:
             self.opd.loss_framework(self)
-        except ValidationError:
-            return False
-        return True
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "losses"
+            return (
+                f"opd.losses does not fit the other loss keys ({where}): {first['msg'].removeprefix('Value error, ')}"
+            )
+        return None
 
     def grpo_run(self, arm: str | None) -> LossFrameworkConfig:
         """What a GRPO run of `arm` reads (`grpo` and the loss keys): the top level, or the named arm."""

@@ -1,5 +1,6 @@
 """The `losses` config: defaults, propagation to trainer and orchestrator, and every validator."""
 
+import copy
 import warnings
 
 import pydantic
@@ -49,25 +50,29 @@ def test_default_is_rl_with_the_documented_knobs():
     assert config.training_mode == "rl"
 
 
-def test_losses_propagate_to_trainer_and_orchestrator():
-    config = load({"losses": RL_ECHO})
-    assert dump_losses(config.trainer.losses) == dump_losses(config.losses)
-    assert dump_losses(config.orchestrator.losses) == dump_losses(config.losses)
-    assert config.trainer.losses[1] is not config.losses[1]  # copies, not aliases
+def test_the_term_list_exists_once():
+    """Both sides read the top-level list: no copy is made into the sections, and validating leaves the
+    input and the validated config as they were."""
+    raw = {"losses": RL_ECHO, "training_mode": "rl"}
+    before = copy.deepcopy(raw)
+    config = load(raw)
+    assert config.trainer.losses is None and config.orchestrator.losses is None
+    assert raw == before
+    again = LossFrameworkConfig.model_validate(config)
+    assert again.model_dump() == config.model_dump()
 
 
-def test_default_losses_propagate_too():
-    config = load({})
-    assert (
-        dump_losses(config.trainer.losses)
-        == dump_losses(config.orchestrator.losses)
-        == [dump_losses([RLLossConfig()])[0]]
-    )
+def test_results_record_the_terms_under_each_side():
+    """A cell's and an adapter's recorded settings keep the terms under the trainer and the orchestrator,
+    as they did when the sections held copies: hashes of what was built before stay."""
+    settings = load({"losses": RL_ECHO}).result_settings()
+    assert settings["trainer"]["losses"] == settings["orchestrator"]["losses"] == settings["losses"]
+    assert [t["type"] for t in settings["losses"]] == ["rl", "echo"]
 
 
 def test_setting_the_same_losses_in_a_section_is_accepted():
     config = load({"losses": RL_ECHO, "trainer": {"losses": RL_ECHO}, "orchestrator": {"losses": RL_ECHO}})
-    assert len(config.trainer.losses) == 2
+    assert dump_losses(config.trainer.losses) == dump_losses(config.losses)
 
 
 @pytest.mark.parametrize("section", ["trainer", "orchestrator"])
@@ -80,6 +85,7 @@ def test_trainer_and_orchestrator_losses_must_agree():
     rejects({"trainer": {"losses": RL_ECHO}, "orchestrator": {"losses": [{"type": "rl"}]}}, "trainer.losses differs")
     config = load({"losses": RL_ECHO, "trainer": {"losses": RL_ECHO}, "orchestrator": {"losses": RL_ECHO}})
     assert dump_losses(config.trainer.losses) == dump_losses(config.orchestrator.losses) == dump_losses(config.losses)
+    assert config.result_settings()["trainer"]["losses"] == dump_losses(config.losses)
 
 
 def test_root_config_can_subclass_the_framework_config():
@@ -91,7 +97,7 @@ def test_root_config_can_subclass_the_framework_config():
         seed: int = pydantic.Field(0, description="seed")
 
     config = Config.model_validate({"losses": RL_ECHO, "trainer": {"lr": 1e-4}, "seed": 3})
-    assert config.trainer.lr == 1e-4 and [t.name for t in config.trainer.losses] == ["rl", "echo"]
+    assert config.trainer.lr == 1e-4 and [t.name for t in config.losses] == ["rl", "echo"]
     with pytest.raises(pydantic.ValidationError, match="seeed"):
         Config.model_validate({"seeed": 3})
 

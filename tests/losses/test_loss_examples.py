@@ -66,7 +66,7 @@ def run_example(path):
     plans = EnvLossPlans.from_config(config)
     rollouts = zero_advantage_filter(rollouts_for(plans, config.orchestrator.renderer is not None), plans)
     batch = build_batch(rollouts, plans)
-    terms = build_terms(config.trainer.losses, config.training_mode)
+    terms = build_terms(config.losses, config.training_mode)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(VOCAB, 16), torch.nn.Linear(16, VOCAB))
     logprobs = token_logprobs(model(batch.input_ids), batch.input_ids)

@@ -142,7 +142,7 @@ def test_sft_mode_dispatches_the_masked_nll_core_instead_of_the_primary():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_default_losses_equal_dppo_kl_reference_bit_for_bit(seed, dtype):
     inputs = random_inputs(seed, batch=6, seq=40, dtype=dtype)
-    terms = build_terms(LossFrameworkConfig().trainer.losses)  # the default: [rl]
+    terms = build_terms(LossFrameworkConfig().losses)  # the default: [rl]
     assert [t.name for t in terms] == ["rl"]
     result = compute_loss(terms, inputs)
     result.loss.backward()

@@ -143,7 +143,7 @@ def test_opd_mode_replaces_the_primary_and_keeps_the_other_terms():
             "losses": [{"type": "rl"}, {"type": "echo", "assistant": {"alpha": 0.5}}, {"type": "ref_kl", "beta": 0.1}],
         }
     )
-    terms = build_terms(config.trainer.losses, config.training_mode, OpdLossConfig(estimator="sampled"))
+    terms = build_terms(config.losses, config.training_mode, OpdLossConfig(estimator="sampled"))
     assert [t.name for t in terms] == ["opd", "echo", "ref_kl"]
     logits, tokens, mask = logits_and_mask(2)
     lp = token_lp(logits, tokens)

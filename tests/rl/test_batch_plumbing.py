@@ -106,7 +106,7 @@ def test_batch_feeds_the_loss_end_to_end(plans):
     model = torch.nn.Sequential(torch.nn.Embedding(60, 8), torch.nn.Linear(8, 60))
     logprobs = token_logprobs(model(batch.input_ids), batch.input_ids)
     inputs = batch.loss_inputs(logprobs, logprobs.detach() + 0.05)
-    terms = build_terms(LossFrameworkConfig.model_validate(CONFIG).trainer.losses)
+    terms = build_terms(LossFrameworkConfig.model_validate(CONFIG).losses)
     result = compute_loss(terms, inputs)
     result.loss.backward()
     assert result.metrics["loss/rl/tokens"] == 4 + 3  # math + chat completions; demos zeroed

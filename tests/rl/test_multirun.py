@@ -85,7 +85,7 @@ def test_a_run_with_other_losses_is_refused_by_name(tmp_path, start_adapter):
     served = runs(tmp_path, start_adapter, "x")
     odd = RunSpec("odd-one", TASKS, tmp_path / "odd", served[0].cfg, load_config({}), start_adapter)
     with pytest.raises(ValueError, match=r"run 'odd-one': its orchestrator.losses .* differ from the trainer's"):
-        check_run_losses(served[0].loss_cfg.trainer.losses, [*served, odd])
+        check_run_losses(served[0].loss_cfg.losses, [*served, odd])
     with pytest.raises(ValueError, match="run 'odd-one'"):
         train_grpo_runs(None, [*served, odd], WhitespaceScorer())  # refused before any model loads
 

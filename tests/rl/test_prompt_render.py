@@ -128,6 +128,6 @@ def test_example_3_end_to_end_through_the_renderer(chat_tokenizer):
     assert "search returned" not in decoded and "calling a tool" not in decoded and "<|im_start|>" not in decoded
     model = torch.nn.Sequential(torch.nn.Embedding(len(chat_tokenizer), 8), torch.nn.Linear(8, len(chat_tokenizer)))
     logprobs = token_logprobs(model(batch.input_ids), batch.input_ids)
-    result = compute_loss(build_terms(config.trainer.losses), batch.loss_inputs(logprobs))
+    result = compute_loss(build_terms(config.losses), batch.loss_inputs(logprobs))
     result.loss.backward()
     assert result.metrics["loss/echo/tokens"] == len(selected)

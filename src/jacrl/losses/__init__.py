@@ -4,7 +4,7 @@ A run lists its loss terms once (`losses`); each term is a core (trainer side, o
 log-probabilities) plus filters and weights (orchestrator side, see `jacrl.rl`). The trainer
 evaluates every enabled term on one shared forward and sums them into one backward:
 
-    terms = build_terms(config.trainer.losses, config.training_mode)
+    terms = build_terms(config.losses, config.training_mode)
     result = compute_loss(terms, batch.loss_inputs(trainer_logprobs, ref_logprobs))
     result.loss.backward()
 """

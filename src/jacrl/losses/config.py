@@ -7,9 +7,9 @@ A run declares its loss terms once, at the top level of `config.yaml`:
       - type: echo                # a weighted masked-NLL overlay on chosen roles
         assistant: {alpha: 0.5}
 
-`LossFrameworkConfig` propagates that list into `trainer.losses` (which builds the cores) and
-`orchestrator.losses` (which resolves echo masks and weights); setting either one to a different
-list is rejected. Each train env picks its terms with `enabled_losses` and may deep-merge
+`LossFrameworkConfig.losses` is the one list: the trainer builds the cores from it and the
+orchestrator resolves echo masks and weights from it; `trainer.losses` and `orchestrator.losses`
+(those sides' standalone use) may only repeat it. Each train env picks its terms with `enabled_losses` and may deep-merge
 `loss_overrides` into a named echo term.
 """
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from jacrl import layout
 from jacrl.strict import StrictModel
@@ -375,7 +375,9 @@ class OrchestratorConfig(StrictModel):
     """The orchestrator side: makes batches, resolving each env's echo masks and weights."""
 
     losses: list[LossTermConfig] | None = Field(
-        None, description="Propagated from the top-level `losses`; do not set it here."
+        None,
+        description="A standalone orchestrator's terms (one run of several sharing a trainer). Under the "
+        "top-level config the terms are its `losses`, which this may only repeat.",
     )
     renderer: Literal["chat_template"] | None = Field(
         None,
@@ -390,7 +392,7 @@ class OrchestratorConfig(StrictModel):
     @model_validator(mode="after")
     def _check_own_losses(self) -> OrchestratorConfig:
         # Standalone use (e.g. one run of several sharing a trainer): validate the envs against the
-        # losses this orchestrator was given. Under LossFrameworkConfig they arrive by propagation.
+        # losses this orchestrator was given. Under LossFrameworkConfig the top-level list is checked.
         if self.losses is not None:
             check_env_losses(self, self.losses)
         return self
@@ -438,7 +440,9 @@ class TrainerConfig(StrictModel):
     """The trainer side: builds the cores of the terms and sums them into one backward."""
 
     losses: list[LossTermConfig] | None = Field(
-        None, description="Propagated from the top-level `losses`; do not set it here."
+        None,
+        description="A standalone trainer's terms. Under the top-level config the terms are its `losses`, "
+        "which this may only repeat.",
     )
     opd: OpdLossConfig = Field(default_factory=OpdLossConfig, description="training_mode opd's core.")
 
@@ -570,15 +574,17 @@ def warn_unattributed_prompt_roles(orchestrator: OrchestratorConfig, losses: lis
 
 
 class LossFrameworkConfig(StrictModel):
-    """The loss-related part of the root config: the shared term list and where it goes.
+    """The loss-related part of a config: the one term list and where it goes.
 
-    The project's root `Config` subclasses this and adds its other sections.
+    `losses` is the run's only term list: the trainer builds its cores from it and the orchestrator
+    resolves each env's terms from it (the source's "set once at the top level"). `trainer.losses`
+    and `orchestrator.losses` exist for those sides' standalone use; here they may only repeat it.
     """
 
     losses: list[LossTermConfig] = Field(
         default_factory=default_losses,
-        description="The run's loss terms, set once here and propagated to trainer.losses and "
-        "orchestrator.losses. Default: [rl] (DPPO+KL).",
+        description="The run's loss terms, set once here: the trainer and the orchestrator both read this list "
+        "(trainer.losses and orchestrator.losses may only repeat it). Default: [rl] (DPPO+KL).",
     )
     training_mode: TrainingMode = Field(
         "rl",
@@ -591,31 +597,45 @@ class LossFrameworkConfig(StrictModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="Trainer settings.")
     orchestrator: OrchestratorConfig = Field(default_factory=OrchestratorConfig, description="Orchestrator settings.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_text_under_sft(cls, data: Any) -> Any:
+        """training_mode sft trains on plain-text prompts: a renderer given beside it is read as None,
+        with a warning (the input is rewritten before validation; the validated config is never changed)."""
+        if not isinstance(data, dict) or data.get("training_mode") != "sft":
+            return data
+        orchestrator = data.get("orchestrator")
+        if isinstance(orchestrator, BaseModel):
+            orchestrator = orchestrator.model_dump(mode="json", by_alias=True)
+        if not isinstance(orchestrator, dict) or orchestrator.get("renderer") is None:
+            return data
+        warnings.warn(
+            f"training_mode = 'sft' forces plain-text prompts: orchestrator.renderer {orchestrator['renderer']!r} is "
+            f"replaced by None (prompts are plain strings without role attribution)",
+            LossConfigWarning,
+            stacklevel=2,
+        )
+        return {**data, "orchestrator": {**orchestrator, "renderer": None}}
+
     @model_validator(mode="after")
-    def _propagate_losses(self) -> LossFrameworkConfig:
+    def _one_term_list(self) -> LossFrameworkConfig:
         check_terms(self.losses, self.training_mode)
-        forced_plain = self.training_mode == "sft" and self.orchestrator.renderer is not None
-        if forced_plain:
-            warnings.warn(
-                f"training_mode = 'sft' forces plain-text prompts: orchestrator.renderer {self.orchestrator.renderer!r} is "
-                f"replaced by None (prompts are plain strings without role attribution)",
-                LossConfigWarning,
-                stacklevel=2,
-            )
-            self.orchestrator.renderer = None
         shared = dump_losses(self.losses)
         for section in ("trainer", "orchestrator"):
-            sub = getattr(self, section)
-            if sub.losses is not None and dump_losses(sub.losses) != shared:
+            own = getattr(self, section).losses
+            if own is not None and dump_losses(own) != shared:
                 raise ValueError(
                     f"{section}.losses differs from the top-level `losses` "
-                    f"({dump_losses(sub.losses)} vs {shared}); set `losses` once at the top level only"
+                    f"({dump_losses(own)} vs {shared}); set `losses` once at the top level only"
                 )
-        orchestrator_had_losses = self.orchestrator.losses is not None
-        self.trainer.losses = [term.model_copy(deep=True) for term in self.losses]
-        self.orchestrator.losses = [term.model_copy(deep=True) for term in self.losses]
-        if not orchestrator_had_losses:  # otherwise its own validator has already checked the envs
+        if self.orchestrator.losses is None:  # otherwise its own validator has checked the envs on the same terms
             check_env_losses(self.orchestrator, self.losses)
-        elif forced_plain:  # its own check ran with the renderer it was given
-            warn_unattributed_prompt_roles(self.orchestrator, self.losses)
         return self
+
+    def result_settings(self) -> dict[str, Any]:
+        """As every section's, with the term list recorded under the trainer and the orchestrator too: the
+        terms each side applies, as cells and adapters have always recorded them (their hashes stay)."""
+        out = super().result_settings()
+        for section in ("trainer", "orchestrator"):
+            out[section]["losses"] = out["losses"]
+        return out

@@ -205,7 +205,7 @@ class OPDConfig(StrictModel):
                 "losses": terms,
                 "training_mode": "opd",
                 "trainer": {"opd": self.core.model_dump(mode="json")},
-                "orchestrator": {**sections["orchestrator"], "losses": None},  # a copy of `losses`, re-made
+                "orchestrator": {**sections["orchestrator"], "losses": None},  # a repeat of the run's terms, not opd's
             }
         )
 

@@ -233,7 +233,7 @@ def orchestrator_and_trainer(
     )
     trainer = Trainer(
         b,
-        loss_cfg.trainer.losses or loss_cfg.losses,
+        loss_cfg.losses,
         loss_cfg.training_mode,
         cfg.temperature,
         log_reference_kl=cfg.log_reference_kl,

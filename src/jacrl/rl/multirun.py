@@ -8,8 +8,8 @@ current, its RNG restored), after it taken out. Each run therefore computes exac
 alone: its adapter and report are byte-identical to `train_grpo` with the same seeds, its
 metrics equal but for the wall-time fields.
 
-The seed's MultiRunManager hook: every run's `orchestrator.losses` must equal the trainer's term
-list (the first run's `trainer.losses`); a run that differs is refused by name before anything loads.
+Every run's term list (its `losses`) must equal the trainer's (the first run's); a run that differs
+is refused by name before anything loads.
 
 Runs start from an adapter folder each (sft_grpo: a rung's SFT adapter; a rung's arms share one),
 all with the same modules and shapes. The torch backend only. There are no checkpoints: a killed
@@ -58,8 +58,9 @@ class _RunState:
 
 
 def check_run_losses(trainer_losses: list[Any], runs: list[RunSpec]) -> None:
-    """Refuse, naming it, a run whose `orchestrator.losses` differ from the trainer's term list."""
-    check_same_losses(trainer_losses, {r.name: r.loss_cfg.orchestrator.losses or r.loss_cfg.losses for r in runs})
+    """Refuse, naming it, a run whose terms (its `losses`, which its `orchestrator.losses` may only repeat) differ
+    from the trainer's term list."""
+    check_same_losses(trainer_losses, {r.name: r.loss_cfg.losses for r in runs})
 
 
 def _prepare(b: Backend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _RunState:
@@ -80,7 +81,7 @@ def _prepare(b: Backend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _R
     )
     trainer = Trainer(
         b,
-        lc.trainer.losses or lc.losses,
+        lc.losses,
         lc.training_mode,
         run.cfg.temperature,
         log_reference_kl=run.cfg.log_reference_kl,
@@ -99,7 +100,7 @@ def train_grpo_runs(
     """Train every run of `runs` in one process over one loaded `model`; returns their output folders."""
     if not runs:
         raise ValueError("a multi-run trainer needs at least one run")
-    check_run_losses(runs[0].loss_cfg.trainer.losses or runs[0].loss_cfg.losses, runs)
+    check_run_losses(runs[0].loss_cfg.losses, runs)
     for knob in ("sampler", "autocast"):  # one loaded model samples and computes for all of them
         values = {getattr(run.cfg, knob) for run in runs}
         if len(values) > 1:
