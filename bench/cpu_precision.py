@@ -58,13 +58,14 @@ def eval_part(a: argparse.Namespace) -> dict:
 
 
 def sft_part(a: argparse.Namespace) -> dict:
-    from jacrl.backends.select import load_model
+    from jacrl.backends.select import BackendOptions, load_model
     from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.sft import fit_lora, sft_examples
 
-    b = load_model(_spec(a.model, a.dtype), threads=a.threads)
-    if a.dtype == "autocast" and not b.train_autocast():
+    spec = _spec(a.model, a.dtype)
+    b = load_model(spec, threads=a.threads, options=BackendOptions.of(spec, autocast=a.dtype == "autocast"))
+    if a.dtype == "autocast" and not b.autocasts:
         raise SystemExit("autocast is not taken on this CPU (no native bfloat16)")
     tasks = read_tasks(RUNG)[: 2 * a.sft_steps]
     examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])

@@ -26,7 +26,10 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+
+from jacrl.backends.select import BackendOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
@@ -61,18 +64,18 @@ def main() -> int:
 
     prompt = pick_prompt(a.model, 1404, a.tasks)
     if a.ends:
-        b = TorchBackend(a.model, dtype="float32", threads=2, training=True)
+        b = TorchBackend(a.model, threads=2, options=BackendOptions(dtype="float32", training=True, sampler="merged"))
     else:
-        b = forced_backend(a.model, dtype="float32", threads=2, training=True)
+        b = forced_backend(a.model, dtype="float32", threads=2, training=True, sampler="merged")
     if a.adapter:
         b.load_adapter(a.adapter, trainable=True)
     else:
         b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=-1), seed=0)
-    b.sample_merged()
     n_bytes = 2 * sum(x.numel() for x in b._sampling_model().parameters())
 
     def group(way: str) -> tuple[float, list]:
-        b.pack_decode, b.compile_decode, b.narrow_shared = WAYS[way]
+        pack, compiled, narrow = WAYS[way]
+        b.options = replace(b.options, pack_decode=pack, compile_decode=compiled, narrow_shared=narrow)
         params = SamplingParams(temperature=0.6, max_tokens=a.tokens, seed=0)
         t0 = time.perf_counter()
         out = b.generate_ids([prompt], a.group, params, progress=False)

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from jacrl.backends.select import BackendOptions
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # our workers import jacrl; the side venvs' workers never do
 SIDE = ROOT / "bench" / "out" / "engines"
@@ -125,7 +127,7 @@ def forced_backend(model: Path, **kw):
     class Forced(TorchBackend):
         eos_token_ids = property(lambda self: {49151})
 
-    return Forced(model, **kw)
+    return Forced(model, threads=kw.pop("threads", None), options=BackendOptions(**kw))
 
 
 def thread_policy() -> str:
@@ -144,14 +146,18 @@ def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
 
     v = VARIANTS[a.variant]
     t0 = time.perf_counter()
-    b = forced_backend(a.model, dtype=v["dtype"], threads=2, training=v["dtype"] == "float32")
-    b.shared_prefix = v.get("shared", True)
+    b = forced_backend(
+        a.model,
+        dtype=v["dtype"],
+        threads=2,
+        training=v["dtype"] == "float32",
+        shared_prefix=v.get("shared", True),
+        sampler="merged" if v.get("merged") else "policy",
+        compile_decode=v.get("compile", False),
+    )
     apply_s = None
     if v.get("lora"):
         b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=-1), seed=0)
-    if v.get("merged"):
-        b.sample_merged()
-    b.compile_decode = v.get("compile", False)
 
     def gen(n: int, tokens: int, temperature: float) -> None:
         b.generate_ids([prompt], n, SamplingParams(temperature=temperature, max_tokens=tokens, seed=0), progress=False)

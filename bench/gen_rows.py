@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 if "OMP_WAIT_POLICY" not in os.environ:  # the workflow's jobs' setting (rules/common.smk)
@@ -42,7 +43,8 @@ WAYS = {  # --compare: (name, NARROW_SHARE, pack_decode, stream_rows) for each w
 
 
 def greedy_pass(backend, prompts: list[str], way: tuple, max_tokens: int) -> tuple[float, list[list[int]]]:
-    _, static_rows.NARROW_SHARE, backend.pack_decode, backend.stream_rows = way
+    _, static_rows.NARROW_SHARE, pack, stream = way
+    backend.options = replace(backend.options, pack_decode=pack, stream_rows=stream)
     start = time.perf_counter()
     [done] = backend.generate_draws(
         prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=max_tokens))], progress=False

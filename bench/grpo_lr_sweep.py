@@ -4,6 +4,12 @@ its first step's samples from the same policy), then one fixed probe of the resu
 
     .venv/bin/python bench/grpo_lr_sweep.py --config configs/smollm2-cpu.yaml --sft-iters 20 --iters 8 \
         --lrs 5e-5 2e-4 8e-4 [--probe 16] [--out bench/out/grpo_lr]
+    .venv/bin/python bench/grpo_lr_sweep.py --config configs/qwen-coder-cpu.yaml configs/qwen-coder-cpu-smart.yaml \
+        --rung 3 --sft-adapter adapters/r3/qwen-coder-1.5b/sft --iters 10 --lrs 5e-5 2e-4
+
+The model is the config's first (its builtin's folder, precision and checkpointing); the tasks are the
+rung's (`--rung`, default all); `--sft-adapter` starts from an adapter already trained (the ladder's own)
+instead of training one.
 
 The probe is the `mem` cell's tasks (the rung's first `eval.mem_max_tasks`), decoded greedily at
 `eval.max_tokens` and scored by the Jac reward: mean dense reward, compile / run / pass rates. It is
@@ -32,18 +38,17 @@ from jacrl.backends.cpu import cpu_info  # noqa: E402
 from jacrl.backends.select import load_model  # noqa: E402
 from jacrl.config import Config, load_config_file  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
+from jacrl.layout import rung_tasks  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
 from jacrl.training.metrics import read_metrics  # noqa: E402
 from jacrl.training.sft import train_sft  # noqa: E402
 
-RUNG = "dataset/rl/rungs/rall/train.jsonl"
 
-
-def merged_config(path: str) -> Config:
-    """config.yaml under the given file, merged as Snakemake merges a --configfile (nested keys update)."""
-    return load_config_file("config.yaml", path)
+def merged_config(paths: list[str]) -> Config:
+    """config.yaml under the given files, merged as Snakemake merges --configfile (nested keys update)."""
+    return load_config_file("config.yaml", *paths)
 
 
 def probe(model: ModelSpec, adapter: Path, tasks: list[Task], scorer: RewardScorer, cfg: Config, threads: int) -> dict:
@@ -115,9 +120,10 @@ def row(name: str, p: dict, start: dict, curve: dict | None) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/smollm2-cpu.yaml")
-    p.add_argument("--model", default="models/smollm2")
+    p.add_argument("--config", nargs="+", default=["configs/smollm2-cpu.yaml"])
+    p.add_argument("--rung", default="all", help="the rung whose tasks GRPO trains on and the probe reads")
     p.add_argument("--sft-iters", type=int, default=20, help="gold-SFT steps of the starting adapter")
+    p.add_argument("--sft-adapter", type=Path, default=None, help="start from this adapter instead of training one")
     p.add_argument("--iters", type=int, default=8, help="GRPO steps per learning rate")
     p.add_argument(
         "--lrs", type=float, nargs="*", default=[5e-5, 2e-4, 8e-4], help="none: the SFT adapter and its probe only"
@@ -127,10 +133,10 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=Path("bench/out/grpo_lr"))
     a = p.parse_args()
     cfg = merged_config(a.config)
-    model = ModelSpec(name="sweep", path=a.model, backend="torch", dtype="auto")
-    tasks = read_tasks(RUNG)
+    model = cfg.models[0]
+    tasks = read_tasks(rung_tasks(a.rung))
     probe_tasks = tasks[: a.probe or cfg.eval.mem_max_tasks]
-    sft = a.out / "sft"
+    sft = a.sft_adapter or a.out / "sft"
     t0 = time.perf_counter()
     sft_new = not sft.exists()
     if sft_new:

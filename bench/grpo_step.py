@@ -26,9 +26,9 @@ are printed and the reads use their mean), variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
 `compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
-step with unpacked weights (`TorchBackend.pack_decode = False`: the sampler before the fast decode step),
+step with unpacked weights (`BackendOptions.pack_decode = False`: the sampler before the fast decode step),
 `+unshared` prefilling the sampler apart and forwarding the prompt again for training
-(`TorchBackend.share_prompts = False`: the step before the two shared the prompt's forward).
+(`BackendOptions.share_prompts = False`: the step before the two shared the prompt's forward).
 OpenMP's wait policy is read when torch loads: run the bench once per setting (the workflow's jobs
 spin `GOMP_SPINCOUNT` before they sleep, rules/common.smk).
 
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +55,11 @@ from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import resident_mb
-from jacrl.backends.torch_backend import TorchBackend
 from jacrl.config import Config, load_config, load_config_file
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.reward.batch import RewardScorer
-from jacrl.rl.loop import OnPolicyRun, orchestrator_and_trainer, prepare_backend, train_grpo, train_step
+from jacrl.rl import loop
+from jacrl.rl.loop import OnPolicyRun, grpo_options, orchestrator_and_trainer, prepare_backend, train_grpo, train_step
 from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
 
@@ -131,8 +132,8 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
         raise SystemExit(
             f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked, +unshared"
         )
-    TorchBackend.pack_decode = False if "unpacked" in flags else None
-    TorchBackend.share_prompts = "unshared" not in flags
+    ways = {"pack_decode": False if "unpacked" in flags else None, "share_prompts": "unshared" not in flags}
+    loop.grpo_options = lambda model, cfg: replace(grpo_options(model, cfg), **ways)  # this process's GRPO jobs
     update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)
     spec = next(m for m in cfg.models if m.name == "smollm2").model_copy(update={"compile_decode": "compile" in flags})

@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep between the jobs' parts
 
 from jacrl.backends.cpu import cpu_info  # noqa: E402
-from jacrl.backends.select import Placement, load_backend  # noqa: E402
+from jacrl.backends.select import BackendOptions, load_backend  # noqa: E402
 from jacrl.config import Config, load_config_file  # noqa: E402
 from jacrl.evaluation.cell import evaluate_cell  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
@@ -59,7 +59,7 @@ def mem_cell(cfg: Config, rung: str, adapter: Path, threads: int) -> tuple[dict,
     """The rung's mem cell from `adapter`, built as an eval job builds it."""
     spec = cfg.models[0]
     t0 = time.perf_counter()
-    b = load_backend(spec.model_dir(), spec.backend, adapter=adapter, threads=threads, placement=Placement.of(spec))
+    b = load_backend(spec.model_dir(), spec.backend, adapter=adapter, threads=threads, options=BackendOptions.of(spec))
     b.merge_adapter()
     special = tokenizer_special_tokens(b.hf_tokenizer)
     with RewardScorer(cfg.reward, threads=threads, special_tokens=special) as scorer:

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 from engines import cpu_model, thread_policy
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.select import Placement
+from jacrl.backends.select import BackendOptions
 from jacrl.tasks.record import read_tasks
 
 
@@ -45,7 +46,7 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    backend.prompt_rows = path == "shared"
+    backend.options = replace(backend.options, prompt_rows=path == "shared")
     if path in ("shared", "cache"):  # groups rows by prompt
         score = backend._token_logprobs
     else:
@@ -110,13 +111,14 @@ def main() -> None:
     paths = a.paths.split(",")
     from jacrl.backends.lora_format import LoraSpec
 
-    backend = load_backend(a.model, a.backend, threads=a.threads, placement=Placement(training=True))
+    options = BackendOptions(training=True, autocast=a.autocast)
+    backend = load_backend(a.model, a.backend, threads=a.threads, options=options)
     if a.adapter:
         backend.load_adapter(a.adapter, trainable=True)
     else:
         backend.attach_lora(LoraSpec(rank=8), seed=0)
     if a.autocast:
-        print("bf16 autocast:", backend.train_autocast())
+        print("bf16 autocast:", backend.autocasts)
     heads, tails = rows(backend, read_tasks(a.tasks)[: a.prompts], a.group)
     times: dict[str, list[float]] = {path: [] for path in paths}
     lps: dict[str, torch.Tensor] = {}

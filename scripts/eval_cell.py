@@ -4,7 +4,7 @@ import json
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import determinism_record
-from jacrl.backends.select import Placement, load_backend
+from jacrl.backends.select import BackendOptions, load_backend
 from jacrl.config import load_config
 from jacrl.evaluation.cell import evaluate_cell
 from jacrl.evaluation.labels import cell_line
@@ -26,7 +26,7 @@ with logged(snakemake):
         adapter=adapter,
         threads=snakemake.threads,
         model_name=spec.name,
-        placement=Placement.of(spec),
+        options=BackendOptions.of(spec),
     )
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
     jobs = zip(

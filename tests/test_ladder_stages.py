@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -241,3 +244,43 @@ def test_a_second_arm_sits_beside_the_default_without_overwriting_it(staged):
     # the arm is a pivot column and is paired with the default arm on every stage of tiny · gen
     assert "| sft_grpo@tuned" in md
     assert re.search(r"^\| r2 +\| sft_grpo@tuned +\| sft_grpo +\| greedy compiles % +\|", md, re.MULTILINE)
+
+
+def outputs(work: Path) -> dict[str, int]:
+    """Every finished output of the run so far (cells, adapters' files, the plan) with its mtime."""
+    paths = [*(work / "results").rglob("*.json"), *(work / "adapters").rglob("*")]
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in paths if p.is_file() and ".ckpt" not in p.parts[-2]}
+
+
+def test_a_killed_stage_resumes_without_repeating_finished_work(tmp_path_factory):
+    """Stage 1 (the plan) finishes; stage 2 (GRPO at the elbow and its cells) is SIGKILLed, process group
+    and all, once GRPO has checkpointed. The next start names the lock; after `--unlock` the stage resumes
+    from the checkpoint (no step trained twice) and rebuilds nothing stage 1 finished."""
+    grpo = {**CONFIG["grpo"], "iters": 6, "save_every": 2}
+    work = workdir(tmp_path_factory, "killed", grpo=grpo, grpo_arms={})
+    selection = ("--config", 'ladder={"plan": "smart"}')
+    snakemake(work, "results/plan.json", *selection)
+    elbow = json.loads((work / "results/plan.json").read_text())["elbows"][0]["rung"]
+    stage2 = [f"results/cells/r{elbow}/tiny/sft_grpo/{s}.json" for s in ("gen", "mem")]
+    finished = outputs(work)
+    state = work / f"adapters/r{elbow}/tiny/sft_grpo.ckpt/state.json"
+    args = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", "--cores", "2"]
+    proc = subprocess.Popen([*args, *stage2, *selection], cwd=work, start_new_session=True)
+    try:
+        while not (state.exists() and json.loads(state.read_text())["step"] >= 2):
+            assert proc.poll() is None, "stage 2 ended before GRPO checkpointed"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    saved = json.loads(state.read_text())["step"]
+    assert "cannot be locked" in snakemake(work, *stage2, *selection, ok=False).lower()
+    snakemake(work, "--unlock", *selection)
+    console = snakemake(work, *stage2, "--rerun-incomplete", *selection)
+    ran = jobs_run(console)
+    assert ran.get("grpo") == 1 and not {"sft", "eval_base", "eval_base_gen", "smoke", "elbow"} & set(ran)
+    assert {p: t for p, t in outputs(work).items() if p in finished} == finished  # nothing of stage 1 rebuilt
+    log = (work / f"logs/grpo/r{elbow}/tiny/sft_grpo.log").read_text()
+    assert "resum" in log.lower() and f"step {saved}" in log
+    steps = [json.loads(line)["step"] for line in (work / f"adapters/r{elbow}/tiny/sft_grpo/metrics.jsonl").open()]
+    assert steps == list(range(1, grpo["iters"] + 1))  # each step once

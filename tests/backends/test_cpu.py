@@ -79,12 +79,12 @@ def test_the_backend_loads_the_tiny_model_in_float32_on_any_cpu(tiny_model, monk
 
 def test_a_training_job_loads_float32_where_an_eval_job_loads_bfloat16(tiny_model, monkeypatch):
     from jacrl.backends import load_backend
-    from jacrl.backends.select import Placement
+    from jacrl.backends.select import BackendOptions
 
     _pretend(monkeypatch, True)
     monkeypatch.setattr(cpu, "BF16_MIN_PARAMS", 0)  # the tiny model counts as large here
     assert load_backend(tiny_model, "torch", threads=1).dtype == torch.bfloat16
-    trained = load_backend(tiny_model, "torch", threads=1, placement=Placement(training=True))
+    trained = load_backend(tiny_model, "torch", threads=1, options=BackendOptions(training=True))
     assert trained.dtype == torch.float32 and next(trained.model.parameters()).dtype == torch.float32
 
 
@@ -125,10 +125,11 @@ def test_scoring_and_training_multiply_float32_through_onednn_and_decoding_does_
     """Where oneDNN keeps float32, a float32 model's scoring forward and its backward go there; a
     decode's few rows keep MKL (oneDNN's fixed cost a call loses there)."""
     from jacrl.backends import LoraSpec, SamplingParams
+    from jacrl.backends.select import BackendOptions
     from jacrl.backends.torch_backend import TorchBackend
 
     float32_precision("none")
-    b = TorchBackend(tiny_model, threads=2, dtype="float32", training=True)
+    b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype="float32", training=True))
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     seen: list[tuple[str, str]] = []
     layer = b._causal_lm().model.layers[0].mlp.down_proj

@@ -4,6 +4,8 @@ they found it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends import fast_decode as fd
 from jacrl.backends.base import Draw
 from jacrl.backends.packed import pack, packed_linears
+from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_backend import TorchBackend
 
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
@@ -21,7 +24,7 @@ DRAWS = [
 
 
 def _decoded(b, packed: bool, shared: bool = True):
-    b.pack_decode, b.shared_prefix = packed, shared
+    b.options = replace(b.options, pack_decode=packed, shared_prefix=shared)
     return b.generate_draws(PROMPTS, DRAWS, progress=False)
 
 
@@ -35,7 +38,7 @@ def _same(a, b, tol: float) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_fast_step_samples_what_transformers_does(tiny_model, monkeypatch, dtype):
-    b = TorchBackend(tiny_model, threads=2, dtype=dtype)
+    b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype=dtype))
     calls = []
     step = fd.FastDecoder.__call__
     monkeypatch.setattr(fd.FastDecoder, "__call__", lambda self, *a: (calls.append(1), step(self, *a))[1])

@@ -10,6 +10,7 @@ import torch
 
 from jacrl.backends import heap
 from jacrl.backends.heap import GROWTH, HeapKeeper, release_free_heap
+from jacrl.backends.select import BackendOptions
 
 
 def rss_mb() -> float:
@@ -54,7 +55,7 @@ def test_a_backend_step_asks_its_heap_keeper(monkeypatch, tiny_model):
 
     trims = []
     monkeypatch.setattr(heap, "release_free_heap", lambda: trims.append(1) or True)
-    b = TorchBackend(tiny_model, dtype="float32", training=True)
+    b = TorchBackend(tiny_model, options=BackendOptions(dtype="float32", training=True))
     b.attach_lora(LoraSpec(rank=4, scale=1.0), seed=0)
     b.configure_optimizer(1e-3)
     for _ in range(3):

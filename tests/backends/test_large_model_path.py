@@ -4,6 +4,8 @@ of keeping a merged copy, and a prompt's kept forward bounded by its size."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from fixtures.models import randomised_lora, weighted_backward
@@ -12,14 +14,14 @@ from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends import torch_backend as tb
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.packed import pack
-from jacrl.backends.select import Placement
+from jacrl.backends.select import BackendOptions
 
 PROMPT = "node Room { has name: str; } walker Visit {"
 TAILS = [[5, 9, 13, 2, 7], [11, 3], [4, 4, 8, 30]]
 
 
 def _lora(tiny_model, **placement) -> tb.TorchBackend:
-    b = load_backend(tiny_model, "torch", threads=2, placement=Placement(training=True, **placement))
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(training=True, **placement))
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     randomised_lora(b, seed=0)
     return b
@@ -51,7 +53,8 @@ def test_checkpointed_rows_after_a_shared_prompt_give_the_whole_forwards_logprob
 
 def test_a_checkpointed_sampled_prompt_is_kept_for_the_backward_with_the_same_gradients(whole, checkpointed):
     prompt = whole.encode(PROMPT)
-    assert checkpointed.share_prompt_forwards()
+    checkpointed.options = replace(checkpointed.options, share_prompts=True)
+    assert checkpointed.shares_prompt_forwards
     try:
         params = SamplingParams(temperature=0.0, max_tokens=4)
         checkpointed.generate_ids([prompt], 2, params, progress=False)
@@ -59,21 +62,22 @@ def test_a_checkpointed_sampled_prompt_is_kept_for_the_backward_with_the_same_gr
         kept = weighted_backward(checkpointed, prompt, TAILS)
         assert not checkpointed._prompt_graphs  # the backward took it
     finally:
-        checkpointed._sharing = False
+        checkpointed.options = replace(checkpointed.options, share_prompts=False)
     _same(kept, weighted_backward(whole, prompt, TAILS))
 
 
 def test_a_prompt_whose_kept_forward_passes_the_bound_is_forwarded_again_for_the_backward(whole, monkeypatch):
     prompt = whole.encode(PROMPT)
     expected = weighted_backward(whole, prompt, TAILS)
-    assert whole.share_prompt_forwards()
+    whole.options = replace(whole.options, share_prompts=True)
+    assert whole.shares_prompt_forwards
     monkeypatch.setattr(tb, "SHARED_PROMPT_BYTES", 0)
     try:
         whole.generate_ids([prompt], 2, SamplingParams(temperature=0.0, max_tokens=4), progress=False)
         assert not whole._prompt_graphs
         _same(weighted_backward(whole, prompt, TAILS), expected)
     finally:
-        whole._sharing = False
+        whole.options = replace(whole.options, share_prompts=False)
 
 
 def test_the_graph_estimate_is_the_measured_one_of_a_large_model():
@@ -99,9 +103,9 @@ def test_a_lora_layer_packs_with_its_adapter_folded_in(tiny_model):
 
 
 def test_sampling_merged_at_the_policys_own_precision_keeps_no_copy(tiny_model):
-    b = _lora(tiny_model, dtype="bfloat16")
-    b.pack_decode = True  # as a model large enough to pack
-    assert b.sample_merged(dtype="bfloat16") and b._copy is None and b._fold_on_pack
+    b = _lora(
+        tiny_model, dtype="bfloat16", sampler="merged", copy_dtype="bfloat16", pack_decode=True
+    )  # packs as a large model does
     prompt = b.encode(PROMPT)
     out = b.generate_ids([prompt], 2, SamplingParams(temperature=0.7, max_tokens=5, seed=1), progress=False)
-    assert [len(c.token_ids) for c in out[0]] and b._copy is None
+    assert [len(c.token_ids) for c in out[0]] and b._copy is None and b._fold_on_pack

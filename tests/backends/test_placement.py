@@ -1,4 +1,4 @@
-"""Per-model device, precision and gradient checkpointing (ModelSpec → Placement → TorchBackend)."""
+"""Per-model device, precision and gradient checkpointing (ModelSpec → BackendOptions → TorchBackend)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import Placement
+from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_backend import resolve_device, resolve_dtype
 
 
@@ -45,20 +45,20 @@ def test_spec_gpus_and_validation():
     with pytest.raises(ValidationError, match="mem_mb"):
         ModelSpec(name="t", builtin="tiny", mem_mb={"train": 100})
     spec = ModelSpec(name="t", builtin="tiny", device="cpu", dtype="bfloat16", gradient_checkpointing=True)
-    assert Placement.of(spec) == Placement("cpu", "bfloat16", True)
-    assert Placement.of(spec.model_copy(update={"compile_decode": True})).compile_decode
+    assert BackendOptions.of(spec) == BackendOptions("cpu", "bfloat16", True)
+    assert BackendOptions.of(spec.model_copy(update={"compile_decode": True})).compile_decode
     with pytest.raises(ValidationError, match="compile_decode is the torch backend's"):
         ModelSpec(name="t", builtin="tiny", backend="mlx", compile_decode=True)
 
 
 def test_explicit_dtype_reaches_the_weights(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2, placement=Placement(device="cpu", dtype="bfloat16"))
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(device="cpu", dtype="bfloat16"))
     assert {p.dtype for p in b.model.parameters()} == {torch.bfloat16}
     assert b.device == "cpu"
 
 
 def _grads(tiny_model, checkpointing: bool) -> dict[str, torch.Tensor]:
-    b = load_backend(tiny_model, "torch", threads=2, placement=Placement("cpu", "float32", checkpointing))
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions("cpu", "float32", checkpointing))
     b.attach_lora(LoraSpec(rank=4, scale=2.0), seed=0)
     assert any(getattr(m, "gradient_checkpointing", False) for m in b.model.modules()) is checkpointing
     with torch.no_grad():  # a non-zero B so every LoRA matrix gets a gradient

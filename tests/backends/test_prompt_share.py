@@ -1,23 +1,27 @@
-"""A prompt sampled from the policy under `share_prompt_forwards` runs its forward once: the sampler
+"""A prompt sampled from the policy under `options.share_prompts` runs its forward once: the sampler
 decodes on it and the next backward over that prompt takes it, with the gradients a fresh forward
 gives; anything that moves the weights drops it."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 from fixtures.models import weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
-from jacrl.backends.torch_backend import TorchBackend
+from jacrl.backends.select import BackendOptions
 
 PROMPT = "node Room { has name: str; } walker Visit {"
 
 
 @pytest.fixture
 def backend(lora_backend):
+    before = lora_backend.options
+    lora_backend.options = replace(before, share_prompts=True)
     yield lora_backend
-    lora_backend._sharing = False
+    lora_backend.options = before
     lora_backend._prompt_graphs.clear()
 
 
@@ -36,7 +40,7 @@ def _sample(backend, prompt, n=3, temperature=0.8):
 
 def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(backend, monkeypatch):
     prompt = backend.encode(PROMPT)
-    assert backend.share_prompt_forwards()
+    assert backend.shares_prompt_forwards
     seen = _forwards(backend, monkeypatch)
     tails = _sample(backend, prompt)
     assert seen == [tuple(prompt)] and set(backend._prompt_graphs) == {tuple(prompt)}
@@ -51,13 +55,13 @@ def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(
 def test_the_sampler_decodes_on_the_kept_forward_as_on_its_own_prefill(backend):
     prompt = backend.encode(PROMPT)
     greedy = _sample(backend, prompt, n=2, temperature=0.0)
-    assert backend.share_prompt_forwards()
+    assert backend.shares_prompt_forwards
     assert _sample(backend, prompt, n=2, temperature=0.0) == greedy
 
 
 def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backend):
     prompt = backend.encode(PROMPT)
-    assert backend.share_prompt_forwards()
+    assert backend.shares_prompt_forwards
     tails = _sample(backend, prompt)
     backend.logprobs([prompt] * len(tails), tails)  # inference: does not take it
     assert set(backend._prompt_graphs) == {tuple(prompt)}
@@ -75,14 +79,15 @@ def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backe
     assert not backend._prompt_graphs
 
 
-def test_an_adapter_with_dropout_or_the_switch_off_does_not_share(tiny_model, monkeypatch):
-    b = load_backend(tiny_model, "torch", threads=2)
-    assert not b.share_prompt_forwards()  # no adapter
+def test_an_adapter_with_dropout_or_the_option_off_does_not_share(tiny_model):
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(share_prompts=True))
+    assert not b.shares_prompt_forwards  # no adapter
     b.attach_lora(LoraSpec(rank=4, scale=8.0, dropout=0.1), seed=1)
-    assert not b.share_prompt_forwards()
-    monkeypatch.setattr(TorchBackend, "share_prompts", False)
+    assert not b.shares_prompt_forwards
     b.lora = LoraSpec(rank=4, scale=8.0)
-    assert not b.share_prompt_forwards()
+    assert b.shares_prompt_forwards
+    b.options = replace(b.options, share_prompts=False)
+    assert not b.shares_prompt_forwards
 
 
 def test_the_kept_forward_outlives_the_reference_pass_before_it_is_taken(backend, monkeypatch, tmp_path):
@@ -92,7 +97,7 @@ def test_the_kept_forward_outlives_the_reference_pass_before_it_is_taken(backend
     backend.keep_reference(backend.save_adapter(tmp_path / "reference"))
     monkeypatch.setattr(backend, "_reference_prompts", type(backend._reference_prompts)())
     try:
-        assert backend.share_prompt_forwards()
+        assert backend.shares_prompt_forwards
         seen = _forwards(backend, monkeypatch)
         tails = _sample(backend, prompt)
         loss = lambda t: ((t.logprobs - t.ref_logprobs).sum(), {})  # noqa: E731

@@ -1,8 +1,10 @@
 """GRPO's rollout decode on the torch backend: a prompt's rows decoded over its one KV cache give what
-the per-row static cache gives, and the merged sampling copy (`sample_merged`) samples what the
+the per-row static cache gives, and the merged sampling copy (`sampler: merged`) samples what the
 trained policy would, refolded after every optimiser step and set aside while the adapter is off."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -10,6 +12,7 @@ from fixtures.models import randomised_lora
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import Draw, TokenLogprobs
+from jacrl.backends.select import BackendOptions
 
 # different lengths: the shared caches are left-padded, and the padding must be masked
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
@@ -18,11 +21,11 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=5)
 
 
 def _draws(b, shared: bool):
-    b.shared_prefix = shared
+    b.options = replace(b.options, shared_prefix=shared)
     try:
         return b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(4, SAMPLED)], progress=False)
     finally:
-        b.shared_prefix = True
+        b.options = replace(b.options, shared_prefix=True)
 
 
 def _trained_policy(tiny_model):
@@ -58,9 +61,9 @@ def test_shared_prefix_decode_equals_the_per_row_static_cache(tiny_model):
 def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
     policy = _trained_policy(tiny_model)
     before = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    assert policy.sample_merged() is True
-    assert policy._copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
+    policy.options = replace(policy.options, sampler="merged")
     merged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    assert policy._copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
     _same(merged, before)
     _one_step(policy)  # the adapter moves: the copy must be refolded before the next sampling
     after_step = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
@@ -73,7 +76,7 @@ def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
 
 def test_merged_copy_is_set_aside_while_the_adapter_is_off(tiny_model):
     policy = _trained_policy(tiny_model)
-    policy.sample_merged()
+    policy.options = replace(policy.options, sampler="merged")
     base = load_backend(tiny_model, "torch", threads=2)
     with policy.adapter_disabled():
         off = policy.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
@@ -84,9 +87,9 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
     """A bf16 copy (what a CPU with bf16 samples SmolLM2 from) differs from the float32 policy by
     rounding only: its sampling logprobs against the policy's recomputed ones."""
     policy = _trained_policy(tiny_model)
-    policy.sample_merged("bfloat16")
-    assert policy._copy.dtype == torch.bfloat16
+    policy.options = replace(policy.options, sampler="merged", copy_dtype="bfloat16")
     out = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
+    assert policy._copy.dtype == torch.bfloat16
     ids = [policy.prompt_ids(p) for p in PROMPTS]
     rows = [(ids[i], c) for i, g in enumerate(out) for c in g]
     scored = policy.logprobs([p for p, _ in rows], [c.token_ids for _, c in rows], SAMPLED.temperature)
@@ -94,10 +97,16 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
     assert 0 < gap < 0.5
 
 
-def test_sample_merged_needs_an_unmerged_adapter(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
-    with pytest.raises(RuntimeError, match="needs an unmerged LoRA adapter"):
-        b.sample_merged()
+def test_the_merged_sampler_keeps_no_copy_without_an_unmerged_adapter(tiny_model, tmp_path):
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(sampler="merged"))
+    b.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
+    assert b._copy is None  # no adapter: the model is the policy
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    saved = b.save_adapter(tmp_path / "adapter")
+    merged = load_backend(tiny_model, "torch", adapter=saved, threads=2, options=BackendOptions(sampler="merged"))
+    merged.merge_adapter()
+    merged.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
+    assert merged._copy is None  # folded into the weights already
 
 
 def _same(a, b) -> None:
@@ -112,7 +121,7 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
     b = load_backend(tiny_model, "torch", threads=2)
     draws = [Draw(1, GREEDY), Draw(4, SAMPLED)]
     eager = b.generate_draws(PROMPTS, draws, progress=False)
-    b.compile_decode = True
+    b.options = replace(b.options, compile_decode=True)
     for _ in range(2):  # the second decode reuses the first's graphs
         compiled = b.generate_draws(PROMPTS, draws, progress=False)
         for d in range(2):
@@ -125,7 +134,7 @@ def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(
     from jacrl.backends import static_rows
 
     b = load_backend(tiny_model, "torch", threads=2)
-    b.shared_prefix = False  # sampled rows on the static cache too
+    b.options = replace(b.options, shared_prefix=False)  # sampled rows on the static cache too
     prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
     draws = [Draw(1, GREEDY), Draw(2, SAMPLED)]
     decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
@@ -155,10 +164,10 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     randomised_lora(b, seed=0, scale=0.5)  # the bare tiny model's greedy rows are all alike
     prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
     decoded = lambda: b.generate_draws(prompts, [Draw(1, params)], progress=False)  # noqa: E731
-    b.stream_rows = False
+    b.options = replace(b.options, stream_rows=False)
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for p in decoded()[0] for c in p])
     batch = decoded()
-    b.stream_rows, b.max_batch_rows = True, 3
+    b.options, b.max_batch_rows = replace(b.options, stream_rows=True), 3
     released = []
     release = row_stream.RowCache.release
     monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))

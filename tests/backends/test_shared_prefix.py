@@ -7,6 +7,7 @@ import torch
 
 from jacrl.backends import SamplingParams
 from jacrl.backends import shared_prefix as sp
+from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_backend import TorchBackend
 
 WIDTH, ROWS, KV_HEADS, HEADS, D, MAX_NEW = 300, 4, 2, 6, 16, 8
@@ -66,7 +67,7 @@ def test_bf16_fpmath_products_of_bf16_values_are_the_float32_ones():
 def test_a_bf16_decode_sets_the_flag_around_its_attention_only(tiny_model, monkeypatch, float32_precision):
     """RoPE's angles are a float32 matmul of positions (past 256 not bf16 values): the flag must be off
     there (on AMX it would round them), and on around every layer's attention."""
-    b = TorchBackend(tiny_model, threads=2, dtype="bfloat16")
+    b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype="bfloat16"))
     float32_precision("none")
     lm = b._causal_lm()
     seen = {"rope": [], "attention": 0}

@@ -1,4 +1,4 @@
-"""`train_autocast`: the torch backend's scoring and training forwards run their matmuls in bfloat16
+"""`options.autocast`: the torch backend's scoring and training forwards run their matmuls in bfloat16
 while the weights, the adapter's gradients and the output layer stay float32, only where the device
 multiplies bfloat16 natively and never under `determinism: strict`."""
 
@@ -9,14 +9,14 @@ import torch
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends import torch_backend as tb
 from jacrl.backends.base import TokenLogprobs
-from jacrl.backends.determinism import DETERMINISM_ENV
+from jacrl.backends.select import BackendOptions
 
 PROMPTS = ["walker Visit", "node Room { has name: str; }", "obj"]
 COMPLETION = "return a + b;"
 
 
-def _policy(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
+def _policy(tiny_model, autocast: bool = False):
+    b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(autocast=autocast))
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     b.configure_optimizer(5e-2)
     return b
@@ -55,8 +55,8 @@ def test_autocast_computes_in_bf16_and_keeps_the_output_layer_and_gradients_floa
     fp32 = _policy(tiny_model)
     assert _dtypes_seen(fp32) == {"projection": {torch.float32}, "output": {torch.float32}}
     loss32, grad32 = _loss_and_grads(fp32)
-    mixed = _policy(tiny_model)
-    assert mixed.train_autocast() is True
+    mixed = _policy(tiny_model, autocast=True)
+    assert mixed.autocasts
     assert _dtypes_seen(mixed) == {"projection": {torch.bfloat16}, "output": {torch.float32}}
     loss16, grad16 = _loss_and_grads(mixed)
     assert loss16 != loss32, "the forward really ran in bfloat16"
@@ -67,11 +67,12 @@ def test_autocast_computes_in_bf16_and_keeps_the_output_layer_and_gradients_floa
 
 def test_autocast_is_not_taken_without_native_bf16_or_under_strict_determinism(tiny_model, monkeypatch):
     monkeypatch.setattr(tb, "cpu_computes_bf16", lambda: False)
-    b = _policy(tiny_model)
-    assert b.train_autocast() is False
+    b = _policy(tiny_model, autocast=True)
+    assert not b.autocasts
     assert _dtypes_seen(b)["projection"] == {torch.float32}
     monkeypatch.setattr(tb, "cpu_computes_bf16", lambda: True)
-    monkeypatch.setenv(DETERMINISM_ENV, "strict")
-    assert b.train_autocast() is False
-    monkeypatch.delenv(DETERMINISM_ENV)
-    assert _dtypes_seen(b)["projection"] == {torch.float32}
+    monkeypatch.setattr(tb, "is_strict", lambda: True)  # as under `determinism: strict`
+    strict = _policy(tiny_model, autocast=True)
+    monkeypatch.undo()
+    assert not strict.autocasts
+    assert _dtypes_seen(strict)["projection"] == {torch.float32}

@@ -12,7 +12,7 @@ import pytest
 from fixtures.models import model_spec
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.select import Placement
+from jacrl.backends.select import BackendOptions
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
 from jacrl.models.registry import (
@@ -185,7 +185,7 @@ def test_the_adapter_loads_with_plain_peft(smollm2_dir, sft_adapter, torch_smoll
 
     base = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32)
     peft_model = PeftModel.from_pretrained(base, sft_adapter).eval()
-    ours = load_backend(smollm2_dir, "torch", adapter=sft_adapter, threads=2, placement=Placement(dtype="float32"))
+    ours = load_backend(smollm2_dir, "torch", adapter=sft_adapter, threads=2, options=BackendOptions(dtype="float32"))
     ids = ours.prompt_ids(rung1[0].prompt)[-64:] + ours.completion_ids("```jac\nreturn 1;\n```")
     with torch.no_grad():
         logits = peft_model(input_ids=torch.tensor([ids])).logits[0, :-1].float()

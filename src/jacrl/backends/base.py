@@ -19,7 +19,8 @@ A backend loads a base model (plus, optionally, a LoRA adapter) and offers:
 - LoRA: `attach_lora`, `save_adapter`, `load_adapter`, `fuse`, `adapter_disabled()`: the checks,
   the folders and `jacrl_adapter.json` are written here once; each backend fills in its format;
   `merge_adapter()` folds a loaded adapter into the weights for sampling and scoring only (eval);
-  `sample_merged()` samples from a folded copy while the adapter keeps training (GRPO);
+  the torch backend's `BackendOptions` (`sampler: merged`) sample from a folded copy while the adapter
+  keeps training (GRPO);
 
 Training loops are not backends' business: gold-SFT and RFT run `training.sft.run_sft`, GRPO
 `rl.trainer.Trainer`, both through `backward` and `step`.
@@ -444,27 +445,20 @@ class Backend(ABC):
             self._merge_adapter()
             self.merged = True
 
-    def sample_merged(self, dtype: str = "auto") -> bool:
-        """Sample from a copy of the policy with the adapter folded into its weights (in `dtype`),
-        refolded whenever the adapter's weights change, while scoring and training keep the adapter;
-        True when this backend does (torch), False when it samples from the policy itself (MLX)."""
+    @property
+    def autocasts(self) -> bool:
+        """Whether scoring and training forwards run their matmuls and attention in bfloat16 autocast (the
+        weights, the adapter, the optimiser state and the output layer in the model's dtype): the torch
+        backend where its options ask and the device computes bfloat16 natively; never MLX."""
         return False
 
-    def train_autocast(self) -> bool:
-        """From now on run scoring and training forwards with their matmuls and attention in
-        bfloat16 (autocast) where the device computes it natively, the weights, the adapter, the
-        optimiser state and the output layer staying in the model's dtype; True when this backend
-        does (torch on such a device), False when it computes in its weights' dtype (MLX, or a
-        device without native bfloat16)."""
-        return False
-
-    def share_prompt_forwards(self) -> bool:
-        """From now on each prompt that is sampled from the policy runs its forward once, as the
-        training backward would run it, with its graph kept: the sampler decodes on its keys and
-        values and the next backward over that prompt takes the kept forward instead of running it
-        again (an on-policy loop: nothing changes the weights in between, and any change drops what
-        was kept). True when this backend does (torch, an adapter without dropout), False when it
-        prefills for sampling and forwards again for training (MLX)."""
+    @property
+    def shares_prompt_forwards(self) -> bool:
+        """Whether each prompt sampled from the policy runs its forward once, as the training backward
+        would, its graph kept: the sampler decodes on its keys and values and the next backward over that
+        prompt takes the kept forward (an on-policy loop: nothing changes the weights in between, and any
+        change drops what was kept). The torch backend where its options ask (an adapter without dropout);
+        never MLX, which prefills for sampling and forwards again for training."""
         return False
 
     def _unmerged(self, what: str) -> None:

@@ -52,6 +52,7 @@ from jacrl.backends.sampling import (
     SeededDraw,
     at_temperature,
 )
+from jacrl.backends.select import BackendOptions
 from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.static_rows import StaticRows
 from jacrl.backends.token_logprobs import Float32Head, HeadLogprobs, LogitsArena
@@ -62,7 +63,7 @@ SMALL_DECODE_ROWS = 16
 
 
 SHARED_PROMPT_BYTES = 3 * 2**30
-"""The most a sampled prompt's kept forward (`share_prompt_forwards`) may hold: room for SmolLM2's
+"""The most a sampled prompt's kept forward (`options.share_prompts`) may hold: room for SmolLM2's
 1.5k-token prompt over 30 float32 layers, not for Qwen2.5-Coder-1.5B's 1.4k over 28 bf16 layers
 (`prompt_graph_bytes`; both sizes: docs/design.md#backends)."""
 
@@ -125,52 +126,31 @@ def resolve_dtype(dtype: str, device: str, parameters: int | None = None, traini
 class TorchBackend(Backend):
     name = "torch"
     swaps_runs = True
-    shared_prefix = True
-    """Decode a prompt's rows over its one cache (`jacrl.backends.shared_prefix`); False copies it per
-    row into a static cache, as one row per prompt always does (what `bench/engines.py` compares)."""
-    prompt_rows = True
-    """Score a shared prompt's rows through `jacrl.backends.prompt_rows` where it serves; False puts
-    them on a cache that repeats the prompt per row (what `bench/shared_prompt.py` compares)."""
-    share_prompts = True
-    """Under `share_prompt_forwards`, sample on the policy's kept prompt forward; False prefills the
-    sampler apart and forwards the prompt again for training (what `bench/grpo_step.py` compares)."""
-    narrow_shared = True
-    """Rows that ended leave a shared-prefix decode (`SharedRows`); False decodes every row to the
-    longest one's end (what `bench/decode_step.py` compares)."""
-    stream_rows = True
-    """One row per prompt streams the prompts through a fixed set of cache slots (`RowStream`); False
-    decodes them in batches over a static cache (`StaticRows`), each batch to its longest row's end."""
-    pack_decode: bool | None = None
-    """Decode through linear layers packed for oneDNN (`jacrl.backends.packed`); None: where
-    `packs` says it pays (a model of 50 M parameters or more, on CPU)."""
 
     def __init__(
         self,
         model_path: str | Path,
         adapter_path: str | Path | None = None,
         threads: int | None = None,
-        device: str | None = "auto",
-        dtype: str = "auto",
         model_name: str | None = None,
+        options: BackendOptions | None = None,
         max_batch_rows: int = MAX_BATCH_ROWS,
-        gradient_checkpointing: bool = False,
-        training: bool = False,
-        compile_decode: bool = False,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         set_threads(threads)
+        self.options = options = options or BackendOptions()
         self.model_path = require_model_dir(model_path, model_name)
-        self.device = resolve_device(device)
+        self.device = resolve_device(options.device)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.dtype = resolve_dtype(dtype, self.device, safetensors_parameters(self.model_path), training)
+        params = safetensors_parameters(self.model_path)
+        self.dtype = resolve_dtype(options.dtype, self.device, params, options.training)
         base = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=self.dtype)
         base.to(self.device).eval()
         for p in base.parameters():
             p.requires_grad_(False)
-        if gradient_checkpointing:  # transformers applies it in train mode only: sampling is unaffected
+        if options.gradient_checkpointing:  # transformers applies it in train mode only: sampling is unaffected
             _enable_checkpointing(base)
-        self._checkpointing = gradient_checkpointing
         self.model: Any = base
         self.lora: LoraSpec | None = None
         self.adapter_path = None
@@ -179,25 +159,26 @@ class TorchBackend(Backend):
         self._reference: dict[str, Any] | None = None
         self._n_params: int | None = None
         self._copy: Any = None
-        """The merged sampling copy (`sample_merged`), None when sampling from the policy itself."""
+        """The merged sampling copy (`sampler: merged`), made at the first sampling; None until then and
+        when sampling from the policy itself."""
         self._copy_stale = False
         self._fold_on_pack = False
-        """`sample_merged` without a copy: decodes pack the policy's weights with its adapter folded in."""
+        """`sampler: merged` without a copy: decodes pack the policy's weights with its adapter folded in."""
         self._live = 0
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
-        self._autocast = False
-        """Scoring and training forwards under bfloat16 autocast (`train_autocast`)."""
+        self._autocast = options.autocast and self._computes_bf16()
+        """Scoring and training forwards under bfloat16 autocast (`options.autocast`, where the device
+        multiplies bfloat16 natively); the output layer stays float32."""
+        if self._autocast:
+            _float32_output_layer(self._causal_lm())
         self._reference_prompts = ReferencePrompts()
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
         self._arena = LogitsArena()
         """The scoring forwards' logits (`jacrl.backends.token_logprobs`), handed out again by each call."""
-        self._sharing = False
         self._prompt_graphs: dict[tuple[int, ...], PromptKV] = {}
         """Prompts sampled from the policy, forwarded with their graph for the next backward
-        (`share_prompt_forwards`); emptied by every sampling and every change of the weights."""
+        (`options.share_prompts`); emptied by every sampling and every change of the weights."""
         self.max_batch_rows = max_batch_rows
-        self.compile_decode = compile_decode
-        """A prompt's rows decoded through `torch.compile` (`jacrl.backends.shared_prefix.compiled_next_logits`)."""
         if adapter_path is not None:
             self.load_adapter(adapter_path)
 
@@ -230,7 +211,7 @@ class TorchBackend(Backend):
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        if rows == 1 and self.stream_rows:
+        if rows == 1 and self.options.stream_rows:
             d = next(k for k, draw in enumerate(draws) if draw.n)
             out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], progress)]
             return out
@@ -302,7 +283,7 @@ class TorchBackend(Backend):
         lm = self._causal_lm()
         prompts, width = len(lengths), lengths[-1]
         prefilled = slot_bytes(lm.config, sum(lengths), self.dtype.itemsize)
-        if rows > 1 and self.shared_prefix:
+        if rows > 1 and self.options.shared_prefix:
             return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
         return prefilled + slot_bytes(lm.config, prompts * rows * (width + max_tokens), self.dtype.itemsize)
 
@@ -318,14 +299,14 @@ class TorchBackend(Backend):
         model = self._sampling_model()
         lm = _causal_lm_of(model)
         packing = self._packs()
-        if self._sharing and not self._live and self._graph_fits(prompts):
+        if self.shares_prompt_forwards and not self._live and self._graph_fits(prompts):
             caches, logits = self._policy_prefill(prompts, lm.dtype)
         else:
             with torch.inference_mode():
                 caches, logits = self._prefill(model, prompts)
         with torch.inference_mode():
             fast = None
-            if rows > 1 and self.shared_prefix:
+            if rows > 1 and self.options.shared_prefix:
                 fast = self._fast_decoder(lm, n)
                 step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             else:
@@ -389,13 +370,15 @@ class TorchBackend(Backend):
         lm = _causal_lm_of(model)
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        through = compiled_next_logits() if self.compile_decode else next_logits
+        through = compiled_next_logits() if self.options.compile_decode else next_logits
 
         def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        return SharedRows(kv, lens, fast or transformers_step, narrows=self.narrow_shared and not self.compile_decode)
+        return SharedRows(
+            kv, lens, fast or transformers_step, narrows=self.options.narrow_shared and not self.options.compile_decode
+        )
 
     def _decode(
         self, logits: Any, step: StaticRows | SharedRows, max_tokens: int, choose: RowChooser
@@ -431,7 +414,7 @@ class TorchBackend(Backend):
 
     def _fast_decoder(self, lm: Any, rows: int) -> FastDecoder | None:
         """The fast decode step for `rows` rows where decodes pack their weights and the model has one
-        (its adapter folded in where `sample_merged` keeps no copy)."""
+        (its adapter folded in where `sampler: merged` keeps no copy)."""
         return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if self._packs() else None
 
     def _params(self) -> int:
@@ -444,35 +427,37 @@ class TorchBackend(Backend):
         the fast decode step where the model has one (`jacrl.backends.fast_decode`): where that is
         the default for this model and device, or where `pack_decode` asks for it; never under
         `compile_decode`, which compiles transformers' own step."""
-        if self.compile_decode:
+        if self.options.compile_decode:
             return False
-        return packs(self.device, self._params()) if self.pack_decode is None else self.pack_decode
+        pack = self.options.pack_decode
+        return packs(self.device, self._params()) if pack is None else pack
 
-    def sample_merged(self, dtype: str = "auto") -> bool:
-        """From now on sample from a copy of the policy with its adapter folded into the weights, in
-        `dtype` (`auto`: the precision an eval job decodes in), refolded after every change of the
-        adapter's weights: one matmul per projection instead of three, and bf16 where the CPU has it,
-        while scoring and training keep the float32 adapter (the loss's importance ratio and
+    def _make_copy(self) -> None:
+        """`sampler: merged`, at the first sampling with an unmerged adapter: a copy of the policy with the
+        adapter folded into its weights, in the precision an eval job decodes in, refolded after every
+        change of the adapter's weights: one matmul per projection instead of three, and bf16 where the
+        CPU has it, while scoring and training keep the float32 adapter (the loss's importance ratio and
         `mismatch_kl` take up the difference; docs/design.md#backends)."""
         from transformers import AutoModelForCausalLM
 
-        if self.lora is None or self.merged:
-            raise RuntimeError("sample_merged needs an unmerged LoRA adapter (attach_lora or load_adapter first)")
         params = safetensors_parameters(self.model_path)
-        copy_dtype = resolve_dtype(dtype, self.device, params, training=False)
+        copy_dtype = resolve_dtype(self.options.copy_dtype, self.device, params, training=False)
         if copy_dtype == self.dtype and self._packs():
             # the policy's own weights are the copy's: each decode packs them with the adapter folded
             # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is gigabytes)
             self._fold_on_pack = True
-            return True
+            return
         self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
         for p in self._copy.parameters():
             p.requires_grad_(False)
         self._copy_stale = True
-        return True
 
     def _sampling_model(self) -> Any:
-        """What decodes: the merged copy (refolded if the adapter moved since), else the model."""
+        """What decodes: the merged copy (made now if `sampler: merged` has none yet; refolded if the adapter
+        moved since), else the model."""
+        wants_copy = self.options.sampler == "merged" and self.lora is not None and not self.merged
+        if wants_copy and self._copy is None and not self._fold_on_pack:
+            self._make_copy()
         if self._copy is None or self._live:
             return self.model
         if self._copy_stale:
@@ -494,34 +479,29 @@ class TorchBackend(Backend):
                     self._copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
         self._copy_stale = False
 
-    def train_autocast(self) -> bool:
-        """Scoring and training forwards in bfloat16 autocast from now on, where the device multiplies
-        bfloat16 natively and the weights are float32 (faster than float32 for SmolLM2's GRPO training on
-        an AVX512-BF16 CPU at the same first-step loss: docs/design.md#backends). The output layer stays
-        float32."""
+    def _computes_bf16(self) -> bool:
+        """Whether autocast runs here: the device multiplies bfloat16 natively, the weights are float32 or
+        bfloat16, and the run is not `strict` (the same numbers on every CPU). Faster than float32 for
+        SmolLM2's GRPO training on an AVX512-BF16 CPU at the same first-step loss (docs/design.md#backends)."""
         import torch
 
-        if self._autocast:
-            return True
         if self.device == "cpu":
-            native = cpu_computes_bf16() and not is_strict()  # strict: the same numbers on every CPU
+            native = cpu_computes_bf16() and not is_strict()
         else:
             native = self.device.startswith("cuda") and torch.cuda.is_bf16_supported()
-        if self.dtype not in (torch.float32, torch.bfloat16) or not native:
-            return False
-        _float32_output_layer(self._causal_lm())
-        self._autocast = True
-        self._prompt_graphs.clear()
-        return True
+        return self.dtype in (torch.float32, torch.bfloat16) and native
 
-    def share_prompt_forwards(self) -> bool:
-        if not self.share_prompts or self.lora is None or self.merged or self.lora.dropout:
-            return False
-        self._sharing = True
-        return True
+    @property
+    def autocasts(self) -> bool:
+        return self._autocast
+
+    @property
+    def shares_prompt_forwards(self) -> bool:
+        """`options.share_prompts` where it holds: an unmerged adapter without dropout."""
+        return self.options.share_prompts and self.lora is not None and not self.merged and not self.lora.dropout
 
     def _graph_fits(self, prompts: list[list[int]]) -> bool:
-        """Whether the prompts' forwards kept for the backward (`share_prompt_forwards`) fit
+        """Whether the prompts' forwards kept for the backward (`options.share_prompts`) fit
         `SHARED_PROMPT_BYTES` by `prompt_graph_bytes`: a 1.4k-token prompt of Qwen2.5-Coder-1.5B with
         LoRA on all 28 layers keeps more, held while the decode's packed weights are made
         (docs/design.md#backends); past the bound the sampler prefills apart and the backward
@@ -542,7 +522,9 @@ class TorchBackend(Backend):
         `prompt_rows` (the only way a checkpointed layer still sees its prompt)."""
         from jacrl.backends import prompt_rows
 
-        return self._checkpointing and self.prompt_rows and prompt_rows.serves(self._causal_lm())
+        return (
+            self.options.gradient_checkpointing and self.options.prompt_rows and prompt_rows.serves(self._causal_lm())
+        )
 
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
@@ -553,7 +535,7 @@ class TorchBackend(Backend):
     @contextmanager
     def _forward_precision(self) -> Iterator[None]:
         """Scoring and training forwards: float32 matmuls through oneDNN where it keeps float32
-        (`cpu.float32_through_onednn`); under `train_autocast` bfloat16 autocast, and peft's LoRA layers
+        (`cpu.float32_through_onednn`); under `options.autocast` bfloat16 autocast, and peft's LoRA layers
         leave their input as it comes (they would cast it to their float32 weights' dtype, a copy of
         every projection's input that autocast casts back to bfloat16 for the matmul: the same
         numbers, two passes fewer)."""
@@ -722,7 +704,7 @@ class TorchBackend(Backend):
 
         from jacrl.backends import prompt_rows
 
-        if not (self.prompt_rows and prompt_rows.serves(lm)):
+        if not (self.options.prompt_rows and prompt_rows.serves(lm)):
             kw = {_cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
             return _log_probs(at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature), targets, dists)
         start = prompt.keys[0].shape[2]
@@ -741,7 +723,7 @@ class TorchBackend(Backend):
     def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` (the reference pass)
         when it holds them for the current reference and precision; for a backward, the forward the
-        sampling just before it kept (`share_prompt_forwards`); else by a forward (then kept in `kept`)."""
+        sampling just before it kept (`options.share_prompts`); else by a forward (then kept in `kept`)."""
         import torch
 
         owner = (self._reference, self._autocast)
@@ -950,7 +932,6 @@ class TorchBackend(Backend):
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
         self._copy, self._fold_on_pack = None, False
-        self._sharing = False  # nothing trains any more
         self._prompt_graphs.clear()
         self._reference_prompts.clear()  # the base the reference stood on has changed
 
@@ -1017,7 +998,7 @@ class TorchBackend(Backend):
     def _kept_reference(self) -> Iterator[None]:
         """The kept weights stand in for the trained ones for the block, so one adapter serves both
         policies: each parameter's data is swapped, not written over, so a graph made before the
-        block (a prompt forward kept by `share_prompt_forwards`) still holds the weights it saved."""
+        block (a prompt forward kept by `options.share_prompts`) still holds the weights it saved."""
         params = dict(self.model.named_parameters())
         trained = {name: params[name].data for name in self._reference}
         for name, w in self._reference.items():

@@ -25,7 +25,7 @@ from typing import Any
 from jacrl.backends.base import Backend, LoraSpec
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.heap import resident_mb
-from jacrl.backends.select import load_model
+from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
 from jacrl.losses.plan import EnvLossPlans
@@ -79,7 +79,7 @@ def prepare_backend(
     """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
     `init_adapter` or a fresh LoRA), the kept reference, its merged sampling copy under `sampler:
     merged`, and the optimiser (restored, with torch's RNG, when resuming)."""
-    b = load_model(model, threads, training=True)
+    b = load_model(model, threads, options=grpo_options(model, cfg))
     adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
@@ -87,7 +87,7 @@ def prepare_backend(
         b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
     if reference is not None:
         b.keep_reference(reference)
-    set_precision(b, cfg)
+    log_precision(b, cfg)
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
     if resume:
         b.load_optimizer(resume.optimizer)
@@ -95,18 +95,22 @@ def prepare_backend(
     return b
 
 
-def set_precision(b: Backend, cfg: GRPOConfig) -> None:
-    """The merged sampling copy (`sampler: merged`; MLX samples from the policy either way), the
-    training forwards' autocast (`autocast`), which the log says when it is not taken, and each
-    sampled prompt's forward shared with the training backward (`Backend.share_prompt_forwards`)."""
-    if cfg.sampler == "merged":
-        b.sample_merged()
-    if b.share_prompt_forwards():
+def grpo_options(model: ModelSpec, cfg: GRPOConfig) -> BackendOptions:
+    """A GRPO job's backend: a training job sampling from the merged copy under `sampler: merged` (MLX
+    samples from the policy either way), its forwards under `autocast` where the device computes
+    bfloat16, and each sampled prompt's forward kept for the training backward."""
+    return BackendOptions.of(model, training=True, sampler=cfg.sampler, autocast=cfg.autocast, share_prompts=True)
+
+
+def log_precision(b: Backend, cfg: GRPOConfig) -> None:
+    """What the log says of the options the backend took: the shared prompt forward, and the autocast
+    when it was asked for and is not taken here."""
+    if b.shares_prompt_forwards:
         log.info("a sampled prompt's forward is kept for its training backward")
     if cfg.autocast:
-        taken = b.train_autocast()
         log.info(
-            "grpo.autocast: %s", "bfloat16" if taken else f"not taken here ({b.name}): trains in its weights' dtype"
+            "grpo.autocast: %s",
+            "bfloat16" if b.autocasts else f"not taken here ({b.name}): trains in its weights' dtype",
         )
 
 

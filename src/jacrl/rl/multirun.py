@@ -31,7 +31,7 @@ from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import run_report, set_precision, train_step, write_output
+from jacrl.rl.loop import grpo_options, log_precision, run_report, train_step, write_output
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import Task
@@ -105,11 +105,11 @@ def train_grpo_runs(
         values = {getattr(run.cfg, knob) for run in runs}
         if len(values) > 1:
             raise ValueError(f"the runs of one multi-run job share one model; grpo.{knob} differs: {sorted(values)}")
-    b = load_model(model, threads, training=True)
+    b = load_model(model, threads, options=grpo_options(model, runs[0].cfg))
     if not b.swaps_runs:
         raise ValueError(f"multi-run serves a backend that holds several training runs (torch), not {b.name!r}")
     b.load_adapter(runs[0].init_adapter, trainable=True)
-    set_precision(b, runs[0].cfg)  # the merged copy is refolded from each run's weights as they are swapped in
+    log_precision(b, runs[0].cfg)  # the merged copy is refolded from each run's weights as they are swapped in
     states = [_prepare(b, run, scorer, rl_dir) for run in runs]
     total = sum(run.cfg.iters for run in runs)
     bar = Progress(total=total, desc=f"grpo × {len(runs)} runs ({b.name})", unit="step", disable=not progress)

@@ -27,7 +27,7 @@ from typing import Any
 
 from jacrl.backends.base import Backend, Completion, SamplingParams
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import load_model
+from jacrl.backends.select import BackendOptions, load_model
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.reward.batch import score_groups
@@ -95,7 +95,7 @@ def train_rft(
     if not records:
         raise ValueError("RFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads, training=True)
+    b = load_model(model, threads, options=BackendOptions.of(model, training=True))
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.seed)
     groups = b.generate([t.prompt for t in records], n=cfg.samples, params=params)
     t_sample = time.perf_counter() - t0

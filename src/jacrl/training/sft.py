@@ -34,7 +34,7 @@ from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec, LossFn, TokenLogprobs
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import load_model
+from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
 from jacrl.tasks.record import Task, gold_completion, tasks_arg
@@ -260,7 +260,7 @@ def train_sft(
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads, training=True)
+    b = load_model(model, threads, options=BackendOptions.of(model, training=True))
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     cfg = cfg.for_examples(len(examples))
     out = Path(out_adapter_dir)

@@ -155,7 +155,7 @@ def mem_mb(
     nbytes = load_bytes(spec, shape.parameters, kind)
     packed = kind != "sft" and decodes_packed(spec, shape.parameters)
     weights = shape.parameters * nbytes * (2 if kind == "rft" else 1)
-    # the copy is in `auto`'s eval precision, as `sample_merged` makes it
+    # the copy is in `auto`'s eval precision, as `sampler: merged` makes it
     copy_bytes = load_bytes(spec.model_copy(update={"dtype": "auto"}), shape.parameters, "eval")
     if sampling_copy and not (packed and copy_bytes == nbytes):  # else the packed weights are the copy
         weights += shape.parameters * copy_bytes
