@@ -333,7 +333,7 @@ def shaped_grpo(device: str, work: Path, dtype: str | None = None, autocast: boo
 
 
 def _params(model_dir: Path) -> int:
-    from jacrl.backends.base import safetensors_parameters
+    from jacrl.backends.model_files import safetensors_parameters
 
     return int(safetensors_parameters(model_dir) or 0)
 

@@ -51,10 +51,10 @@ from pathlib import Path
 from typing import Any
 
 from jacrl import cli
-from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import resident_mb
+from jacrl.backends.model_files import safetensors_parameters
 from jacrl.config import Config, load_config, load_config_file
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.reward.batch import RewardScorer

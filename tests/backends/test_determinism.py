@@ -76,7 +76,7 @@ def test_by_default_the_two_paths_give_other_bytes():
 
 
 def test_strict_refuses_to_run_when_torch_loaded_unpinned():
-    code = "import torch\nfrom jacrl.backends.base import set_threads\nset_threads(2)"
+    code = "import torch\nfrom jacrl.backends.cpu import set_threads\nset_threads(2)"
     done = run_child(code, {DETERMINISM_ENV: "strict"})
     assert done.returncode != 0
     assert "determinism: strict needs ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE" in done.stderr.splitlines()[-1]

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from jacrl.backends import load_backend
-from jacrl.backends.base import BUCKET_OVERHEAD_ROWS, TokenLogprobs, length_buckets
+from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.lora_format import LoraSpec
+from jacrl.backends.rows import BUCKET_OVERHEAD_ROWS, length_buckets
 
 
 @pytest.fixture

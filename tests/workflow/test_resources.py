@@ -10,8 +10,8 @@ from pathlib import Path
 
 from safetensors.torch import load_file
 
-from jacrl.backends.base import safetensors_parameters
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.model_files import safetensors_parameters
 from jacrl.backends.sampling import DECODE_CACHE_BYTES
 from jacrl.config import load_config, load_config_file
 from jacrl.workflow import resources

@@ -35,10 +35,6 @@ Conventions shared by both implementations:
 
 from __future__ import annotations
 
-import json
-import math
-import shutil
-import struct
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -48,80 +44,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from jacrl.backends.determinism import apply_strict, is_strict
 from jacrl.backends.heap import HeapKeeper
 from jacrl.backends.lora_format import LoraSpec, read_adapter, write_meta
+from jacrl.backends.model_files import copy_model_files
 
 if TYPE_CHECKING:
     import torch
-
-NON_WEIGHT_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
-"""Files a fused model copies from its base (only the weights change)."""
-
-
-class ModelPathError(FileNotFoundError):
-    """A configured model folder does not exist or is not a model; the message names both."""
-
-
-def require_model_dir(path: str | Path, name: str | None = None) -> Path:
-    """Return `path` if it is a model folder (has config.json), else raise ModelPathError."""
-    p = Path(path)
-    who = f"model {name!r}" if name else "model"
-    if not p.exists():
-        raise ModelPathError(
-            f"{who}: path {p} does not exist. Point `models:` in the config at a local Hugging Face "
-            f"or MLX model folder (nothing is downloaded), or build the embedded one with `rule tiny_model`."
-        )
-    if not (p / "config.json").is_file():
-        raise ModelPathError(f"{who}: {p} is not a model folder (no config.json inside)")
-    return p
-
-
-def kept_values_per_token(hidden: int, intermediate: int) -> int:
-    """Values a decoder layer's forward keeps for its backward per token: the MLP's four
-    intermediate-wide tensors (its two projections, the activation and their product) and about nine
-    hidden-wide ones (norms, q/k/v, attention output, residuals); measured: docs/design.md#backends."""
-    return 4 * intermediate + 9 * hidden
-
-
-def safetensors_parameters(folder: str | Path) -> int | None:
-    """Parameter count from the headers of a folder's *.safetensors files (no tensor is read)."""
-    files = sorted(Path(folder).glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        with open(f, "rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
-
-
-def set_threads(threads: int | None) -> None:
-    """Cap torch's intra-op threads (MLX on CPU has no such knob). None leaves the default. Under
-    `determinism: strict` one thread whatever is asked, with its other pins checked
-    (`jacrl.backends.determinism`): a thread count is one of the things that changes the bytes."""
-    if is_strict():
-        apply_strict()
-        return
-    if not threads:
-        return
-    import torch
-
-    torch.set_num_threads(int(threads))
 
 
 @dataclass(frozen=True)
@@ -176,45 +104,6 @@ class TokenLogprobs:
 LossFn = Callable[[TokenLogprobs], "tuple[torch.Tensor, dict[str, float]]"]
 TokenRows = Sequence[Sequence[int]]
 """Token ids of several sequences (prompts or completions), one list per sequence."""
-
-
-def copy_model_files(src: str | Path, dst: str | Path) -> None:
-    """Copy the non-weight files (config, tokenizer, templates) of a model folder."""
-    for name in NON_WEIGHT_FILES:
-        f = Path(src) / name
-        if f.is_file():
-            shutil.copy2(f, Path(dst) / name)
-
-
-def pad_right(rows: Sequence[Sequence[int]], pad: int) -> np.ndarray:
-    width = max(len(r) for r in rows)
-    out = np.full((len(rows), width), pad, dtype=np.int64)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-    return out
-
-
-BUCKET_OVERHEAD_ROWS = 32
-"""What one more forward costs, in padded row-tokens: a call's per-layer launches and copies weigh
-about as much as this many row-tokens of a ~100 M model's forward and backward on a CPU
-(docs/design.md#backends), so a split pays only where it saves a clear share (a group of 80-token
-rows with one at the 192-token cap)."""
-
-
-def length_buckets(lengths: Sequence[int], overhead: int = BUCKET_OVERHEAD_ROWS) -> list[list[int]]:
-    """The positions of `lengths` split into runs of similar length, each run to be padded to its own
-    longest rather than all to the longest: the split of the sorted lengths that minimises the padded
-    row-tokens plus `overhead` a run (exact, by dynamic programming over the sorted order)."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    size = [lengths[i] for i in order]
-    best, cut = [0] + [0] * len(order), [0] * (len(order) + 1)
-    for j in range(1, len(order) + 1):
-        best[j], cut[j] = min((best[i] + (j - i) * size[j - 1] + overhead, i) for i in range(j))
-    runs, j = [], len(order)
-    while j:
-        runs.append(order[cut[j] : j])
-        j = cut[j]
-    return runs[::-1]
 
 
 @dataclass

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl.backends.determinism import is_strict
+from jacrl.backends.determinism import apply_strict, is_strict
 
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 """/proc/cpuinfo flags of native bfloat16 arithmetic: x86 AVX512-BF16 and AMX-BF16, Arm's FEAT_BF16."""
@@ -171,3 +171,17 @@ def auto_cpu_dtype(parameters: int | None, training: bool = False) -> str:
         return "float32"
     floor = BF16_TRAIN_MIN_PARAMS if training else BF16_MIN_PARAMS
     return "bfloat16" if parameters >= floor else "float32"
+
+
+def set_threads(threads: int | None) -> None:
+    """Cap torch's intra-op threads (MLX on CPU has no such knob). None leaves the default. Under
+    `determinism: strict` one thread whatever is asked, with its other pins checked
+    (`jacrl.backends.determinism`): a thread count is one of the things that changes the bytes."""
+    if is_strict():
+        apply_strict()
+        return
+    if not threads:
+        return
+    import torch
+
+    torch.set_num_threads(int(threads))

@@ -28,10 +28,10 @@ from jacrl.backends.base import (
     TokenLogprobs,
     TokenRows,
     check_draws,
-    pad_right,
-    require_model_dir,
 )
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter
+from jacrl.backends.model_files import require_model_dir
+from jacrl.backends.rows import pad_right
 from jacrl.backends.sampling import RowLayout, at_temperature
 from jacrl.progress import Progress
 

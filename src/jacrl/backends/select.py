@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from jacrl.backends.base import Backend, ModelPathError, require_model_dir
+from jacrl.backends.base import Backend
 from jacrl.backends.config import BackendName, ModelSpec
+from jacrl.backends.model_files import ModelPathError, require_model_dir
 
 
 @dataclass(frozen=True)

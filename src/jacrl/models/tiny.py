@@ -269,7 +269,7 @@ def build_tiny_model(
     import torch
     from transformers import GenerationConfig, Qwen2ForCausalLM
 
-    from jacrl.backends.base import set_threads
+    from jacrl.backends.cpu import set_threads
 
     cfg = cfg or TinyModelConfig()
     set_threads(threads)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import torch
 
-from jacrl.backends.base import Backend, TokenRows, pad_right
+from jacrl.backends.base import Backend, TokenRows
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.rows import pad_right
 from jacrl.backends.select import load_model
 from jacrl.losses.config import OpdLossConfig
 

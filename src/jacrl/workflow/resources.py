@@ -49,10 +49,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jacrl.backends.base import kept_values_per_token, safetensors_parameters
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype
+from jacrl.backends.model_files import safetensors_parameters
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
+from jacrl.backends.rows import kept_values_per_token
 from jacrl.backends.sampling import DECODE_CACHE_BYTES, MAX_BATCH_ROWS
 
 if TYPE_CHECKING:
