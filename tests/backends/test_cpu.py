@@ -8,7 +8,7 @@ import torch
 from jacrl.backends import cpu
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import DETERMINISM_ENV
-from jacrl.backends.torch_backend import resolve_dtype
+from jacrl.backends.devices import resolve_dtype
 from jacrl.workflow.resources import load_bytes
 
 ZEN4 = """processor\t: 0

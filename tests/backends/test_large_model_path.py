@@ -12,6 +12,7 @@ from fixtures.models import randomised_lora, weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends import torch_backend as tb
+from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.packed import pack
 from jacrl.backends.select import BackendOptions
@@ -71,7 +72,7 @@ def test_a_prompt_whose_kept_forward_passes_the_bound_is_forwarded_again_for_the
     expected = weighted_backward(whole, prompt, TAILS)
     whole.options = replace(whole.options, share_prompts=True)
     assert whole.shares_prompt_forwards
-    monkeypatch.setattr(tb, "SHARED_PROMPT_BYTES", 0)
+    monkeypatch.setattr(scoring, "SHARED_PROMPT_BYTES", 0)
     try:
         whole.generate_ids([prompt], 2, SamplingParams(temperature=0.0, max_tokens=4), progress=False)
         assert not whole._prompt_graphs
@@ -84,10 +85,10 @@ def test_the_graph_estimate_is_the_measured_one_of_a_large_model():
     class Qwen15:  # Qwen2.5-Coder-1.5B: 98 KB a token and layer measured in bf16 (docs/design.md#backends)
         intermediate_size, hidden_size = 8960, 1536
 
-    per = tb.prompt_graph_bytes(Qwen15, 1, 1, 2)
+    per = scoring.prompt_graph_bytes(Qwen15, 1, 1, 2)
     assert 95_000 < per < 102_000
-    assert tb.prompt_graph_bytes(Qwen15, 1400, 28, 2) > tb.SHARED_PROMPT_BYTES
-    assert tb.prompt_graph_bytes(Qwen15, 1400, 8, 2) < tb.SHARED_PROMPT_BYTES
+    assert scoring.prompt_graph_bytes(Qwen15, 1400, 28, 2) > scoring.SHARED_PROMPT_BYTES
+    assert scoring.prompt_graph_bytes(Qwen15, 1400, 8, 2) < scoring.SHARED_PROMPT_BYTES
 
 
 def test_a_lora_layer_packs_with_its_adapter_folded_in(tiny_model):

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.config import ModelSpec
+from jacrl.backends.devices import resolve_device, resolve_dtype
 from jacrl.backends.select import BackendOptions
-from jacrl.backends.torch_backend import resolve_device, resolve_dtype
 
 
 def test_auto_dtype_follows_the_device(monkeypatch):

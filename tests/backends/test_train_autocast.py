@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from jacrl.backends import LoraSpec, load_backend
-from jacrl.backends import torch_backend as tb
+from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.select import BackendOptions
 
@@ -51,7 +51,7 @@ def _dtypes_seen(b) -> dict[str, set[torch.dtype]]:
 
 
 def test_autocast_computes_in_bf16_and_keeps_the_output_layer_and_gradients_float32(tiny_model, monkeypatch):
-    monkeypatch.setattr(tb, "cpu_computes_bf16", lambda: True)  # autocast runs (emulated) on any CPU
+    monkeypatch.setattr(scoring, "cpu_computes_bf16", lambda: True)  # autocast runs (emulated) on any CPU
     fp32 = _policy(tiny_model)
     assert _dtypes_seen(fp32) == {"projection": {torch.float32}, "output": {torch.float32}}
     loss32, grad32 = _loss_and_grads(fp32)
@@ -66,12 +66,12 @@ def test_autocast_computes_in_bf16_and_keeps_the_output_layer_and_gradients_floa
 
 
 def test_autocast_is_not_taken_without_native_bf16_or_under_strict_determinism(tiny_model, monkeypatch):
-    monkeypatch.setattr(tb, "cpu_computes_bf16", lambda: False)
+    monkeypatch.setattr(scoring, "cpu_computes_bf16", lambda: False)
     b = _policy(tiny_model, autocast=True)
     assert not b.autocasts
     assert _dtypes_seen(b)["projection"] == {torch.float32}
-    monkeypatch.setattr(tb, "cpu_computes_bf16", lambda: True)
-    monkeypatch.setattr(tb, "is_strict", lambda: True)  # as under `determinism: strict`
+    monkeypatch.setattr(scoring, "cpu_computes_bf16", lambda: True)
+    monkeypatch.setattr(scoring, "is_strict", lambda: True)  # as under `determinism: strict`
     strict = _policy(tiny_model, autocast=True)
     monkeypatch.undo()
     assert not strict.autocasts

@@ -241,9 +241,9 @@ def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_
     """`autocast: true` (taken: the CPU's bf16 check answered yes, autocast emulates it on any CPU)
     against float32, same seed: the same samples and rewards (the sampler is untouched) and the
     loss within bfloat16's rounding; the job's log says which precision it trained in."""
-    from jacrl.backends import torch_backend
+    from jacrl.backends import torch_scoring
 
-    monkeypatch.setattr(torch_backend, "cpu_computes_bf16", lambda: True)
+    monkeypatch.setattr(torch_scoring, "cpu_computes_bf16", lambda: True)
     caplog.set_level("INFO", logger="jacrl.rl.loop")
     rows = {}
     for autocast in (False, True):
