@@ -58,10 +58,10 @@ def test_a_checkpointed_sampled_prompt_is_kept_for_the_backward_with_the_same_gr
     assert checkpointed.shares_prompt_forwards
     try:
         params = SamplingParams(temperature=0.0, max_tokens=4)
-        checkpointed.generate_ids([prompt], 2, params, progress=False)
-        assert set(checkpointed._prompt_graphs) == {tuple(prompt)}
-        kept = weighted_backward(checkpointed, prompt, TAILS)
-        assert not checkpointed._prompt_graphs  # the backward took it
+        _, forwards = checkpointed.sample_for_training([prompt], 2, params)
+        assert set(forwards.by_prompt) == {tuple(prompt)}
+        kept = weighted_backward(checkpointed, prompt, TAILS, forwards)
+        assert not forwards.by_prompt  # the backward took it
     finally:
         checkpointed.options = replace(checkpointed.options, share_prompts=False)
     _same(kept, weighted_backward(whole, prompt, TAILS))
@@ -74,9 +74,9 @@ def test_a_prompt_whose_kept_forward_passes_the_bound_is_forwarded_again_for_the
     assert whole.shares_prompt_forwards
     monkeypatch.setattr(scoring, "SHARED_PROMPT_BYTES", 0)
     try:
-        whole.generate_ids([prompt], 2, SamplingParams(temperature=0.0, max_tokens=4), progress=False)
-        assert not whole._prompt_graphs
-        _same(weighted_backward(whole, prompt, TAILS), expected)
+        _, forwards = whole.sample_for_training([prompt], 2, SamplingParams(temperature=0.0, max_tokens=4))
+        assert not forwards.by_prompt
+        _same(weighted_backward(whole, prompt, TAILS, forwards), expected)
     finally:
         whole.options = replace(whole.options, share_prompts=False)
 

@@ -1,6 +1,7 @@
-"""A prompt sampled from the policy under `options.share_prompts` runs its forward once: the sampler
-decodes on it and the next backward over that prompt takes it, with the gradients a fresh forward
-gives; anything that moves the weights drops it."""
+"""A prompt sampled from the policy for training (`sample_for_training`, under
+`options.share_prompts`) runs its forward once: the sampler decodes on it and the backward over that
+prompt takes it from the value the sampling returned, with the gradients a fresh forward gives;
+once the weights move, a backward forwards the prompt again."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ def backend(lora_backend):
     lora_backend.options = replace(before, share_prompts=True)
     yield lora_backend
     lora_backend.options = before
-    lora_backend._prompt_graphs.clear()
 
 
 def _forwards(backend, monkeypatch) -> list[tuple[int, ...]]:
@@ -33,19 +33,27 @@ def _forwards(backend, monkeypatch) -> list[tuple[int, ...]]:
     return seen
 
 
+def _params(temperature: float) -> SamplingParams:
+    return SamplingParams(temperature=temperature, max_tokens=6, seed=3)
+
+
 def _sample(backend, prompt, n=3, temperature=0.8):
-    params = SamplingParams(temperature=temperature, max_tokens=6, seed=3)
-    return [c.token_ids for c in backend.generate_ids([prompt], n, params, progress=False)[0]]
+    return [c.token_ids for c in backend.generate_ids([prompt], n, _params(temperature), progress=False)[0]]
+
+
+def _sample_kept(backend, prompt, n=3, temperature=0.8):
+    groups, forwards = backend.sample_for_training([prompt], n, _params(temperature))
+    return [c.token_ids for c in groups[0]], forwards
 
 
 def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(backend, monkeypatch):
     prompt = backend.encode(PROMPT)
     assert backend.shares_prompt_forwards
     seen = _forwards(backend, monkeypatch)
-    tails = _sample(backend, prompt)
-    assert seen == [tuple(prompt)] and set(backend._prompt_graphs) == {tuple(prompt)}
-    kept = weighted_backward(backend, prompt, tails)[1]
-    assert seen == [tuple(prompt)] and not backend._prompt_graphs  # taken, not forwarded again
+    tails, forwards = _sample_kept(backend, prompt)
+    assert seen == [tuple(prompt)] and set(forwards.by_prompt) == {tuple(prompt)}
+    kept = weighted_backward(backend, prompt, tails, forwards)[1]
+    assert seen == [tuple(prompt)] and not forwards.by_prompt  # taken, not forwarded again
     fresh = weighted_backward(backend, prompt, tails)[1]
     assert len(seen) == 2 and set(kept) == set(fresh) and kept
     for name, g in fresh.items():
@@ -55,28 +63,29 @@ def test_the_backward_takes_the_sampled_forward_with_a_fresh_forwards_gradients(
 def test_the_sampler_decodes_on_the_kept_forward_as_on_its_own_prefill(backend):
     prompt = backend.encode(PROMPT)
     greedy = _sample(backend, prompt, n=2, temperature=0.0)
-    assert backend.shares_prompt_forwards
-    assert _sample(backend, prompt, n=2, temperature=0.0) == greedy
+    assert _sample_kept(backend, prompt, n=2, temperature=0.0)[0] == greedy
 
 
-def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backend):
+def test_a_change_of_the_weights_or_a_no_grad_scoring_leaves_nothing_stale(backend, monkeypatch):
     prompt = backend.encode(PROMPT)
-    assert backend.shares_prompt_forwards
-    tails = _sample(backend, prompt)
+    tails, forwards = _sample_kept(backend, prompt)
     backend.logprobs([prompt] * len(tails), tails)  # inference: does not take it
-    assert set(backend._prompt_graphs) == {tuple(prompt)}
-    backend.set_lora_weights(backend.lora_weights())
-    assert not backend._prompt_graphs
-    _sample(backend, prompt)
-    with backend.adapter_disabled():  # the base decodes apart: nothing kept for training
-        _sample(backend, backend.encode("walker W {"))
-    assert set(backend._prompt_graphs) == set()  # each sampling starts from nothing
-    _sample(backend, prompt)
+    assert set(forwards.by_prompt) == {tuple(prompt)}
+    backend.set_lora_weights(backend.lora_weights())  # the weights moved: what was kept is stale
+    seen = _forwards(backend, monkeypatch)
     backend.configure_optimizer(1e-3)
-    weighted_backward(backend, backend.encode("node A {}"), tails)  # another prompt: the kept one stays
-    assert set(backend._prompt_graphs) == {tuple(prompt)}
+    weighted_backward(backend, prompt, tails, forwards)
+    assert seen == [tuple(prompt)]  # forwarded again
+    with backend.adapter_disabled():  # the base decodes apart: nothing kept for training
+        _, off = _sample_kept(backend, backend.encode("walker W {"))
+    assert off is None or not off.by_prompt
+    tails, forwards = _sample_kept(backend, prompt)
+    weighted_backward(backend, backend.encode("node A {}"), tails, forwards)  # another prompt: the kept one stays
+    assert set(forwards.by_prompt) == {tuple(prompt)}
     backend.step()
-    assert not backend._prompt_graphs
+    seen.clear()
+    weighted_backward(backend, prompt, tails, forwards)  # after the optimiser step: stale
+    assert seen == [tuple(prompt)]
 
 
 def test_an_adapter_with_dropout_or_the_option_off_does_not_share(tiny_model):
@@ -99,9 +108,9 @@ def test_the_kept_forward_outlives_the_reference_pass_before_it_is_taken(backend
     try:
         assert backend.shares_prompt_forwards
         seen = _forwards(backend, monkeypatch)
-        tails = _sample(backend, prompt)
+        tails, forwards = _sample_kept(backend, prompt)
         loss = lambda t: ((t.logprobs - t.ref_logprobs).sum(), {})  # noqa: E731
-        metrics = backend.backward([prompt] * len(tails), tails, 0.7, loss, reference=True)
+        metrics = backend.backward([prompt] * len(tails), tails, 0.7, loss, reference=True, prompt_forwards=forwards)
         assert seen == [tuple(prompt)] * 2  # sampling's, then the reference's: the policy's was taken
         assert "time/reference_s" in metrics
         assert all(p.grad is not None for n, p in backend.model.named_parameters() if "lora_" in n)

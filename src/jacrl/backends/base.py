@@ -38,7 +38,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -99,6 +99,17 @@ class TokenLogprobs:
     log_dists: torch.Tensor | None = None
     """[B, T, V] the policy's whole next-token log-distribution at each completion position (at the
     temperature), differentiable; None unless requested (`Backend.backward(distributions=True)`)."""
+
+
+@dataclass
+class PromptForwards:
+    """The prompt forwards a sampling ran through the policy for the training backward over its rows
+    (`Backend.sample_for_training`): each prompt's keys, values and last logits with their graph, by
+    prompt. A value the sampler returns and the backward takes; made under the weights' `version`,
+    and a backward after the weights moved forwards the prompts again instead."""
+
+    version: int
+    by_prompt: dict[tuple[int, ...], Any] = field(default_factory=dict)
 
 
 LossFn = Callable[[TokenLogprobs], "tuple[torch.Tensor, dict[str, float]]"]
@@ -205,6 +216,13 @@ class Backend(ABC):
         """n completions for each tokenised prompt; prompt i is sampled with seed `seed + i`."""
         return self.generate_draws_ids(prompts, [Draw(n, params)], progress)[0]
 
+    def sample_for_training(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
+    ) -> tuple[list[list[Completion]], PromptForwards | None]:
+        """`generate_ids` for an on-policy step, and the prompt forwards it ran through the policy where
+        this backend keeps them for the backward over these rows (`shares_prompt_forwards`), else None."""
+        return self.generate_ids(prompts, n, params, progress=False), None
+
     def generate_draws(
         self, prompts: Sequence[str], draws: Sequence[Draw], progress: bool = True
     ) -> list[list[list[Completion]]]:
@@ -250,9 +268,11 @@ class Backend(ABC):
         loss_fn: LossFn,
         reference: bool = False,
         distributions: bool = False,
+        prompt_forwards: PromptForwards | None = None,
     ) -> dict[str, float]:
         """Run `loss_fn` on differentiable logprobs (with the whole log-distributions when
-        `distributions`: backends with `gives_distributions` only); accumulate its gradient into the adapter."""
+        `distributions`: backends with `gives_distributions` only); accumulate its gradient into the adapter.
+        `prompt_forwards` (from `sample_for_training`) serve the prompts they hold instead of a forward."""
 
     @abstractmethod
     def configure_optimizer(self, lr: float, weight_decay: float = 0.0, max_grad_norm: float | None = 1.0) -> None:

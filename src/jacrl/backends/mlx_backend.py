@@ -24,6 +24,7 @@ from jacrl.backends.base import (
     Draw,
     LoraSpec,
     LossFn,
+    PromptForwards,
     SamplingParams,
     TokenLogprobs,
     TokenRows,
@@ -213,6 +214,7 @@ class MLXBackend(Backend):
         loss_fn: LossFn,
         reference: bool = False,
         distributions: bool = False,
+        prompt_forwards: PromptForwards | None = None,  # MLX keeps none (`shares_prompt_forwards`)
     ) -> dict[str, float]:
         import mlx.core as mx
         import mlx.nn as nn

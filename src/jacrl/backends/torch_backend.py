@@ -17,6 +17,7 @@ from jacrl.backends.base import (
     Backend,
     LoraSpec,
     LossFn,
+    PromptForwards,
     TokenLogprobs,
     TokenRows,
     TrainingState,
@@ -71,6 +72,8 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         self._opt = None
         self._max_grad_norm: float | None = 1.0
         self._reference: dict[str, Any] | None = None
+        self._weights_version = 0
+        """Counts the changes of the weights: prompt forwards made under another are stale."""
         self.init_sampling(max_batch_rows)
         self.init_scoring(options.autocast)
         if adapter_path is not None:
@@ -91,9 +94,9 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
 
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
-        prompt forwards kept under the old weights are dropped."""
+        prompt forwards made under the old weights are stale (`PromptForwards.version`)."""
         self._copy_stale = True
-        self._prompt_graphs.clear()
+        self._weights_version += 1
 
     # ---- training ----------------------------------------------------------------------------
     def _trainable(self) -> list[Any]:
@@ -117,6 +120,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         loss_fn: LossFn,
         reference: bool = False,
         distributions: bool = False,
+        prompt_forwards: PromptForwards | None = None,
     ) -> dict[str, float]:
         import torch
 
@@ -126,7 +130,9 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
                 ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature, kept=self._reference_prompts)
         timing = {"time/reference_s": time.perf_counter() - t0} if reference else {}
         self.model.train()
-        lp, mask, log_dists = self._token_logprobs(prompt_ids, completion_ids, temperature, distributions)
+        lp, mask, log_dists = self._token_logprobs(
+            prompt_ids, completion_ids, temperature, distributions, forwards=prompt_forwards
+        )
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
         with float32_through_onednn(self.device), self._recomputing():
             loss.backward()
@@ -248,7 +254,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
         self._copy, self._fold_on_pack = None, False
-        self._prompt_graphs.clear()
+        self._weights_version += 1
         self._reference_prompts.clear()  # the base the reference stood on has changed
 
     @contextmanager

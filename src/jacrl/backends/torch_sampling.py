@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
-from jacrl.backends.base import Completion, Draw, check_draws
+from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams, check_draws
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS
 from jacrl.backends.devices import resolve_dtype
 from jacrl.backends.fast_decode import FastDecoder
@@ -48,18 +48,29 @@ class TorchSampling:
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._n_params: int | None = None
 
+    def sample_for_training(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
+    ) -> tuple[list[list[Completion]], PromptForwards | None]:
+        keep = PromptForwards(self._weights_version) if self.shares_prompt_forwards else None
+        return self.generate_draws_ids(prompts, [Draw(n, params)], False, keep)[0], keep
+
     def generate_draws_ids(
-        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+        self,
+        prompts: Sequence[Sequence[int]],
+        draws: Sequence[Draw],
+        progress: bool = True,
+        keep: PromptForwards | None = None,
     ) -> list[list[list[Completion]]]:
         """Prompts are decoded together, up to `max_batch_rows` rows at a time.
 
         Prompts are grouped by length (little padding), left-padded, prefilled once and their KV
         cache copied once per row of every draw. Each (prompt, draw) keeps its own generator
         seeded `seed + i`, so what a prompt gets does not depend on which prompts share its batch.
+        With `keep`, a prompt of several rows is prefilled through the policy as the training
+        backward runs it and its forward goes into `keep` (`sample_for_training`).
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
-        self._prompt_graphs.clear()  # a backward takes the forwards of the sampling just before it
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
@@ -71,7 +82,7 @@ class TorchSampling:
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for chunk in self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens)
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep)
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
                     span = layout.rows(j, d)
@@ -140,7 +151,12 @@ class TorchSampling:
         return prefilled + slot_bytes(lm.config, prompts * rows * (width + max_tokens), self.dtype.itemsize)
 
     def _sample(
-        self, prompts: list[list[int]], layout: RowLayout, seeded: list[SeededDraw], max_tokens: int
+        self,
+        prompts: list[list[int]],
+        layout: RowLayout,
+        seeded: list[SeededDraw],
+        max_tokens: int,
+        keep: PromptForwards | None,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Prefill each prompt, then decode all rows together: a prompt's cache held once under its
         rows when it has several (`jacrl.backends.shared_prefix`), else one static cache of every row."""
@@ -151,8 +167,8 @@ class TorchSampling:
         model = self._sampling_model()
         lm = causal_lm_of(model)
         packing = self._packs()
-        if self.shares_prompt_forwards and not self._live and self._graph_fits(prompts):
-            caches, logits = self._policy_prefill(prompts, lm.dtype)
+        if keep is not None and not self._live and self._graph_fits(prompts):
+            caches, logits = self._policy_prefill(prompts, lm.dtype, keep)
         else:
             with torch.inference_mode():
                 caches, logits = self._prefill(model, prompts)
@@ -185,10 +201,10 @@ class TorchSampling:
             last.append(out.logits[:, -1, :].float())
         return caches, torch.cat(last)
 
-    def _policy_prefill(self, prompts: list[list[int]], dtype: Any) -> tuple[list[Any], Any]:
+    def _policy_prefill(self, prompts: list[list[int]], dtype: Any, keep: PromptForwards) -> tuple[list[Any], Any]:
         """Each prompt's forward through the policy as the training backward runs it (its precision,
-        train mode, the graph kept in `_prompt_graphs`); caches of its keys and values in the sampler's
-        `dtype`, and its last position's logits."""
+        train mode, the graph kept in `keep`); caches of its keys and values in the sampler's `dtype`,
+        and its last position's logits."""
         import torch
 
         lm = self._causal_lm()
@@ -197,8 +213,8 @@ class TorchSampling:
         try:
             with torch.enable_grad(), self._forward_precision():
                 for p in map(tuple, prompts):
-                    entry = self._prompt_graphs.get(p) or self._fresh_prompt(lm, p)
-                    self._prompt_graphs[p] = entry
+                    entry = keep.by_prompt.get(p) or self._fresh_prompt(lm, p)
+                    keep.by_prompt[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
                     caches.append(PromptKV(tuple(keys), tuple(values), None).cache(lm.config))
                     last.append(entry.logits[:, -1, :].detach().float())

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from jacrl.backends.base import TokenRows
+from jacrl.backends.base import PromptForwards, TokenRows
 from jacrl.backends.cpu import cpu_computes_bf16, float32_through_onednn
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.hf import cache_kwarg, checkpointing_off, float32_output_layer
@@ -49,9 +49,6 @@ class TorchScoring:
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
         self._arena = LogitsArena()
         """The scoring forwards' logits (`jacrl.backends.token_logprobs`), handed out again by each call."""
-        self._prompt_graphs: dict[tuple[int, ...], PromptKV] = {}
-        """Prompts sampled from the policy, forwarded with their graph for the next backward
-        (`options.share_prompts`); emptied by every sampling and every change of the weights."""
 
     def _computes_bf16(self) -> bool:
         """Whether autocast runs here: the device multiplies bfloat16 natively, the weights are float32 or
@@ -126,6 +123,7 @@ class TorchScoring:
         temperature: float,
         dists: bool = False,
         kept: ReferencePrompts | None = None,
+        forwards: PromptForwards | None = None,
     ) -> tuple[Any, Any, Any]:
         """[B, T] logprobs of the completion tokens (graph kept if grad is enabled), the mask, and
         with `dists` the [B, T, V] log-distributions they were taken from (else None).
@@ -133,7 +131,8 @@ class TorchScoring:
         Rows that share a prompt (a GRPO or RFT group) run it once: a driver prompt is many times
         a completion, so a group costs a fraction of its padded rows (docs/design.md#measured-facts).
         Batches whose prompts are all distinct (SFT) keep the one padded forward. With `kept` (the
-        reference pass) a shared prompt's cache is taken from there when it holds it."""
+        reference pass) a shared prompt's cache is taken from there when it holds it; with `forwards`
+        (a backward after `sample_for_training`) its forward with the graph the sampling kept."""
         if len(prompt_ids) != len(completion_ids):
             raise ValueError("prompt_ids and completion_ids differ in length")
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -144,7 +143,7 @@ class TorchScoring:
             if len(groups) == len(prompt_ids):
                 lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
             else:
-                lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists, kept)
+                lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists, kept, forwards)
         mask = self._completion_mask(completion_ids)
         if log_dists is not None:
             log_dists = log_dists * mask[..., None]
@@ -190,6 +189,7 @@ class TorchScoring:
         temperature: float,
         dists: bool,
         kept: ReferencePrompts | None = None,
+        forwards: PromptForwards | None = None,
     ) -> tuple[Any, Any]:
         """Per distinct prompt: one forward of the prompt, then its rows' completions on top of its KV
         cache, repeated once per row. Rows of very different lengths go in runs of similar length
@@ -203,7 +203,7 @@ class TorchScoring:
         rows: list[Any] = [None] * len(completion_ids)
         dist_rows: list[Any] = [None] * len(completion_ids)
         for head, index in groups.items():
-            prompt = self._prompt_forward(lm, head, kept)
+            prompt = self._prompt_forward(lm, head, kept, forwards)
             for run in length_buckets([len(completion_ids[i]) for i in index]):
                 members = [index[r] for r in run]
                 lp, log_dists = self._rows_on_prompt(
@@ -260,17 +260,20 @@ class TorchScoring:
             return HeadLogprobs.apply(at_temperature(hidden, temperature), head.weight, targets, self._arena), None
         return HeadLogprobs.apply(hidden, head.weight, targets, self._arena, max(temperature, 1e-6)), None
 
-    def _prompt_forward(self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None) -> PromptKV:
+    def _prompt_forward(
+        self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None, forwards: PromptForwards | None
+    ) -> PromptKV:
         """`head`'s keys and values and the logits of its last position: from `kept` (the reference pass)
         when it holds them for the current reference and precision; for a backward, the forward the
-        sampling just before it kept (`options.share_prompts`); else by a forward (then kept in `kept`)."""
+        sampling made in `forwards` under the current weights; else by a forward (then kept in `kept`)."""
         import torch
 
         owner = (self._reference, self._autocast)
         if kept is not None:
             entry = kept.get(owner, head)
-        else:  # a backward takes the policy's forward its sampling kept; a no-grad scoring leaves it
-            entry = self._prompt_graphs.pop(head, None) if torch.is_grad_enabled() else None
+        else:  # a backward takes the policy's forward its sampling kept, once; a no-grad scoring leaves it
+            fresh = forwards is not None and forwards.version == self._weights_version
+            entry = forwards.by_prompt.pop(head, None) if fresh and torch.is_grad_enabled() else None
         if entry is not None:
             return entry
         entry = self._fresh_prompt(lm, head)

@@ -308,7 +308,7 @@ def train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int)
     t0 = time.perf_counter()
     row: dict[str, Any] = {"step": step + 1, "lr": grpo_lr(step, cfg), **data.metrics}
     if data.batch is not None:
-        row.update(trainer.train_step(data.batch, grpo_lr(step, cfg)))
+        row.update(trainer.train_step(data.batch, grpo_lr(step, cfg), data.prompt_forwards))
         tokens = float(data.batch.attention_mask.sum())
     else:
         row["skipped"] = "every group had zero advantage"

@@ -21,7 +21,7 @@ from statistics import fmean, pstdev
 
 import numpy as np
 
-from jacrl.backends.base import Backend, Completion, SamplingParams
+from jacrl.backends.base import Backend, Completion, PromptForwards, SamplingParams
 from jacrl.errors import InputError
 from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import EnvLossPlans
@@ -92,6 +92,8 @@ def task_at(n_tasks: int, j: int, seed: int) -> int:
 class StepData:
     batch: TrainBatch | None
     metrics: dict[str, float] = field(default_factory=dict)
+    prompt_forwards: PromptForwards | None = None
+    """The sampled prompts' forwards through the policy, for this step's backward (`Backend.sample_for_training`)."""
 
 
 class Orchestrator:
@@ -159,12 +161,10 @@ class Orchestrator:
             max_tokens=cfg.max_completion,
             seed=cfg.seed * 1_000_003 + step * 1009,
         )
-        groups = (
-            self.backend.generate_ids(
-                [self._prompts[t.id].token_ids for t in tasks], n=cfg.group_size, params=params, progress=False
-            )
+        groups, forwards = (
+            self.backend.sample_for_training([self._prompts[t.id].token_ids for t in tasks], cfg.group_size, params)
             if tasks
-            else []
+            else ([], None)
         )
         t1 = time.perf_counter()
         group_scores = score_groups(self.scorer.score_batch, tasks, groups) if tasks else []
@@ -188,7 +188,7 @@ class Orchestrator:
         metrics = self._sample_metrics(groups, group_scores, zero_var)
         metrics |= {f"env/{env.label}/prompts": float(sum(e is env for e, _ in prompts)) for env in self.envs}
         metrics |= {"samples/kept": float(len(kept)), "time/sample_s": t1 - t0, "time/reward_s": t2 - t1}
-        return StepData(batch, metrics)
+        return StepData(batch, metrics, forwards)
 
     def _sample_metrics(
         self, groups: list[list[Completion]], group_scores: list[list], zero_var: int

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from jacrl.backends.base import Backend, TokenLogprobs
+from jacrl.backends.base import Backend, PromptForwards, TokenLogprobs
 from jacrl.losses.compute import compute_loss
 from jacrl.losses.config import OpdLossConfig
 from jacrl.losses.cores import full_forward_kl, full_reverse_kl
@@ -98,7 +98,11 @@ class Trainer:
                 teacher_divergence = place(per_position, starts, seq)
         return batch.loss_inputs(trainer_lp, ref_lp, teacher_lp, teacher_divergence)
 
-    def train_step(self, batch: TrainBatch, lr: float) -> dict[str, float]:
+    def train_step(
+        self, batch: TrainBatch, lr: float, prompt_forwards: PromptForwards | None = None
+    ) -> dict[str, float]:
+        """One backward over `batch` and the optimiser step; `prompt_forwards`, the step's sampled prompts'
+        forwards (`StepData.prompt_forwards`), serve the backward instead of forwarding them again."""
         lengths = batch.attention_mask.sum(dim=1).tolist()
         seqs = [batch.input_ids[i, : int(n)].tolist() for i, n in enumerate(lengths)]
         starts = first_supervised(batch)
@@ -114,7 +118,13 @@ class Trainer:
             return result.loss, result.scalars()
 
         metrics = self.backend.backward(
-            heads, tails, self.temperature, loss_fn, reference=self.needs_reference, distributions=self.full_kl
+            heads,
+            tails,
+            self.temperature,
+            loss_fn,
+            reference=self.needs_reference,
+            distributions=self.full_kl,
+            prompt_forwards=prompt_forwards,
         )
         grad_norm = self.backend.step(lr)
         if grad_norm is not None:
