@@ -96,6 +96,7 @@ def test_a_snakemake_job_log_is_plain_and_the_console_gets_its_summary(tmp_path,
         rule train:
             output: "out/{name}.txt"
             log: "logs/{name}.log"
+            resources: mem_mb=1000
             script: "job.py"
     """)
     )
@@ -120,3 +121,6 @@ def test_a_snakemake_job_log_is_plain_and_the_console_gets_its_summary(tmp_path,
     assert "\r" not in log and "third-party chatter" in log
     assert log.count("FutureWarning: `old_api` is deprecated") == 1
     assert log.count("INFO jacrl.progress: train ") == 10 and "INFO jacrl.summary: loss 4.2 → 0.9" in log
+    [peak] = [ln for ln in log.splitlines() if "INFO jacrl.workflow.job: peak resident " in ln]
+    own = float(peak.split("peak resident ")[1].split(" MiB")[0].replace(",", ""))
+    assert 20 < own < 4000 and peak.endswith("; mem_mb 1000")  # a Python with jacrl imported

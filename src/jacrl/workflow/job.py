@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -51,7 +52,19 @@ def logged(smk: Any) -> Iterator[None]:
             traceback.print_exc(file=fh)
             print(f"\n{type(exc).__name__}: {exc}", file=console)
             raise SystemExit(1) from None
+        logging.getLogger(__name__).info(peak_memory_line(smk))
         print(finished_line(smk, lines, time.monotonic() - t0), file=console, flush=True)
+
+
+def peak_memory_line(smk: Any) -> str:
+    """The job's peak resident memory, split as Snakemake's benchmark file (one sum over the process tree)
+    does not: this process's, and its largest ended child's (the reward's fork servers, a build's
+    subprocess), in MiB against the `mem_mb` the job asked for."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    asked = getattr(getattr(smk, "resources", None), "mem_mb", None)
+    against = "no mem_mb asked" if asked is None else f"mem_mb {asked}"
+    return f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}"
 
 
 @contextmanager
