@@ -1,5 +1,5 @@
-"""GRPO's rollout decode on the torch backend: a prompt's rows decoded over its one KV cache give what
-the per-row static cache gives, and the merged sampling copy (`sampler: merged`) samples what the
+"""`jacrl.backends.torch_sampling`, the torch backend's decode: a prompt's rows decoded over its one
+KV cache give what the per-row static cache gives, and the merged sampling copy (`sampler: merged`) samples what the
 trained policy would, refolded after every optimiser step and set aside while the adapter is off."""
 
 from __future__ import annotations
