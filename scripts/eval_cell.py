@@ -1,12 +1,14 @@
-# Rules eval / eval_base / eval_base_gen: a job's cells (one per split) — generate, score every
-# completion, aggregate — with one model load and one set of reward fork servers.
+# Rules eval / eval_base / eval_base_gen: a job's cells (one per split) — generate every cell, drop the model,
+# then score every completion and aggregate — one model load, one set of reward fork servers.
+import gc
 import json
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import determinism_record
+from jacrl.backends.heap import release_free_heap
 from jacrl.backends.select import BackendOptions, load_backend
 from jacrl.config import load_config
-from jacrl.evaluation.cell import evaluate_cell
+from jacrl.evaluation.cell import draw_cell, score_draws
 from jacrl.evaluation.labels import cell_line
 from jacrl.io import write_text
 from jacrl.progress import summary
@@ -29,12 +31,20 @@ with logged(snakemake):
         options=BackendOptions.of(spec),
     )
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
-    jobs = zip(
-        snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True
-    )
     special = tokenizer_special_tokens(backend.hf_tokenizer)  # cut out of completions with the chat tokens
+    cells = list(
+        zip(
+            snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True
+        )
+    )
+    draws = [draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"]) for one, tasks, *_ in cells]
+    # the model leaves before the reward's runs start, each of which may hold its whole memory budget:
+    # the job's peak is the larger of the two phases, not their sum
+    del backend
+    gc.collect()
+    release_free_heap()
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
-        for one, tasks, cell_out, samples_out in jobs:
+        for (one, _, cell_out, samples_out), drawn in zip(cells, draws, strict=True):
             meta = {
                 **one["meta"],
                 "adapter": adapter,
@@ -42,6 +52,6 @@ with logged(snakemake):
                 "code_version": code_version(),
                 "determinism": determinism_record(),
             }
-            cell = evaluate_cell(read_tasks(tasks), backend, scorer, cfg.eval, meta, samples_out)
+            cell = score_draws(drawn, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")
             summary(f"{one['split']}: {cell['tasks']} tasks: {cell_line(cell)}")

@@ -1,13 +1,15 @@
 """An eval cell end to end: real Jac scoring of every completion kind; the tiny model's own
 cell; verified@n and audit flags from scripted answers (what a model could emit)."""
 
+import gc
+import weakref
 from dataclasses import dataclass, field
 
 import pytest
 
 from jacrl.backends.base import Completion
 from jacrl.backends.select import load_backend
-from jacrl.evaluation.cell import evaluate_cell
+from jacrl.evaluation.cell import draw_cell, evaluate_cell, score_draws
 from jacrl.evaluation.config import EvalConfig
 from jacrl.io import read_jsonl
 from jacrl.reward.batch import RewardScorer
@@ -115,3 +117,21 @@ def test_a_split_outside_sample_splits_is_greedy_only(tasks, scorer, tmp_path):
     assert (gen["samples"], gen["pass1_pct"], gen["verified_pct"]) == (0, 50.0, 50.0)
     assert (mem["samples"], mem["pass1_pct"], mem["verified_pct"]) == (2, 50.0, 100.0)
     assert "n" not in cfg.cell_settings("gen") and cfg.cell_settings("mem")["n"] == 2
+
+
+def test_a_cells_draws_outlive_the_model_and_score_as_the_whole_cell_does(tasks, scorer, tmp_path):
+    """An eval job draws every cell, drops the model, then scores (scripts/eval_cell.py): the draws hold
+    no reference to the model, and scoring them gives the cell `evaluate_cell` gives."""
+    gold = [f"```jac\n{t.gold_body}```" for t in tasks]
+    script = {"greedy": [[gold[0]], [BROKEN]], "sample": [[gold[0], gold[0]], [gold[1], BROKEN]]}
+    cfg = EvalConfig(n=2, k=2, sample_splits=["gen"])
+    meta = {"split": "gen"}
+    model = ScriptedModel(script)
+    gone = weakref.ref(model)
+    drawn = draw_cell(tasks, model, cfg, "gen")
+    del model
+    gc.collect()
+    assert gone() is None
+    cell = score_draws(drawn, scorer, cfg, meta, str(tmp_path / "a.jsonl"))
+    whole = evaluate_cell(tasks, ScriptedModel(script), scorer, cfg, meta, str(tmp_path / "b.jsonl"))
+    assert cell == whole and read_jsonl(tmp_path / "a.jsonl") == read_jsonl(tmp_path / "b.jsonl")

@@ -9,6 +9,7 @@ sampled pass rate). Every completion and its full reward breakdown goes to the c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from jacrl.backends.base import Backend, Completion, Draw, SamplingParams
 from jacrl.evaluation.config import EvalConfig
@@ -91,13 +92,31 @@ def cell_tasks(tasks: list[Task], split: str, cfg: EvalConfig) -> list[Task]:
     return tasks
 
 
+@dataclass(frozen=True)
+class CellDraws:
+    """A cell's tasks and every completion drawn for them: what scoring needs, without the model (an
+    eval job drops the model before its reward runs start: `scripts/eval_cell.py`)."""
+
+    tasks: list[Task]
+    generated: Generated
+
+
+def draw_cell(tasks: list[Task], backend: Backend, cfg: EvalConfig, split: str) -> CellDraws:
+    """The cell's completions: greedy, the eval samples and (on `policy_splits`) the policy samples."""
+    tasks = cell_tasks(tasks, split, cfg)
+    return CellDraws(tasks, generate_for_cell(backend, [t.prompt for t in tasks], cfg, split))
+
+
 def evaluate_cell(
     tasks: list[Task], backend: Backend, scorer: Scorer, cfg: EvalConfig, meta: dict, samples_out: str
 ) -> dict:
     """Generate, score and aggregate; writes the samples file and returns the cell record."""
-    tasks = cell_tasks(tasks, meta["split"], cfg)
-    generated = generate_for_cell(backend, [t.prompt for t in tasks], cfg, meta["split"])
-    metrics, records = score_cell(tasks, generated, scorer, cfg.k)
+    return score_draws(draw_cell(tasks, backend, cfg, meta["split"]), scorer, cfg, meta, samples_out)
+
+
+def score_draws(draws: CellDraws, scorer: Scorer, cfg: EvalConfig, meta: dict, samples_out: str) -> dict:
+    """Score and aggregate a cell's completions; writes the samples file and returns the cell record."""
+    metrics, records = score_cell(draws.tasks, draws.generated, scorer, cfg.k)
     write_jsonl(samples_out, records)
     policy_t = cfg.policy_temperature if metrics["policy_samples"] else None
     cell = {**meta, "temperature": cfg.temperature, "policy_temperature": policy_t, **metrics}

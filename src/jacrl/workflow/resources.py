@@ -25,7 +25,9 @@
                   eval: the KV cache a decoding call holds (`TorchSampling._call_cache_bytes`; one
                   row a prompt streams through cache slots: `jacrl.backends.row_stream`), at most
                   `DECODE_CACHE_BYTES` + each row's float32 next-token logits and their log-softmax
-                  (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer)
+                  (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer);
+                  the reward's runs come after the job has dropped the model (`scripts/eval_cell.py`), so
+                  its peak is this phase's
 
 The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
 the activation, their product) and about nine hidden-wide ones (the estimate against the measured
