@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from jacrl.backends import heap
-from jacrl.backends.heap import GROWTH, HeapKeeper, release_free_heap
+from jacrl.backends.heap import GROWTH, HEADROOM_MB, HeapKeeper, release_free_heap
 from jacrl.backends.select import BackendOptions
 
 
@@ -46,6 +46,16 @@ def test_the_heap_is_trimmed_once_the_resident_set_grew_past_its_settled_size(mo
     # after a trim the next step's size is the measure again (2500), whatever it was before
     assert [keeper.after_step() for _ in range(3)] == [False, False, True]
     assert len(trims) == 2
+
+
+def test_a_large_resident_set_is_trimmed_past_the_headroom_before_its_quarter(monkeypatch):
+    """At a 1.5 B model's size a quarter of the step is more than its job's memory leaves."""
+    trims = []
+    monkeypatch.setattr(heap, "release_free_heap", lambda: trims.append(1) or True)
+    sizes = iter([9000.0, 9000.0 + HEADROOM_MB, 9000.0 + HEADROOM_MB + 1])
+    keeper = HeapKeeper(resident=lambda: next(sizes))
+    assert [keeper.after_step() for _ in range(3)] == [False, False, True]
+    assert 9000 + HEADROOM_MB + 1 < 9000 * GROWTH and trims == [1]
 
 
 def test_a_backend_step_asks_its_heap_keeper(monkeypatch, tiny_model):

@@ -49,11 +49,16 @@ def resident_mb() -> float:
 
 GROWTH = 1.25
 """How far the resident set may grow over its settled size before the free heap is handed back."""
+HEADROOM_MB = 1024
+"""The most it may grow by, whatever its size: a quarter of a 1.5 B model's step is more than its job's
+`mem_mb` leaves (a Qwen2.5-Coder-1.5B GRPO run's growth between trims:
+docs/results/qwen-coder-1.5b-cpu-smart/README.md)."""
 
 
 class HeapKeeper:
     """When to hand the free heap back: `after_step` trims once the resident set (`resident`, MB)
-    exceeds `GROWTH` × its size after the first step since the last trim (or since the start)."""
+    exceeds its size after the first step since the last trim (or since the start) by `GROWTH` × or by
+    `HEADROOM_MB`, whichever comes first."""
 
     def __init__(self, resident: Callable[[], float] = resident_mb) -> None:
         self.resident = resident
@@ -65,7 +70,7 @@ class HeapKeeper:
         if self.settled is None:
             self.settled = now
             return False
-        if now <= GROWTH * self.settled:
+        if now <= min(GROWTH * self.settled, self.settled + HEADROOM_MB):
             return False
         release_free_heap()
         self.settled = None  # the next step, its blocks from a trimmed heap, sets the measure again
