@@ -35,7 +35,7 @@ from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_l
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
-from jacrl.strict import RESULT_FREE
+from jacrl.strict import RESULT_FREE, plain_section
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.tracking import Tracking
@@ -124,13 +124,13 @@ class Config(LossFrameworkConfig):
         `grpo`, its other keys replace theirs."""
         if not isinstance(data, dict) or not isinstance(data.get("grpo_arms"), dict):
             return data
-        top = {k: _plain(data[k]) for k in GRPO_SECTIONS if k in data}
+        top = {k: plain_section(data[k]) for k in GRPO_SECTIONS if k in data}
         for section in ("trainer", "orchestrator"):  # their losses are copies of the top-level list
             if isinstance(top.get(section), dict):
                 top[section] = {k: v for k, v in top[section].items() if k != "losses"}
         arms = {}
         for name, arm in data["grpo_arms"].items():
-            arm = _plain(arm)
+            arm = plain_section(arm)
             if isinstance(arm, dict):
                 grpo = arm.get("grpo", {})
                 if isinstance(top.get("grpo"), dict) and isinstance(grpo, dict):
@@ -230,7 +230,7 @@ class Config(LossFrameworkConfig):
         is never changed)."""
         if not isinstance(data, dict):
             return data
-        evaluation, grpo = _plain(data.get("eval")) or {}, _plain(data.get("grpo")) or {}
+        evaluation, grpo = plain_section(data.get("eval")) or {}, plain_section(data.get("grpo")) or {}
         if not isinstance(evaluation, dict) or evaluation.get("policy_temperature") is not None:
             return data
         temperature = grpo.get("temperature") if isinstance(grpo, dict) else None
@@ -306,11 +306,6 @@ def _say_once(message: str) -> None:
     if message not in _said:
         _said.add(message)
         log.info(message)
-
-
-def _plain(value: Any) -> Any:
-    """A section as a user writes it: a model given in its place is dumped back (aliases kept)."""
-    return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value
 
 
 class ConfigError(InputError, ValueError):

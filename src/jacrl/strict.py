@@ -59,3 +59,9 @@ class StrictModel(BaseModel):
 
 def _marked(field: Any, mark: str) -> bool:
     return isinstance(field.json_schema_extra, dict) and bool(field.json_schema_extra.get(mark))
+
+
+def plain_section(value: Any) -> Any:
+    """A config section as a user writes it: a model given in its place is dumped back (aliases kept), for
+    a validator that reads or fills the raw input before it is validated."""
+    return value.model_dump(mode="json", by_alias=True) if isinstance(value, BaseModel) else value

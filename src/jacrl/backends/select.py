@@ -22,7 +22,7 @@ class BackendOptions:
     what precision (a `ModelSpec`'s `device`, `dtype`, `gradient_checkpointing`, and whether the job
     trains: `dtype: auto` trains in float32 on CPU below `BF16_TRAIN_MIN_PARAMS`), how GRPO samples and
     trains (`grpo.sampler`, `grpo.autocast`, a sampled prompt's forward kept for its backward), and which
-    decode and scoring paths it takes. The last six are on by default (`pack_decode` where it pays); a
+    decode and scoring paths it takes. The last five are on by default (`pack_decode` where it pays); a
     bench or a test turns one off on one instance to compare (`backend.options = replace(...)`, before
     the call it changes). The MLX backend runs on MLX's default device in the folder's own precision and
     reads none of them."""
@@ -70,15 +70,14 @@ class BackendOptions:
     ) -> BackendOptions:
         """A job's options: the model's placement, and the loop's sampler and precision where it trains by RL."""
         return cls(
-            spec.device,
-            spec.dtype,
-            spec.gradient_checkpointing,
-            training,
-            sampler,
-            "auto",
-            autocast,
-            share_prompts,
-            spec.compile_decode,
+            device=spec.device,
+            dtype=spec.dtype,
+            gradient_checkpointing=spec.gradient_checkpointing,
+            training=training,
+            sampler=sampler,
+            autocast=autocast,
+            share_prompts=share_prompts,
+            compile_decode=spec.compile_decode,
         )
 
 

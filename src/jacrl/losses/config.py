@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from jacrl import layout
-from jacrl.strict import StrictModel
+from jacrl.strict import StrictModel, plain_section
 
 ROLES = ("system", "user", "assistant", "tool")
 """Message roles an echo term can supervise."""
@@ -604,9 +604,7 @@ class LossFrameworkConfig(StrictModel):
         with a warning (the input is rewritten before validation; the validated config is never changed)."""
         if not isinstance(data, dict) or data.get("training_mode") != "sft":
             return data
-        orchestrator = data.get("orchestrator")
-        if isinstance(orchestrator, BaseModel):
-            orchestrator = orchestrator.model_dump(mode="json", by_alias=True)
+        orchestrator = plain_section(data.get("orchestrator"))
         if not isinstance(orchestrator, dict) or orchestrator.get("renderer") is None:
             return data
         warnings.warn(
