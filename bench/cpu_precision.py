@@ -121,7 +121,12 @@ def grpo_part(a: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         train_grpo(
             OnPolicyRun(
-                model=_spec(a.model, a.dtype), tasks=tasks, out=out, cfg=cfg.grpo, losses=cfg, threads=a.threads
+                model=_spec(a.model, a.dtype),
+                tasks=tasks,
+                out=out,
+                cfg=cfg.grpo,
+                losses=cfg.loss_framework,
+                threads=a.threads,
             ),
             scorer,
             progress=False,

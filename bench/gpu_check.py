@@ -184,7 +184,13 @@ def pipeline(device: str, work: Path, isolation: str) -> dict[str, Any]:
     with RewardScorer(cfg.reward, threads=2) as scorer, DeviceMemory(device) as mem:
         grpo = train_grpo(
             OnPolicyRun(
-                model=model, tasks=train, out=work / "grpo", cfg=cfg.grpo, losses=cfg, init_adapter=sft, threads=2
+                model=model,
+                tasks=train,
+                out=work / "grpo",
+                cfg=cfg.grpo,
+                losses=cfg.loss_framework,
+                init_adapter=sft,
+                threads=2,
             ),
             scorer,
             progress=False,
@@ -305,7 +311,7 @@ def shaped_grpo(device: str, work: Path, dtype: str | None = None, autocast: boo
                 tasks=[task],
                 out=work / f"shaped-grpo-{dtype}-{autocast}",
                 cfg=cfg.grpo,
-                losses=cfg,
+                losses=cfg.loss_framework,
                 threads=2,
             ),
             SyntheticScorer(),

@@ -138,7 +138,7 @@ def run_grpo(
                     tasks=tasks,
                     out=out,
                     cfg=grpo,
-                    losses=cfg,
+                    losses=cfg.loss_framework,
                     init_adapter=sft,
                     threads=threads,
                     ckpt_dir=ckpt,

@@ -89,7 +89,9 @@ def arm(
     t0 = time.perf_counter()
     if not (out / "grpo_report.json").exists():
         train_grpo(
-            OnPolicyRun(model=model, tasks=tasks, out=out, cfg=g, losses=cfg, init_adapter=sft, threads=a.threads),
+            OnPolicyRun(
+                model=model, tasks=tasks, out=out, cfg=g, losses=cfg.loss_framework, init_adapter=sft, threads=a.threads
+            ),
             scorer,
             progress=False,
         )

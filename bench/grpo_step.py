@@ -89,7 +89,7 @@ def ours(backend: str, model: str, tasks: list[Task], steps: int, tmp: Path) -> 
                 tasks=tasks,
                 out=tmp / f"ours-{backend}",
                 cfg=cfg.grpo,
-                losses=cfg,
+                losses=cfg.loss_framework,
             ),
             scorer,
             progress=False,
@@ -148,7 +148,7 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
                 tasks=[task],
                 out=tmp / f"{variant}-{adapter is not None}",
                 cfg=grpo,
-                losses=cfg,
+                losses=cfg.loss_framework,
                 init_adapter=adapter,
                 threads=2,
             ),
@@ -330,7 +330,7 @@ def any_model(args: argparse.Namespace) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with RewardScorer(cfg.reward, threads=2) as scorer:
-        orch, trainer = orchestrator_and_trainer(b, [task], scorer, grpo, cfg, "dataset/rl", None, 2)
+        orch, trainer = orchestrator_and_trainer(b, [task], scorer, grpo, cfg.loss_framework, "dataset/rl", None, 2)
         for step in range(args.steps):
             phases.peaks.clear()
             r = train_step(orch, trainer, grpo, step)

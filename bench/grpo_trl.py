@@ -48,7 +48,7 @@ def ours(model: str, sft: Path, tasks: list[dict], cfg: Config, out: Path, threa
                 tasks=tasks,
                 out=out,
                 cfg=cfg.grpo,
-                losses=cfg,
+                losses=cfg.loss_framework,
                 init_adapter=sft,
                 threads=threads,
             ),

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
         threads=args.threads,
     )
     opd = {"estimator": args.estimator, "divergence": args.divergence, "teacher_temperature": args.teacher_temperature}
-    loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}], "trainer": {"opd": opd}})
+    loss_cfg = load_config({"training_mode": "opd", "losses": [{"type": "rl"}], "trainer": {"opd": opd}}).loss_framework
     cfg = GRPOConfig(
         iters=args.iters,
         lr=args.lr,

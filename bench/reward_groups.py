@@ -81,7 +81,7 @@ def run(a: argparse.Namespace, temp: float, by_body: bool, tmp: Path) -> tuple[l
                 tasks=tasks,
                 out=tmp / f"T{temp}-{'body' if by_body else 'meaning'}",
                 cfg=cfg.grpo,
-                losses=cfg,
+                losses=cfg.loss_framework,
                 init_adapter=a.adapter,
                 threads=1,
             ),

@@ -12,7 +12,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from jacrl.backends.determinism import job_environment
 from jacrl.backends.select import missing_models
-from jacrl.config import GRPO_SECTIONS, ConfigError, load_config
+from jacrl.config import ConfigError, load_config
 from jacrl.ladder.config import (
     ADAPTER_CONDITIONS,
     GRPO_CONDITIONS,
@@ -194,7 +194,7 @@ def grpo_job_config(wc):
 
 def opd_env_tasks(wc):
     """The task files of the opd job's envs that have their own task set."""
-    return [str(p) for p in env_task_files(CFG.orchestrator.train.env, RL)]
+    return [str(p) for p in env_task_files(CFG.loss_framework.orchestrator.train.env, RL)]
 
 
 def opd_teacher(wc):
@@ -333,4 +333,3 @@ def report_targets(wc=None):
 CELL_KEYS = {"threads", "reward", "eval"}
 EVAL_THREADS = CFG.eval.threads or CFG.threads
 TRAIN_THREADS = CFG.train_threads or CFG.threads
-GRPO_KEYS = {"threads", "reward", *GRPO_SECTIONS}

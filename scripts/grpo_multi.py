@@ -15,7 +15,7 @@ with logged(snakemake):
     configs = {cond: load_config(raw) for cond, raw in snakemake.params.runs.items()}
     tasks = read_tasks(snakemake.input.tasks)
     runs = [
-        RunSpec(cond, tasks, Path(out), cfg.grpo, cfg, Path(snakemake.input.init))
+        RunSpec(cond, tasks, Path(out), cfg.grpo, cfg.loss_framework, Path(snakemake.input.init))
         for (cond, cfg), out in zip(configs.items(), snakemake.output)
     ]
     model = ModelSpec.in_folder(snakemake.params.spec, snakemake.params.model_dir)

@@ -1,5 +1,6 @@
 """The config model: defaults, unknown keys, wrong types — each error names the key."""
 
+import copy
 import logging
 import typing
 from pathlib import Path
@@ -8,10 +9,12 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from jacrl.config import Config, ConfigError, load_config, load_config_file
+from jacrl.config import LOSS_KEYS, Config, ConfigError, load_config, load_config_file
 from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
+from jacrl.losses.config import LossConfigWarning, LossFrameworkConfig
 from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
+from jacrl.rl.config import GRPOArm
 from jacrl.strict import StrictModel
 
 
@@ -100,21 +103,93 @@ def test_an_arm_is_the_top_level_grpo_with_its_keys_over_it():
     arm = cfg.grpo_arms["tuned"]
     assert (arm.grpo.lr, arm.grpo.iters) == (1e-5, 500)
     assert arm.grpo.model_dump(exclude={"lr", "iters"}) == cfg.grpo.model_dump(exclude={"lr", "iters"})
-    assert arm.losses == cfg.losses  # not overridden: the top-level terms
+    assert arm.losses == cfg.loss_framework.losses  # not overridden: the top-level terms
     job = load_config(cfg.grpo_job_config("tuned"))  # what the GRPO job of sft_grpo@tuned reads
-    assert (job.grpo.lr, job.grpo.iters, job.losses) == (1e-5, 500, cfg.losses)
-    assert cfg.grpo_job_config(None) == cfg.model_dump(
-        mode="json", include={"threads", "reward", "grpo", "losses", "training_mode", "trainer", "orchestrator"}
-    )
+    assert (job.grpo.lr, job.grpo.iters, job.loss_framework.losses) == (1e-5, 500, cfg.loss_framework.losses)
+    assert cfg.grpo_job_config(None) == {
+        **cfg.loss_framework.model_dump(mode="json"),
+        **cfg.model_dump(mode="json", include={"threads", "reward", "grpo"}),
+    }
     own = load_config({**TUNED, "grpo_arms": {"tuned": {"losses": [{"type": "rl", "kl_tau": 0.5}]}}}).grpo_arms["tuned"]
     assert own.losses[0].kl_tau == 0.5 and own.trainer.losses is None and own.grpo == cfg.grpo
     assert cfg.conditions == [*CONDITIONS, "sft_grpo@tuned", "raw_grpo@tuned"]
 
 
+def test_the_root_holds_the_loss_keys_it_reads_at_the_top_level_as_one_section():
+    cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl"}], "orchestrator": {"renderer": "chat_template"}})
+    assert isinstance(cfg.loss_framework, LossFrameworkConfig) and not set(LOSS_KEYS) & set(Config.model_fields)
+    assert [t.type for t in cfg.loss_framework.losses] == ["rl", "ref_kl"]
+    assert cfg.loss_framework.orchestrator.renderer == "chat_template"
+    dumped = cfg.model_dump(mode="json")
+    assert load_config(dumped) == cfg  # a dump holds the section under its own key, and reads back
+    with pytest.raises(
+        ConfigError, match=r"loss keys are given twice, at the top level \(losses\) and under `loss_framework`"
+    ):
+        load_config({**dumped, "losses": [{"type": "rl"}]})
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (
+            {"losses": [{"type": "rl"}, {"type": "echo", "alpa": 0.5}]},
+            "unknown config key 'losses.1.echo.alpa'; allowed keys under losses.1.echo: assistant, filter, name,",
+        ),
+        ({"trainer": {"foo": 1}}, "unknown config key 'trainer.foo'; allowed keys under trainer: losses, opd"),
+        ({"training_mode": "rlx"}, "config key 'training_mode': Input should be 'rl', 'sft' or 'opd' (got 'rlx')"),
+        (
+            {"rungz": [1]},
+            "allowed keys under the top level: determinism, eval, grpo, grpo_arms, ladder, loss_framework,",
+        ),
+        (
+            {"rungz": [1]},
+            " orchestrator, reward, rft, rungs, sft, splits, tasks, threads, tiny, tracking, train_threads,",
+        ),
+    ],
+)
+def test_a_loss_key_error_names_the_key_as_the_file_writes_it(data, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(data)
+    assert needle in str(err.value)
+
+
+def test_loading_changes_neither_its_input_nor_the_config_it_made():
+    data = {
+        "losses": [{"type": "rl"}, {"type": "ref_kl"}],
+        "training_mode": "sft",
+        "orchestrator": {"renderer": "chat_template"},  # read as None under sft
+        "eval": {},  # its policy_temperature is read from grpo's
+        **TUNED,
+    }
+    written = copy.deepcopy(data)
+    with pytest.warns(LossConfigWarning, match="forces plain-text prompts"):
+        cfg = load_config(data)
+    assert data == written
+    assert cfg.loss_framework.orchestrator.renderer is None and cfg.eval.policy_temperature == cfg.grpo.temperature
+    made = cfg.model_dump()
+    cfg.grpo_run(None), cfg.grpo_job_config(None), cfg.grpo_job_config("tuned"), cfg.opd_job_config()
+    assert cfg.model_dump() == made
+
+
+def test_every_grpo_run_is_one_typed_record_of_its_grpo_and_loss_sections():
+    cfg = load_config({**TUNED, "losses": [{"type": "rl"}, {"type": "ref_kl"}]})
+    default, tuned = cfg.grpo_run(None), cfg.grpo_run("tuned")
+    assert isinstance(default, GRPOArm) and isinstance(tuned, GRPOArm)
+    assert default.grpo == cfg.grpo and default.model_dump(exclude={"grpo"}) == cfg.loss_framework.model_dump()
+    assert tuned.losses == default.losses and tuned.grpo.lr == 1e-5
+    for arm in (None, "tuned"):  # a rule's params are compared as written: the keys keep their order
+        assert list(cfg.grpo_job_config(arm)) == [*LOSS_KEYS, "threads", "reward", "grpo"]
+
+
 def test_the_opd_job_takes_its_own_steps_lr_and_temperature_and_the_other_jobs_do_not():
     cfg = load_config({"grpo": {"temperature": 0.9, "iters": 8}, "opd": {"temperature": 0.3, "iters": 200, "lr": 2e-3}})
     opd = load_config(cfg.opd_job_config())
-    assert (opd.training_mode, opd.grpo.temperature, opd.grpo.iters, opd.grpo.lr) == ("opd", 0.3, 200, 2e-3)
+    assert (opd.loss_framework.training_mode, opd.grpo.temperature, opd.grpo.iters, opd.grpo.lr) == (
+        "opd",
+        0.3,
+        200,
+        2e-3,
+    )
     assert load_config(cfg.grpo_job_config(None)).grpo.model_dump() == cfg.grpo.model_dump()
     assert load_config(load_config({}).opd_job_config()).grpo.temperature == load_config({}).grpo.temperature
 
@@ -123,8 +198,9 @@ def test_the_opd_section_owns_the_divergence_and_the_job_trains_toward_it():
     core = {"divergence": "forward", "teacher_temperature": 0}
     cfg = load_config({"opd": {"core": core}})
     job = load_config(cfg.opd_job_config())
-    assert job.training_mode == "opd" and job.trainer.opd.model_dump(exclude={"estimator"}) == core
-    assert load_config(cfg.grpo_job_config(None)).training_mode == "rl"
+    assert job.loss_framework.training_mode == "opd"
+    assert job.loss_framework.trainer.opd.model_dump(exclude={"estimator"}) == core
+    assert load_config(cfg.grpo_job_config(None)).loss_framework.training_mode == "rl"
     with pytest.raises(ConfigError, match="trainer.opd is the opd condition's divergence: set it as opd.core"):
         load_config({"trainer": {"opd": core}})
     with pytest.raises(ConfigError, match=r"opd.core.*divergence 'forward' needs estimator 'full'"):
@@ -134,11 +210,11 @@ def test_the_opd_section_owns_the_divergence_and_the_job_trains_toward_it():
 def test_the_opd_job_takes_its_own_loss_terms_and_the_other_jobs_keep_the_top_levels():
     top = [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]
     cfg = load_config({"losses": top, "opd": {"losses": [{"type": "echo", "assistant": {"alpha": 0.5}}]}})
-    opd = load_config(cfg.opd_job_config())
+    opd = load_config(cfg.opd_job_config()).loss_framework
     assert [t.type for t in opd.losses] == [t["type"] for t in opd.result_settings()["trainer"]["losses"]] == ["echo"]
-    assert [t.type for t in load_config(cfg.grpo_job_config(None)).losses] == ["rl", "ref_kl"]
+    assert [t.type for t in load_config(cfg.grpo_job_config(None)).loss_framework.losses] == ["rl", "ref_kl"]
     unset = load_config({"losses": top})
-    assert [t.type for t in load_config(unset.opd_job_config()).losses] == ["rl", "ref_kl"]
+    assert [t.type for t in load_config(unset.opd_job_config()).loss_framework.losses] == ["rl", "ref_kl"]
 
 
 @pytest.mark.parametrize(
@@ -306,7 +382,7 @@ def test_the_source_grid_over_config_yaml_is_the_sources():
     g = cfg.grpo
     assert (g.iters, g.lr, g.group_size, g.max_completion, g.max_seq, g.temperature) == (200, 1e-6, 4, 256, 1280, 1.0)
     assert (g.lora_layers, g.lora_rank, g.lora_scale, g.save_every) == (8, 8, 10.0, 50)
-    assert [(t.type, getattr(t, "beta", None)) for t in cfg.losses] == [("rl", None), ("ref_kl", 0.04)]
+    assert [(t.type, getattr(t, "beta", None)) for t in cfg.loss_framework.losses] == [("rl", None), ("ref_kl", 0.04)]
     tuned = cfg.grpo_arms["tuned"].grpo
     assert (tuned.iters, tuned.lr) == (500, 1e-5)
     s = cfg.sft

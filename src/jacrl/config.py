@@ -35,22 +35,35 @@ from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_l
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
-from jacrl.strict import RESULT_FREE, plain_section
+from jacrl.strict import RESULT_FREE, StrictModel, plain_section
 from jacrl.tasks.config import SplitsConfig, TasksConfig
 from jacrl.training.config import RFTConfig, SFTConfig
 from jacrl.training.tracking import Tracking
 
-GRPO_SECTIONS = ("grpo", *LossFrameworkConfig.model_fields)
+LOSS_FRAMEWORK = "loss_framework"
+"""The root's field that holds the loss framework's section (`Config.loss_framework`)."""
+
+LOSS_KEYS = tuple(LossFrameworkConfig.model_fields)
+"""The loss framework's keys: written at the top level of the file, held in the root's `loss_framework`."""
+
+GRPO_SECTIONS = ("grpo", *LOSS_KEYS)
 """The top-level keys a GRPO run reads: its knobs and the loss framework's shared keys."""
 
 log = logging.getLogger(__name__)
 _said: set[str] = set()
 
 
-class Config(LossFrameworkConfig):
-    """The root of config.yaml. The loss framework's keys (`losses`, `training_mode`, `trainer`,
-    `orchestrator`) are top-level keys of the file by its design, so the root extends
-    `LossFrameworkConfig` (whose `losses` is the run's one term list) and adds its other sections."""
+class Config(StrictModel):
+    """The root of config.yaml: one field per section. The loss framework's keys (`losses`, `training_mode`,
+    `trainer`, `orchestrator`) are top-level keys of the file by its design; the root holds them as one
+    section, `loss_framework` (whose `losses` is the run's one term list), gathered from the top level
+    before validation. A dump writes that section under its own key, which the root reads back as well."""
+
+    loss_framework: LossFrameworkConfig = Field(
+        default_factory=LossFrameworkConfig,
+        description="The loss framework's keys, written at the top level: `losses`, `training_mode`, `trainer`, "
+        "`orchestrator`.",
+    )
 
     threads: int = Field(
         2,
@@ -119,25 +132,12 @@ class Config(LossFrameworkConfig):
 
     @model_validator(mode="before")
     @classmethod
-    def _arms_over_the_top_level(cls, data: Any) -> Any:
-        """Each arm starts from the top-level GRPO sections: its `grpo` keys go over the top-level
-        `grpo`, its other keys replace theirs."""
-        if not isinstance(data, dict) or not isinstance(data.get("grpo_arms"), dict):
+    def _as_written(cls, data: Any) -> Any:
+        """The file's top-level loss keys gathered into their section, then each arm filled from the top
+        level, in this order (an arm reads the gathered section); the input is never changed."""
+        if not isinstance(data, dict):
             return data
-        top = {k: plain_section(data[k]) for k in GRPO_SECTIONS if k in data}
-        for section in ("trainer", "orchestrator"):  # their losses are copies of the top-level list
-            if isinstance(top.get(section), dict):
-                top[section] = {k: v for k, v in top[section].items() if k != "losses"}
-        arms = {}
-        for name, arm in data["grpo_arms"].items():
-            arm = plain_section(arm)
-            if isinstance(arm, dict):
-                grpo = arm.get("grpo", {})
-                if isinstance(top.get("grpo"), dict) and isinstance(grpo, dict):
-                    grpo = {**top["grpo"], **grpo}
-                arm = {**top, **arm, "grpo": grpo}
-            arms[name] = arm
-        return {**data, "grpo_arms": arms}
+        return _arms_over_the_top_level(_loss_keys_gathered(data))
 
     @field_validator("grpo_arms")
     @classmethod
@@ -184,7 +184,7 @@ class Config(LossFrameworkConfig):
             raise ValueError(f"opd.teacher_rung {self.opd.teacher_rung!r} is not among `rungs` {self.rungs}")
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
             check_same_losses(
-                self.losses,
+                self.loss_framework.losses,
                 {f"sft_grpo{ARM_MARK}{name}": arm.losses for name, arm in self.grpo_arms.items()},
             )
         return self
@@ -213,7 +213,8 @@ class Config(LossFrameworkConfig):
         terms): refused here, at `snakemake -n`, not when the job starts. Checked only where the opd
         condition is selected: its terms are the divergence's alone, which an env naming `rl` does not
         fit, and a run without opd cells must not be refused for a job it never starts."""
-        if self.trainer.opd != OpdLossConfig() and self.training_mode != "opd":  # a job's dump repeats the default
+        trainer, mode = self.loss_framework.trainer, self.loss_framework.training_mode
+        if trainer.opd != OpdLossConfig() and mode != "opd":  # a job's dump repeats the default
             raise ValueError("trainer.opd is the opd condition's divergence: set it as opd.core")
         if self.opd.losses is None or OPD_CONDITION not in self.ladder.conditions:
             return self
@@ -270,7 +271,7 @@ class Config(LossFrameworkConfig):
     def _opd_misfit(self) -> str | None:
         """Why opd's terms do not fit the other loss keys, or None where they do."""
         try:
-            self.opd.loss_framework(self)
+            self.opd.loss_framework(self.loss_framework)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "losses"
@@ -279,16 +280,23 @@ class Config(LossFrameworkConfig):
             )
         return None
 
-    def grpo_run(self, arm: str | None) -> LossFrameworkConfig:
-        """What a GRPO run of `arm` reads (`grpo` and the loss keys): the top level, or the named arm."""
-        return self if arm is None else self.grpo_arms[arm]
+    def grpo_run(self, arm: str | None) -> GRPOArm:
+        """What a GRPO run of `arm` reads (`grpo` and the loss keys): the named arm, or for the default arm
+        the top-level `grpo` and loss section. Built from parts validated already: validating them again
+        would only repeat their warnings."""
+        if arm is not None:
+            return self.grpo_arms[arm]
+        return GRPOArm.model_construct(grpo=self.grpo, **dict(self.loss_framework))
 
     def grpo_job_config(self, arm: str | None) -> dict[str, Any]:
-        """The config a GRPO job of `arm` is given: threads, reward, and its GRPO sections at the top level."""
-        dumped = self.model_dump(mode="json", include={"threads", "reward", *GRPO_SECTIONS})
-        if arm is not None:
-            dumped.update(self.grpo_arms[arm].model_dump(mode="json", include=set(GRPO_SECTIONS)))
-        return dumped
+        """The config a GRPO job of `arm` is given, as a file writes it: its loss keys, threads, reward and
+        its `grpo` at the top level (in this order: a rule's params are compared as written)."""
+        run = self.grpo_run(arm).model_dump(mode="json")
+        return {
+            **{k: run[k] for k in LOSS_KEYS},
+            **self.model_dump(mode="json", include={"threads", "reward"}),
+            "grpo": run["grpo"],
+        }
 
     def opd_job_config(self) -> dict[str, Any]:
         """The config the opd job is given: threads, reward, the loop knobs with opd's own over them, and
@@ -296,8 +304,46 @@ class Config(LossFrameworkConfig):
         return {
             **self.model_dump(mode="json", include={"threads", "reward"}),
             "grpo": self.opd.grpo(self.grpo).model_dump(mode="json"),
-            **self.opd.loss_framework(self).model_dump(mode="json"),
+            **self.opd.loss_framework(self.loss_framework).model_dump(mode="json"),
         }
+
+
+def _loss_keys_gathered(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the loss framework's top-level keys moved into its section; a dump's section key,
+    written alone, is read as it is. Both at once is refused: neither would silently win."""
+    written = {k: data[k] for k in LOSS_KEYS if k in data}
+    if not written:
+        return data
+    if LOSS_FRAMEWORK in data:
+        raise ValueError(
+            f"the loss keys are given twice, at the top level ({', '.join(written)}) and under `{LOSS_FRAMEWORK}`: "
+            f"write them at the top level only"
+        )
+    return {**{k: v for k, v in data.items() if k not in written}, LOSS_FRAMEWORK: written}
+
+
+def _arms_over_the_top_level(data: dict[str, Any]) -> dict[str, Any]:
+    """Each arm starts from the top-level GRPO sections: its `grpo` keys go over the top-level
+    `grpo`, its other keys replace theirs."""
+    if not isinstance(data.get("grpo_arms"), dict):
+        return data
+    section = plain_section(data.get(LOSS_FRAMEWORK))
+    top = {k: plain_section(v) for k, v in section.items() if k in LOSS_KEYS} if isinstance(section, dict) else {}
+    if "grpo" in data:
+        top["grpo"] = plain_section(data["grpo"])
+    for name in ("trainer", "orchestrator"):  # their losses are copies of the top-level list
+        if isinstance(top.get(name), dict):
+            top[name] = {k: v for k, v in top[name].items() if k != "losses"}
+    arms = {}
+    for name, arm in data["grpo_arms"].items():
+        arm = plain_section(arm)
+        if isinstance(arm, dict):
+            grpo = arm.get("grpo", {})
+            if isinstance(top.get("grpo"), dict) and isinstance(grpo, dict):
+                grpo = {**top["grpo"], **grpo}
+            arm = {**top, **arm, "grpo": grpo}
+        arms[name] = arm
+    return {**data, "grpo_arms": arms}
 
 
 def _say_once(message: str) -> None:
@@ -343,15 +389,31 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return candidates[0] if len(candidates) == 1 else None
 
 
+def _keys_under(model: type[BaseModel]) -> list[str]:
+    """The keys a mapping read into `model` may hold: its fields, and at the root the loss framework's
+    keys, which the file writes there."""
+    keys = set(model.model_fields)
+    if issubclass(model, Config):
+        keys |= set(LOSS_KEYS)
+    return sorted(keys)
+
+
+def _loc_as_written(loc: tuple) -> tuple:
+    """An error's location as the file writes it: the loss framework's keys sit at the top level, not
+    under the root's `loss_framework`."""
+    return loc[1:] if loc[:1] == (LOSS_FRAMEWORK,) else loc
+
+
 def format_validation_error(err: ValidationError, model: type[BaseModel]) -> str:
     lines = []
     for e in err.errors():
         loc = tuple(e["loc"])
-        key = ".".join(str(p) for p in loc) or "<root>"
+        written = _loc_as_written(loc)
+        key = ".".join(str(p) for p in written) or "<root>"
         if e["type"] == "extra_forbidden":
             parent = _model_at(model, loc[:-1])
-            allowed = ", ".join(sorted(parent.model_fields)) if parent else "see config.py"
-            where = ".".join(str(p) for p in loc[:-1]) or "the top level"
+            allowed = ", ".join(_keys_under(parent)) if parent else "see config.py"
+            where = ".".join(str(p) for p in written[:-1]) or "the top level"
             lines.append(f"unknown config key '{key}'; allowed keys under {where}: {allowed}")
         else:
             got = e.get("input")

@@ -31,8 +31,8 @@ def test_bench_config_replaces_grpo_keys_and_losses(tmp_path):
     base.write_text("grpo: {iters: 8, group_size: 4}\nlosses: [{type: rl}]\n")
     cfg = bench.bench_config({"group_size": 16}, bench.loss_terms(0.04), base)
     assert (cfg.grpo.iters, cfg.grpo.group_size) == (8, 16)
-    assert [t.type for t in cfg.losses] == ["rl", "ref_kl"]
-    assert [t.type for t in bench.bench_config({}, bench.loss_terms(0.0), base).losses] == ["rl"]
+    assert [t.type for t in cfg.loss_framework.losses] == ["rl", "ref_kl"]
+    assert [t.type for t in bench.bench_config({}, bench.loss_terms(0.0), base).loss_framework.losses] == ["rl"]
 
 
 def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_fixtures, tmp_path):

@@ -49,7 +49,7 @@ def total(rows, key):
 def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny_fixtures, scorer, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        config = load_config(yaml.safe_load(path.read_text()))
+        config = load_config(yaml.safe_load(path.read_text())).loss_framework
         out = train_grpo(
             OnPolicyRun(
                 model=model_spec(tiny_model, "torch"),

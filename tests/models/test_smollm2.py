@@ -156,7 +156,9 @@ def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sf
         filter_zero_advantage=False,
         seed=0,
     )
-    losses = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]})
+    losses = load_config(
+        {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
+    ).loss_framework
     with RewardScorer({"cache_path": str(tmp_path / "cache.sqlite")}, threads=2) as scorer:
         out = train_grpo(
             OnPolicyRun(

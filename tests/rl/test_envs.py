@@ -39,7 +39,7 @@ def mixed(rl_share=1.0, demo_share=1.0, demo_id="demos"):
                 }
             },
         }
-    )
+    ).loss_framework
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_deal_keeps_every_env_within_one_prompt_of_its_share():
 def test_one_env_walks_its_tasks_in_seeded_epochs_a_pure_function_of_the_step(backend):
     """The run's one env (no orchestrator envs): every task once per epoch, the same prompts for the
     same step and seed whatever was asked before (a resumed run draws what the killed one would have)."""
-    plans = EnvLossPlans.from_config(load_config({}))
+    plans = EnvLossPlans.from_config(load_config({}).loss_framework)
 
     def orch(seed, per=1):
         cfg = GRPOConfig(iters=8, group_size=2, prompts_per_step=per, max_completion=8, max_seq=256, seed=seed)

@@ -88,7 +88,7 @@ def test_grpo_raises_the_reward_of_fresh_samples(learnable_model, tmp_path):
             tasks=TASKS,
             out=tmp_path / "grpo",
             cfg=CFG,
-            losses=load_config({"losses": [{"type": "rl"}]}),
+            losses=load_config({"losses": [{"type": "rl"}]}).loss_framework,
             threads=2,
         ),
         EarlyAlphabetScorer(),

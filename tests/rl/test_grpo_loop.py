@@ -71,7 +71,7 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
             tasks=tasks,
             out=tmp_path / "grpo",
             cfg=grpo_cfg(),
-            losses=load_config(LOSSES),
+            losses=load_config(LOSSES).loss_framework,
         ),
         scorer,
         progress=False,
@@ -91,7 +91,7 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
 def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scorer, tmp_path, backend):
-    cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES)
+    cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES).loss_framework
     ckpt = train_grpo(
         OnPolicyRun(model=model_spec(tiny_model, backend), tasks=tasks, out=tmp_path / "grpo", cfg=cfg, losses=losses),
         scorer,
@@ -117,7 +117,7 @@ def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer,
             tasks=tasks,
             out=tmp_path / "grpo",
             cfg=cfg,
-            losses=load_config(LOSSES),
+            losses=load_config(LOSSES).loss_framework,
         ),
         scorer,
         stop_after=1,
@@ -130,7 +130,7 @@ def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer,
                 tasks=tasks,
                 out=tmp_path / "grpo",
                 cfg=cfg,
-                losses=load_config({}),
+                losses=load_config({}).loss_framework,
             ),
             scorer,
             progress=False,
@@ -150,7 +150,7 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
                 }
             },
         }
-    )
+    ).loss_framework
     out = train_grpo(
         OnPolicyRun(
             model=model_spec(tiny_model, "torch"),
@@ -170,7 +170,7 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
 def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
     losses = load_config(
         {"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core", "kwargs": {"scale": 0.5}}]}
-    )
+    ).loss_framework
     out = train_grpo(
         OnPolicyRun(
             model=model_spec(tiny_model, "torch"),
@@ -220,7 +220,7 @@ def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, score
                 tasks=tasks,
                 out=tmp_path / sampler,
                 cfg=grpo_cfg(iters=2, sampler=sampler),
-                losses=load_config(LOSSES),
+                losses=load_config(LOSSES).loss_framework,
             ),
             scorer,
             progress=False,
@@ -253,7 +253,7 @@ def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_
                 tasks=tasks,
                 out=tmp_path / str(autocast),
                 cfg=grpo_cfg(iters=1, sampler="policy", autocast=autocast),
-                losses=load_config(LOSSES),
+                losses=load_config(LOSSES).loss_framework,
             ),
             scorer,
             progress=False,
@@ -298,7 +298,7 @@ def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
             tasks=tasks[:1],
             out=tmp_path / "grpo",
             cfg=grpo_cfg(iters=6, save_every=100),
-            losses=load_config(LOSSES),
+            losses=load_config(LOSSES).loss_framework,
         ),
         scorer,
         tracker=probe,
@@ -320,7 +320,7 @@ def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_model, tasks, sc
     b = load_backend(tiny_model, "torch", threads=2)
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     b.configure_optimizer(1e-4)
-    orch, trainer = orchestrator_and_trainer(b, tasks[:1], scorer, cfg.grpo, cfg, "dataset/rl", None, 2)
+    orch, trainer = orchestrator_and_trainer(b, tasks[:1], scorer, cfg.grpo, cfg.loss_framework, "dataset/rl", None, 2)
     settled = []
     settle = b.settle_heap
     b.settle_heap = lambda: settled.append(1) or settle()

@@ -33,7 +33,7 @@ def test_a_machine_that_fails_halfway_stops_the_run_and_it_resumes_once_fixed(ti
         cfg=GRPOConfig(
             iters=6, lr=2e-3, group_size=4, max_completion=24, max_seq=4096, save_every=1, seed=1, lora_layers=-1
         ),
-        losses=load_config({"losses": [{"type": "rl"}]}),
+        losses=load_config({"losses": [{"type": "rl"}]}).loss_framework,
     )
     live = tmp_path / "grpo.ckpt.metrics.jsonl"
     halfway = lambda: live.exists() and len(live.read_text().splitlines()) >= 3  # noqa: E731

@@ -37,13 +37,20 @@ def start_adapter(tiny_model, tmp_path_factory):
 def runs(tmp_path, start, where):
     cfg = dict(iters=3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256)
     return [
-        RunSpec("a", TASKS[:2], tmp_path / where / "a", GRPOConfig(**cfg, lr=1e-3, seed=1), load_config(LOSSES), start),
+        RunSpec(
+            "a",
+            TASKS[:2],
+            tmp_path / where / "a",
+            GRPOConfig(**cfg, lr=1e-3, seed=1),
+            load_config(LOSSES).loss_framework,
+            start,
+        ),
         RunSpec(
             "b",
             TASKS[1:],
             tmp_path / where / "b",
             GRPOConfig(**{**cfg, "iters": 2}, lr=3e-3, seed=2),
-            load_config(LOSSES),
+            load_config(LOSSES).loss_framework,
             start,
         ),
     ]
@@ -83,7 +90,7 @@ def test_each_run_is_byte_identical_to_training_it_alone(tiny_model, start_adapt
 
 def test_a_run_with_other_losses_is_refused_by_name(tmp_path, start_adapter):
     served = runs(tmp_path, start_adapter, "x")
-    odd = RunSpec("odd-one", TASKS, tmp_path / "odd", served[0].cfg, load_config({}), start_adapter)
+    odd = RunSpec("odd-one", TASKS, tmp_path / "odd", served[0].cfg, load_config({}).loss_framework, start_adapter)
     with pytest.raises(ValueError, match=r"run 'odd-one': its orchestrator.losses .* differ from the trainer's"):
         check_run_losses(served[0].loss_cfg.losses, [*served, odd])
     with pytest.raises(ValueError, match="run 'odd-one'"):

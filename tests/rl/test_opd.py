@@ -38,7 +38,7 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     cfg = GRPOConfig(
         iters=1, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, seed=0, log_reference_kl=False
     )
-    config = load_config(OPD)
+    config = load_config(OPD).loss_framework
     orch = Orchestrator(TASKS, student, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config))
     data = orch.step(0)
     assert data.batch.input_ids.shape[0] == 8  # no zero-advantage sample dropped: opd does not read advantages
@@ -53,15 +53,15 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
 def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_model):
     student = load_backend(tiny_model, "torch", threads=2)
     with pytest.raises(ValueError, match="needs a teacher"):
-        Trainer(student, load_config(OPD).losses, "opd")
+        Trainer(student, load_config(OPD).loss_framework.losses, "opd")
     with pytest.raises(ValueError, match="needs a teacher"):
-        Trainer(student, load_config({}).losses, "rl", teacher=student)
+        Trainer(student, load_config({}).loss_framework.losses, "rl", teacher=student)
 
 
 def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(tiny_model):
     student = load_backend(tiny_model, "torch", threads=2)
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
-    losses = load_config(OPD).losses
+    losses = load_config(OPD).loss_framework.losses
     teacher.gives_distributions = False  # as the mlx backend
     with pytest.raises(ValueError, match="set estimator: sampled"):
         Trainer(student, losses, "opd", teacher=teacher)
@@ -118,7 +118,7 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
         teacher_ids, teacher_pass = greedy(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
         teacher = Teacher(spec, teacher_dir)
         out = train_opd(
-            OnPolicyRun(model=spec, tasks=tasks, out=tmp_path / "opd", cfg=cfg, losses=load_config(opd)),
+            OnPolicyRun(model=spec, tasks=tasks, out=tmp_path / "opd", cfg=cfg, losses=load_config(opd).loss_framework),
             teacher,
             scorer,
             progress=False,
@@ -147,9 +147,11 @@ def test_each_entry_point_trains_its_own_mode(tmp_path):
     """GRPO refuses an opd run (it has no teacher) and opd refuses a GRPO run, before loading anything."""
     spec = ModelSpec(name="absent", path=str(tmp_path / "absent"))
     cfg = GRPOConfig(iters=1)
-    opd = load_config({"training_mode": "opd", "trainer": {"opd": {"divergence": "forward"}}})
+    opd = load_config({"training_mode": "opd", "trainer": {"opd": {"divergence": "forward"}}}).loss_framework
     with pytest.raises(ValueError, match="training_mode opd trains toward a teacher: call train_opd"):
         train_grpo(OnPolicyRun(spec, [], tmp_path / "out", cfg, opd), scorer=None)
     with pytest.raises(ValueError, match="train_opd needs training_mode opd, not 'rl'"):
-        train_opd(OnPolicyRun(spec, [], tmp_path / "out", cfg, load_config({})), Teacher(spec), scorer=None)
+        train_opd(
+            OnPolicyRun(spec, [], tmp_path / "out", cfg, load_config({}).loss_framework), Teacher(spec), scorer=None
+        )
     assert not (tmp_path / "out").exists()

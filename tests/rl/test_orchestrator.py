@@ -37,7 +37,7 @@ def backend(tiny_model):
 
 
 def orchestrator(backend, config=None, **kw):
-    losses = load_config(config or {})
+    losses = load_config(config or {}).loss_framework
     return Orchestrator(
         TASKS,
         backend,
@@ -88,7 +88,7 @@ def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
                 }
             },
         }
-    )
+    ).loss_framework
     out = train_grpo(
         OnPolicyRun(
             model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg(iters=2), losses=config
@@ -119,7 +119,7 @@ USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user":
 
 
 def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, tmp_path):
-    config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}})
+    config = load_config({**USER_ECHO, "orchestrator": {"renderer": "chat_template"}}).loss_framework
     out = train_grpo(
         OnPolicyRun(
             model=model_spec(tiny_model, "torch"),

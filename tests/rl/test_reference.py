@@ -59,7 +59,7 @@ def test_start_reference_is_the_starting_adapter_base_is_not(tiny_model, start_a
                 tasks=TASKS,
                 out=tmp_path / ref,
                 cfg=cfg(reference=ref),
-                losses=load_config(LOSSES),
+                losses=load_config(LOSSES).loss_framework,
                 init_adapter=start_adapter,
             ),
             WhitespaceScorer(),
@@ -80,7 +80,7 @@ def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_pa
                 tasks=TASKS,
                 out=tmp_path / ref,
                 cfg=cfg(reference=ref, iters=1),
-                losses=load_config(LOSSES),
+                losses=load_config(LOSSES).loss_framework,
             ),
             WhitespaceScorer(),
             progress=False,
@@ -89,7 +89,7 @@ def test_fresh_lora_starts_at_the_base_under_either_reference(tiny_model, tmp_pa
 
 
 def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapter, tmp_path):
-    c, losses = cfg(iters=3), load_config(LOSSES)
+    c, losses = cfg(iters=3), load_config(LOSSES).loss_framework
 
     def run(name: str) -> OnPolicyRun:
         return OnPolicyRun(model_spec(tiny_model, "torch"), TASKS, tmp_path / name, c, losses, start_adapter)

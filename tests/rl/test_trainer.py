@@ -61,7 +61,9 @@ def test_every_loss_input_follows_the_logprobs_device():
     starts = first_supervised(batch)
     width = batch.input_ids.shape[1]
     lp = torch.zeros(batch.input_ids.shape[0], width, device="meta")
-    inputs = Trainer(None, [t for t in load_config(CONFIG).losses]).inputs(batch, TokenLogprobs(lp, lp > 0, lp), starts)
+    inputs = Trainer(None, [t for t in load_config(CONFIG).loss_framework.losses]).inputs(
+        batch, TokenLogprobs(lp, lp > 0, lp), starts
+    )
     devices = {name: t.device.type for name, t in tensors(inputs).items()}
     assert set(devices) >= {
         "loss_mask",
@@ -89,7 +91,7 @@ def test_grpo_steps_on_cuda(tiny_model, tmp_path):
     cfg = GRPOConfig(
         iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, mask_truncated=False
     )
-    losses = load_config({"losses": CONFIG["losses"]})
+    losses = load_config({"losses": CONFIG["losses"]}).loss_framework
     out = train_grpo(
         OnPolicyRun(model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg, losses=losses),
         WhitespaceScorer(),
@@ -100,11 +102,11 @@ def test_grpo_steps_on_cuda(tiny_model, tmp_path):
 
 
 def test_reference_forward_only_when_needed():
-    rl, ref_kl = load_config({}).losses, load_config({"losses": CONFIG["losses"]}).losses
+    rl, ref_kl = load_config({}).loss_framework.losses, load_config({"losses": CONFIG["losses"]}).loss_framework.losses
     assert not Trainer(None, rl, log_reference_kl=False).needs_reference
     assert Trainer(None, rl, log_reference_kl=True).needs_reference
     assert Trainer(None, ref_kl, log_reference_kl=False).needs_reference
-    free = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.0}]}).losses
+    free = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl", "beta": 0.0}]}).loss_framework.losses
     assert not Trainer(None, free, log_reference_kl=False).needs_reference  # β 0 weighs nothing
 
 
@@ -131,7 +133,11 @@ def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):
     )
     out = train_grpo(
         OnPolicyRun(
-            model=model_spec(tiny_model, "torch"), tasks=TASKS, out=tmp_path / "grpo", cfg=cfg, losses=load_config({})
+            model=model_spec(tiny_model, "torch"),
+            tasks=TASKS,
+            out=tmp_path / "grpo",
+            cfg=cfg,
+            losses=load_config({}).loss_framework,
         ),
         WhitespaceScorer(),
         progress=False,

@@ -96,7 +96,7 @@ def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, tmp_path)
                 tasks=tasks,
                 out=tmp_path / "grpo",
                 cfg=cfg,
-                losses=load_config({}),
+                losses=load_config({}).loss_framework,
             ),
             scorer,
             tracker=seen,

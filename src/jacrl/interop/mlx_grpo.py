@@ -60,7 +60,7 @@ def launch() -> None:
 def command(
     model: str | Path, data: str | Path, adapter: str | Path, cfg: Config, iters: int, batch: int = 1
 ) -> list[str]:
-    beta = next((t.beta for t in cfg.losses if t.type == "ref_kl"), 0.0)
+    beta = next((t.beta for t in cfg.loss_framework.losses if t.type == "ref_kl"), 0.0)
     g = cfg.grpo
     return [
         sys.executable,

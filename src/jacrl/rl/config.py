@@ -134,10 +134,11 @@ class GRPOConfig(StrictModel):
 
 
 class GRPOArm(LossFrameworkConfig):
-    """A named GRPO setting (`grpo_arms: {tuned: {grpo: {lr: 1.0e-5, iters: 500}}}`): what a GRPO run
-    reads, the top-level `grpo` and loss keys with the arm's overrides on top. `grpo` keys are merged
-    one by one; `losses`, `training_mode`, `trainer` and `orchestrator` replace the top-level value.
-    Its conditions `sft_grpo@<name>` and `raw_grpo@<name>` get their own adapters and cells."""
+    """What a GRPO run reads: its `grpo` and loss sections. A named GRPO setting (`grpo_arms: {tuned: {grpo:
+    {lr: 1.0e-5, iters: 500}}}`) is the top-level `grpo` and loss keys with the arm's overrides on top: `grpo`
+    keys are merged one by one; `losses`, `training_mode`, `trainer` and `orchestrator` replace the top-level
+    value. Its conditions `sft_grpo@<name>` and `raw_grpo@<name>` get their own adapters and cells. The
+    default arm's run is one too, made of the top level's sections (`Config.grpo_run`)."""
 
     grpo: GRPOConfig = Field(
         default_factory=GRPOConfig, description="The top-level `grpo` with this arm's keys over it."

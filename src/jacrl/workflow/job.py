@@ -190,7 +190,7 @@ def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
         read_tasks(smk.input.tasks),
         Path(smk.output[0]),
         cfg.grpo,
-        cfg,
+        cfg.loss_framework,
         init_adapter=getattr(smk.input, "init", None) or None,
         threads=smk.threads,
     )

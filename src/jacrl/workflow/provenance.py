@@ -63,7 +63,7 @@ def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
     teacher = cfg.model(cfg.opd.teacher_model or model)
     parts: dict[str, Any] = {
         "opd": {
-            **cfg.opd.loss_framework(cfg).result_settings(),
+            **cfg.opd.loss_framework(cfg.loss_framework).result_settings(),
             "grpo": grpo,
             "teacher": cfg.opd.model_dump(mode="json", include={"teacher_model", "teacher_adapter", "teacher_rung"}),
         },
