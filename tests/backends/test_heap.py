@@ -73,3 +73,14 @@ def test_a_backend_step_asks_its_heap_keeper(monkeypatch, tiny_model):
         b.step()
     assert b._heap is not None and b._heap.settled is not None  # one keeper, settled by the first step
     assert trims == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_the_peak_holds_a_transient_that_the_resident_reading_after_it_misses():
+    """`mem/peak_rss_mb` keeps what `mem/rss_mb`, read once a step has freed its activations, cannot see."""
+    before = heap.peak_resident_mb()
+    block = torch.ones(64 * 2**20)  # 256 MB, touched, then freed (an mmap'd block goes back at once)
+    del block
+    after_now, after_peak = heap.resident_mb(), heap.peak_resident_mb()
+    assert after_peak >= before
+    assert after_peak - after_now > 200, f"peak {after_peak:.0f} MB, now {after_now:.0f} MB"

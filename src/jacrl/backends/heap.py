@@ -10,8 +10,9 @@ longer trimmed after every step than not (docs/design.md#backends).
 So `HeapKeeper` trims only once the resident set has grown by `GROWTH` over its size after the
 first step since the last trim (a step whose blocks came from a trimmed heap: its own need);
 `Backend.step` asks it after each optimiser step. Where the C library has no `malloc_trim`
-(macOS, musl) trimming does nothing. `resident_mb` is what a GRPO step's metrics row records after
-it (`mem/rss_mb`), so growth across a long run shows in its curves.
+(macOS, musl) trimming does nothing. A GRPO step's metrics row records `resident_mb` after it
+(`mem/rss_mb`), so growth across a long run shows in its curves, and `peak_resident_mb` (`mem/peak_rss_mb`),
+so the step at which the job's peak was reached shows too.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import resource
+import sys
 from collections.abc import Callable
 
 import psutil
@@ -45,6 +48,13 @@ def release_free_heap() -> bool:
 def resident_mb() -> float:
     """This process's resident memory now, in MB (2**20 bytes)."""
     return psutil.Process().memory_info().rss / 2**20
+
+
+def peak_resident_mb() -> float:
+    """This process's highest resident memory so far, in MB: what a job's `mem_mb` must cover, which a
+    reading after each step misses (a step's own transient is freed before it ends)."""
+    per_mb = 2**20 if sys.platform == "darwin" else 2**10  # ru_maxrss: bytes on macOS, KiB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / per_mb
 
 
 GROWTH = 1.25

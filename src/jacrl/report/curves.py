@@ -22,7 +22,7 @@ PANELS: tuple[tuple[str, Callable[[str], bool], str], ...] = (
     ("truncation", lambda k: k == "samples/truncated_frac", "share of samples cut at the length cap"),
     ("KL", lambda k: k.startswith("kl/") or k.endswith("/mismatch_kl"), "KL (reference; sampler mismatch)"),
     ("loss terms", lambda k: k in ("loss", "loss/total") or (k.startswith("loss/") and k.endswith("/loss")), "loss"),
-    ("memory", lambda k: k == "mem/rss_mb", "resident MB after the step"),
+    ("memory", lambda k: k in ("mem/rss_mb", "mem/peak_rss_mb"), "resident MB after the step; the peak so far"),
 )
 
 

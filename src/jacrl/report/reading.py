@@ -229,6 +229,7 @@ def curves(adapters: Path) -> list[str]:
                 "kl/reference",
                 "groups/zero_variance_frac",
                 "mem/rss_mb",
+                "mem/peak_rss_mb",
             )
             if k in rows[0]
         ]

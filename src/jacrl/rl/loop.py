@@ -24,7 +24,7 @@ from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.heap import resident_mb
+from jacrl.backends.heap import peak_resident_mb, resident_mb
 from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
@@ -317,6 +317,7 @@ def train_step(orch: Orchestrator, trainer: Trainer, cfg: GRPOConfig, step: int)
     row["time/train_s"] = time.perf_counter() - t0
     row["tokens_per_s"] = tokens / max(row["time/train_s"], 1e-9)
     row["mem/rss_mb"] = resident_mb()
+    row["mem/peak_rss_mb"] = peak_resident_mb()
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in row.items()}
 
 

@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager, redirect_stderr, redirect_stdo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from jacrl.backends.heap import peak_resident_mb
 from jacrl.progress import CONSOLE, SUMMARY, is_terminal
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ def peak_memory_line(smk: Any) -> str:
     """The job's peak resident memory, split as Snakemake's benchmark file (one sum over the process tree)
     does not: this process's, and its largest ended child's (the reward's fork servers, a build's
     subprocess), in MiB against the `mem_mb` the job asked for."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    own = peak_resident_mb()
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux reports KiB
     asked = getattr(getattr(smk, "resources", None), "mem_mb", None)
     against = "no mem_mb asked" if asked is None else f"mem_mb {asked}"
     return f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}"
