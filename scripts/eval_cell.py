@@ -5,7 +5,7 @@ import json
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.determinism import determinism_record
-from jacrl.backends.heap import release_free_heap
+from jacrl.backends.heap import log_memory, release_free_heap
 from jacrl.backends.select import BackendOptions, load_backend
 from jacrl.config import load_config
 from jacrl.evaluation.cell import draw_cell, score_draws
@@ -30,19 +30,25 @@ with logged(snakemake):
         model_name=spec.name,
         options=BackendOptions.of(spec),
     )
+    log_memory("loading the model")
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection
+    log_memory("merging the adapter")
     special = tokenizer_special_tokens(backend.hf_tokenizer)  # cut out of completions with the chat tokens
     cells = list(
         zip(
             snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True
         )
     )
-    draws = [draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"]) for one, tasks, *_ in cells]
+    draws = []
+    for one, tasks, *_ in cells:
+        draws.append(draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"]))
+        log_memory(f"the {one['split']} cell's decodes")
     # the model leaves before the reward's runs start, each of which may hold its whole memory budget:
     # the job's peak is the larger of the two phases, not their sum
     del backend
     gc.collect()
     release_free_heap()
+    log_memory("dropping the model")
     with RewardScorer(cfg.reward, threads=snakemake.threads, special_tokens=special) as scorer:
         for (one, _, cell_out, samples_out), drawn in zip(cells, draws, strict=True):
             meta = {

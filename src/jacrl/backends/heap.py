@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import logging
 import resource
 import sys
 from collections.abc import Callable
@@ -55,6 +56,14 @@ def peak_resident_mb() -> float:
     reading after each step misses (a step's own transient is freed before it ends)."""
     per_mb = 2**20 if sys.platform == "darwin" else 2**10  # ru_maxrss: bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / per_mb
+
+
+def log_memory(phase: str) -> None:
+    """One log line of the resident memory after `phase` and the peak so far: a job's log then says
+    which of its phases (loading, merging, a cell's decodes, a step) set the peak its `mem_mb` covers."""
+    logging.getLogger(__name__).info(
+        f"memory after {phase}: resident {resident_mb():,.0f} MiB, peak so far {peak_resident_mb():,.0f} MiB"
+    )
 
 
 GROWTH = 1.25

@@ -24,7 +24,7 @@ from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.heap import peak_resident_mb, resident_mb
+from jacrl.backends.heap import log_memory, peak_resident_mb, resident_mb
 from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
@@ -80,6 +80,7 @@ def prepare_backend(
     `init_adapter` or a fresh LoRA), the kept reference, its merged sampling copy under `sampler:
     merged`, and the optimiser (restored, with torch's RNG, when resuming)."""
     b = load_model(model, threads, options=grpo_options(model, cfg))
+    log_memory("loading the model")
     adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
@@ -92,6 +93,7 @@ def prepare_backend(
     if resume:
         b.load_optimizer(resume.optimizer)
         resume.restore_rng()
+    log_memory("the adapter, the reference and the optimiser")
     return b
 
 
