@@ -16,12 +16,20 @@ TASKS = [
 
 
 def _score(compiles: bool, runs: bool, exact: bool, ratio: float = 0.0) -> dict:
-    return {"compiles": compiles, "runs": runs, "exact": exact, "output_ratio": ratio}
+    return {"compiles": compiles, "runs": runs, "exact": exact, "output_ratio": ratio, "share": 1.0, "flags": []}
 
 
 def _cell(path, greedy: dict, policy: dict | None = None) -> None:
     recs = [
-        {"task_id": t, "kind": "greedy", "index": 0, "truncated": False, "score": s, "completion": f"x = {s['exact']};"}
+        {
+            "task_id": t,
+            "kind": "greedy",
+            "index": 0,
+            "truncated": False,
+            "tokens": 4,
+            "score": s,
+            "completion": f"x = {s['exact']};",
+        }
         for t, s in greedy.items()
     ]
     for (t, i), ok in (policy or {}).items():
@@ -94,3 +102,13 @@ def test_each_cell_is_compared_at_its_own_rung_and_every_arm_against_the_default
     assert {("r10/m/sft_grpo@tuned/mem", "r10/m/sft/mem"), ("r10/m/sft_grpo@tuned/mem", "r10/m/sft_grpo/mem")} <= pairs
     assert ("r1/m/raw_grpo/gen", "r10/m/sft_grpo/gen") in pairs  # the holdout is the same at every rung
     assert not any(a == "r1/m/raw_grpo/mem" and "sft_grpo" in b for a, b in pairs)  # other rungs' own tasks
+
+
+def test_a_pass_that_prints_the_expected_output_is_told_from_one_that_raises_the_golds_message():
+    from jacrl.report.answers import prints_a_literal
+
+    t = task("p", gold_body='    raise ValueError("deposit must be positive");\n')
+    t = t.model_copy(update={"expected_stdout": "deposit must be positive\ntotal balance is 42\n"})
+    assert prints_a_literal('print("total balance is 42");', t)
+    assert not prints_a_literal('raise ValueError("deposit must be positive");', t)
+    assert not prints_a_literal('print("total");', t)  # shorter than a literal worth reading

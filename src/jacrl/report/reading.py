@@ -1,6 +1,7 @@
 """A ladder's cells read as a researcher reads them: where each condition fails (compile, run,
 near-pass, pass), which tasks pass and what they have in common, whether a step of training moved
-greedy or sampled passes (paired tests), and what the training curves did.
+greedy or sampled passes (paired tests), what the answers are (`jacrl.report.answers`: the reward
+hacking checks), and what the training curves did.
 
     python -m jacrl.ladder read [--results results] [--adapters adapters] [--tasks dataset/rl/tasks.jsonl]
 
@@ -18,6 +19,7 @@ from statistics import fmean
 from jacrl.io import read_jsonl
 from jacrl.ladder.config import condition_parts
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
+from jacrl.report.answers import answers_table
 from jacrl.tasks.record import Task, load_tasks
 
 CELL_RE = re.compile(
@@ -255,6 +257,9 @@ def reading(results: Path, adapters: Path, tasks_path: Path) -> str:
         "",
         "### What passes",
         *passing_tasks(cells, tasks),
+        "",
+        "### What the answers are: stubs, flagged passes, printed output (greedy)",
+        *answers_table(cells, tasks),
         "",
         "### Did a step of training move it (exact McNemar, two-sided)",
         *paired_tests(cells),
