@@ -51,11 +51,12 @@ def resident_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def peak_resident_mb() -> float:
+def peak_resident_mb(who: int = resource.RUSAGE_SELF) -> float:
     """This process's highest resident memory so far, in MB: what a job's `mem_mb` must cover, which a
-    reading after each step misses (a step's own transient is freed before it ends)."""
+    reading after each step misses (a step's own transient is freed before it ends). `RUSAGE_CHILDREN`:
+    its largest ended child's."""
     per_mb = 2**20 if sys.platform == "darwin" else 2**10  # ru_maxrss: bytes on macOS, KiB on Linux
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / per_mb
+    return resource.getrusage(who).ru_maxrss / per_mb
 
 
 def log_memory(phase: str) -> None:

@@ -62,7 +62,7 @@ def peak_memory_line(smk: Any) -> str:
     does not: this process's, and its largest ended child's (the reward's fork servers, a build's
     subprocess), in MiB against the `mem_mb` the job asked for."""
     own = peak_resident_mb()
-    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux reports KiB
+    child = peak_resident_mb(resource.RUSAGE_CHILDREN)
     asked = getattr(getattr(smk, "resources", None), "mem_mb", None)
     against = "no mem_mb asked" if asked is None else f"mem_mb {asked}"
     return f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}"
