@@ -12,6 +12,7 @@ from fixtures.models import randomised_lora, weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends import torch_backend as tb
+from jacrl.backends import torch_sampling
 from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.packed import pack
@@ -110,3 +111,37 @@ def test_sampling_merged_at_the_policys_own_precision_keeps_no_copy(tiny_model):
     prompt = b.encode(PROMPT)
     out = b.generate_ids([prompt], 2, SamplingParams(temperature=0.7, max_tokens=5, seed=1), progress=False)
     assert [len(c.token_ids) for c in out[0]] and b._copy is None and b._fold_on_pack
+
+
+@pytest.mark.parametrize("headroom_mb, trims", [(0, True), (2**20, False)])
+def test_a_decode_hands_the_free_heap_back_before_packing_a_copy_past_the_heaps_headroom(
+    tiny_model, monkeypatch, headroom_mb, trims
+):
+    """Both decode paths (a prompt's rows over its cache; one row a prompt streamed through slots) trim
+    before they pack, and only when the packed copy is more than the heap may grow by."""
+    b = _lora(tiny_model, dtype="bfloat16", pack_decode=True)
+    calls: list[str] = []
+    monkeypatch.setattr(torch_sampling, "HEADROOM_MB", headroom_mb)
+    monkeypatch.setattr(torch_sampling, "release_free_heap", lambda: calls.append("trim") or True)
+    monkeypatch.setattr(torch_sampling, "packed_linears", _recording(torch_sampling.packed_linears, calls))
+    monkeypatch.setattr(FastDecoder, "of", _recording(FastDecoder.of, calls))
+    params = SamplingParams(temperature=0.7, max_tokens=3, seed=1)
+    b.generate_ids([b.encode(PROMPT)], 2, params, progress=False)
+    rows_trimmed = _trimmed_before_packing(calls)
+    calls.clear()
+    b.options = replace(b.options, stream_rows=True)
+    b.generate_ids([b.encode(PROMPT), b.encode("obj")], 1, params, progress=False)
+    assert rows_trimmed == trims and _trimmed_before_packing(calls) == trims
+
+
+def _trimmed_before_packing(calls: list[str]) -> bool:
+    first = calls.index("pack")
+    return first > 0 and calls[first - 1] == "trim"
+
+
+def _recording(f, calls):
+    def packing(*args, **kwargs):
+        calls.append("pack")
+        return f(*args, **kwargs)
+
+    return packing

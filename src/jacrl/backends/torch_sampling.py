@@ -17,7 +17,7 @@ from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS
 from jacrl.backends.devices import resolve_dtype
 from jacrl.backends.fast_decode import FastDecoder
-from jacrl.backends.heap import release_free_heap
+from jacrl.backends.heap import HEADROOM_MB, release_free_heap
 from jacrl.backends.hf import cache_kwarg, causal_lm_of
 from jacrl.backends.lora_format import PEFT_PREFIX
 from jacrl.backends.model_files import safetensors_parameters
@@ -116,6 +116,7 @@ class TorchSampling:
 
         with torch.inference_mode():
             cache = RowCache(lm.config, slots, capacity, lm.dtype, self.device)
+            self._room_to_pack()
             fast = self._fast_decoder(lm, slots)
             seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
             stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
@@ -172,6 +173,7 @@ class TorchSampling:
         else:
             with torch.inference_mode():
                 caches, logits = self._prefill(model, prompts)
+        self._room_to_pack()
         with torch.inference_mode():
             fast = None
             if rows > 1 and self.options.shared_prefix:
@@ -284,6 +286,15 @@ class TorchSampling:
         """The fast decode step for `rows` rows where decodes pack their weights and the model has one
         (its adapter folded in where `sampler: merged` keeps no copy)."""
         return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if self._packs() else None
+
+    def _room_to_pack(self) -> None:
+        """Hand the free heap back before a decode packs the weights of a model whose packed copy is more
+        than the heap may grow by (`heap.HEADROOM_MB`). The copy's pages come fresh from the OS, so they
+        stacked on the free heap a training step or loading left: a 1.5 B model's GRPO job peaked at its
+        resident set after a step plus the copy, above its `mem_mb` (docs/design.md#backends). A smaller
+        model keeps its heap, whose pages its next step would otherwise fault in afresh."""
+        if self._packs() and self._params() * self.dtype.itemsize > HEADROOM_MB * 2**20:
+            release_free_heap()
 
     def _params(self) -> int:
         if self._n_params is None:
