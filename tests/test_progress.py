@@ -124,3 +124,15 @@ def test_a_snakemake_job_log_is_plain_and_the_console_gets_its_summary(tmp_path,
     [peak] = [ln for ln in log.splitlines() if "INFO jacrl.workflow.job: peak resident " in ln]
     own = float(peak.split("peak resident ")[1].split(" MiB")[0].replace(",", ""))
     assert 20 < own < 4000 and peak.endswith("; mem_mb 1000")  # a Python with jacrl imported
+
+
+def test_a_job_whose_peak_passed_its_mem_mb_says_so_on_the_console(caplog):
+    from types import SimpleNamespace
+
+    from jacrl.workflow.job import log_peak_memory
+
+    caplog.set_level(logging.INFO)
+    for asked in (1, 10**7):
+        log_peak_memory(SimpleNamespace(resources=SimpleNamespace(mem_mb=asked)))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "is over the job's mem_mb 1:" in warned[0]

@@ -10,9 +10,8 @@ import pytest
 import torch
 from fixtures.models import randomised_lora, weighted_backward
 
-from jacrl.backends import LoraSpec, SamplingParams, load_backend
+from jacrl.backends import LoraSpec, SamplingParams, load_backend, torch_sampling
 from jacrl.backends import torch_backend as tb
-from jacrl.backends import torch_sampling
 from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.packed import pack

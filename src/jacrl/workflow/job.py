@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from jacrl.backends.heap import peak_resident_mb
-from jacrl.progress import CONSOLE, SUMMARY, is_terminal
+from jacrl.progress import CONSOLE, SUMMARY, console_warning, is_terminal
 
 if TYPE_CHECKING:
     from jacrl.reward.config import RewardConfig
@@ -53,19 +53,25 @@ def logged(smk: Any) -> Iterator[None]:
             traceback.print_exc(file=fh)
             print(f"\n{type(exc).__name__}: {exc}", file=console)
             raise SystemExit(1) from None
-        logging.getLogger(__name__).info(peak_memory_line(smk))
+        log_peak_memory(smk)
         print(finished_line(smk, lines, time.monotonic() - t0), file=console, flush=True)
 
 
-def peak_memory_line(smk: Any) -> str:
-    """The job's peak resident memory, split as Snakemake's benchmark file (one sum over the process tree)
-    does not: this process's, and its largest ended child's (the reward's fork servers, a build's
-    subprocess), in MiB against the `mem_mb` the job asked for."""
+def log_peak_memory(smk: Any) -> None:
+    """Log the job's peak resident memory, split as Snakemake's benchmark file (one sum over the process
+    tree) does not: this process's, and its largest ended child's (the reward's fork servers, a build's
+    subprocess), in MiB against the `mem_mb` the job asked for; a console warning where it passed it (a
+    scheduler that holds a job to its `mem_mb`, SLURM's cgroups, would have ended the job)."""
     own = peak_resident_mb()
     child = peak_resident_mb(resource.RUSAGE_CHILDREN)
     asked = getattr(getattr(smk, "resources", None), "mem_mb", None)
     against = "no mem_mb asked" if asked is None else f"mem_mb {asked}"
-    return f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}"
+    logging.getLogger(__name__).info(f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}")
+    if asked is not None and max(own, child) > asked:
+        console_warning(
+            f"peak resident {max(own, child):,.0f} MiB is over the job's mem_mb {asked}: set the model's "
+            "`mem_mb` for this kind of job (a scheduler that enforces it would have ended the job)"
+        )
 
 
 @contextmanager
