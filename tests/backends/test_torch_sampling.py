@@ -171,8 +171,14 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     released = []
     release = row_stream.RowCache.release
     monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))
+    streams = []
+    run = row_stream.RowStream.run
+    monkeypatch.setattr(row_stream.RowStream, "run", lambda self, *a: (streams.append(self), run(self, *a))[1])
     streamed = decoded()
     assert len(released) == len(prompts) and any(s < 2 for s in released[:-3]), released
+    [spent] = [s.time for s in streams]  # a row is fed once a token after its first (from its prefill)
+    assert spent.prefills == len(prompts) and spent.rows == sum(len(c.token_ids) - 1 for p in streamed[0] for c in p)
+    assert spent.steps >= max(len(c.token_ids) for p in streamed[0] for c in p) - 1 and spent.prefill_s > 0
     lengths = {len(c.token_ids) for p in batch[0] for c in p}
     assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
     _same(streamed[0], batch[0])

@@ -16,7 +16,9 @@ through sdpa: transformers' own attention kernel, up to the order of its sums.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from jacrl.backends.sampling import SeededDraw, choose_rows
@@ -102,6 +104,29 @@ def _layers(cache: Any) -> list[Any]:
     return [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
 
 
+@dataclass
+class StreamTime:
+    """Where a stream's time went: its prefills (prompts, their tokens, seconds) and its decode steps
+    (how many, the live rows they decoded in all, seconds). A gen cell's wall time is the prefills'
+    compute plus steps bound by reading the weights, and how many steps the longest answers add."""
+
+    prefills: int = 0
+    prompt_tokens: int = 0
+    prefill_s: float = 0.0
+    steps: int = 0
+    rows: int = 0
+    step_s: float = 0.0
+
+    def __str__(self) -> str:
+        per_step = self.step_s / max(self.steps, 1)
+        return (
+            f"{self.prefills} prefills, {self.prompt_tokens:,} tokens in {self.prefill_s:.0f} s "
+            f"({self.prompt_tokens / max(self.prefill_s, 1e-9):.0f} tokens/s); {self.steps} decode steps in "
+            f"{self.step_s:.0f} s ({per_step:.3f} s a step, {self.rows / max(self.steps, 1):.1f} rows a step, "
+            f"{self.rows / max(self.step_s, 1e-9):.0f} tokens/s)"
+        )
+
+
 class RowStream:
     """Every prompt's tokens and their log-probs, to its end (an EOS token) or `max_tokens`, decoded
     through `cache`'s slots: prefill a prompt into each free slot, pick every live row's token from
@@ -113,6 +138,7 @@ class RowStream:
     ):
         self.cache, self.prefill, self.forward, self.draw = cache, prefill, forward, draw
         self.eos, self.max_tokens = eos, max_tokens
+        self.time = StreamTime()
 
     def run(self, prompts: Sequence[list[int]], order: Sequence[int], done: Callable[[int], None]) -> Any:
         """(tokens, log-probs) per prompt; prompts enter in `order`; `done(i)` as prompt i ends."""
@@ -127,7 +153,7 @@ class RowStream:
         while waiting or cache.live:
             while waiting and cache.live < slots:
                 i = waiting.pop()
-                kv, first = self.prefill(prompts[i])
+                kv, first = self._prefill(prompts[i])
                 if logits is None:
                     logits = torch.empty((slots, first.shape[-1]), dtype=torch.float32)
                 owner[cache.admit(kv, len(prompts[i]))] = i
@@ -148,9 +174,23 @@ class RowStream:
             if cache.live:
                 cache.begin()
                 fed = tok[: cache.live, None].to(cache.lens.device)
-                logits[: cache.live] = self.forward(cache, fed, cache.lens[: cache.live, None]).cpu()
+                logits[: cache.live] = self._forward(fed)
                 cache.advance()
         return tokens, logps
+
+    def _prefill(self, prompt: list[int]) -> tuple[Any, Any]:
+        t0 = time.perf_counter()
+        out = self.prefill(prompt)
+        self.time.prefills, self.time.prompt_tokens = self.time.prefills + 1, self.time.prompt_tokens + len(prompt)
+        self.time.prefill_s += time.perf_counter() - t0
+        return out
+
+    def _forward(self, fed: Any) -> Any:
+        t0, cache = time.perf_counter(), self.cache
+        out = self.forward(cache, fed, cache.lens[: cache.live, None]).cpu()
+        self.time.steps, self.time.rows = self.time.steps + 1, self.time.rows + cache.live
+        self.time.step_s += time.perf_counter() - t0
+        return out
 
     def _choose(self, logits: Any, owner: list[int]) -> tuple[Any, Any]:
         """The live rows' tokens, each sampled row from its own prompt's generator."""

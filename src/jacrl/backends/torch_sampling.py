@@ -9,6 +9,7 @@ scoring side's prompt forwards (`TorchScoring`) when a sampled prompt's forward 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -125,6 +126,8 @@ class TorchSampling:
             with self._decode_threads(slots), packed:
                 ids, lps = stream.run(prompts, order, lambda _: bar.update(1))
         bar.close()
+        if progress:
+            logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
         return [self._finish(a, b) for a, b in zip(ids, lps)]
 
     def _chunks(self, lengths: list[int], order: list[int], rows: int, max_tokens: int) -> Iterator[list[int]]:
