@@ -98,12 +98,20 @@ class PrefixKV:
         """Keep the rows at `rows` (positions among the current ones, as many for each of the prompts
         at `prompts`, in their order) and those prompts' caches."""
         if len(prompts) < self.keys[0].shape[0]:
-            self.keys = [k[prompts] for k in self.keys]
-            self.values = [v[prompts] for v in self.values]
+            _take(self.keys, prompts)
+            _take(self.values, prompts)
             self.pad_bias = None if self.pad_bias is None else self.pad_bias[prompts]
-        self.own_keys = [k[rows] for k in self.own_keys]
-        self.own_values = [v[rows] for v in self.own_values]
+        _take(self.own_keys, rows)
+        _take(self.own_values, rows)
         self.rows_per_prompt = len(rows) // len(prompts)
+
+
+def _take(layers: list[Any], index: Any) -> None:
+    """Keep `index` (along the first dimension) of every layer's tensor, one layer at a time: each
+    layer's old tensor is freed as its copy is made, so a narrowing holds one layer twice, not the whole
+    cache (a 1.5 B model's eval rows own gigabytes of it: docs/design.md#backends)."""
+    for i, t in enumerate(layers):
+        layers[i] = t[index]
 
 
 class SharedRows:
