@@ -45,10 +45,16 @@ def main() -> int:
     p.add_argument("--cell", action="append", required=True, help="SPLIT=TASKS.jsonl, in the job's order")
     p.add_argument("--limit", type=int, help="the first N tasks of each cell")
     args = p.parse_args()
+    cells = [one.partition("=")[::2] for one in args.cell]
+    for split, path in cells:
+        if not split or not Path(path).is_file():
+            raise SystemExit(f"--cell {split}={path}: expected SPLIT=TASKS.jsonl naming an existing file")
     cfg = load_config_file("config.yaml", *args.config)
     spec = cfg.models[0]
     if args.model_dir:
         spec = spec.model_copy(update={"path": str(args.model_dir), "builtin": None})
+    if spec.path is None:
+        raise SystemExit(f"model {spec.name} is a builtin: name its built folder with --model-dir")
     est = job_resources(cfg, spec.name, "eval")["mem_mb"]
     print(f"{spec.name}, code {code_version()}, on {cpu_info().describe()}, {os.cpu_count()} CPUs")
     print(f"the job's mem_mb: {est:,}")
@@ -64,8 +70,7 @@ def main() -> int:
     t0 = time.perf_counter()
     backend.merge_adapter()
     phase("merging the adapter", t0)
-    for one in args.cell:
-        split, path = one.split("=", 1)
+    for split, path in cells:
         tasks = read_tasks(path)[: args.limit]
         release_free_heap()
         reset_peak()
