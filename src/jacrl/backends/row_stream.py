@@ -117,6 +117,16 @@ class StreamTime:
     rows: int = 0
     step_s: float = 0.0
 
+    def prefilled(self, tokens: int, seconds: float) -> None:
+        self.prefills += 1
+        self.prompt_tokens += tokens
+        self.prefill_s += seconds
+
+    def stepped(self, rows: int, seconds: float) -> None:
+        self.steps += 1
+        self.rows += rows
+        self.step_s += seconds
+
     def __str__(self) -> str:
         per_step = self.step_s / max(self.steps, 1)
         return (
@@ -181,15 +191,13 @@ class RowStream:
     def _prefill(self, prompt: list[int]) -> tuple[Any, Any]:
         t0 = time.perf_counter()
         out = self.prefill(prompt)
-        self.time.prefills, self.time.prompt_tokens = self.time.prefills + 1, self.time.prompt_tokens + len(prompt)
-        self.time.prefill_s += time.perf_counter() - t0
+        self.time.prefilled(len(prompt), time.perf_counter() - t0)
         return out
 
     def _forward(self, fed: Any) -> Any:
         t0, cache = time.perf_counter(), self.cache
         out = self.forward(cache, fed, cache.lens[: cache.live, None]).cpu()
-        self.time.steps, self.time.rows = self.time.steps + 1, self.time.rows + cache.live
-        self.time.step_s += time.perf_counter() - t0
+        self.time.stepped(cache.live, time.perf_counter() - t0)
         return out
 
     def _choose(self, logits: Any, owner: list[int]) -> tuple[Any, Any]:

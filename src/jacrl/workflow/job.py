@@ -67,9 +67,10 @@ def log_peak_memory(smk: Any) -> None:
     asked = getattr(getattr(smk, "resources", None), "mem_mb", None)
     against = "no mem_mb asked" if asked is None else f"mem_mb {asked}"
     logging.getLogger(__name__).info(f"peak resident {own:,.0f} MiB, largest child process {child:,.0f} MiB; {against}")
-    if asked is not None and max(own, child) > asked:
+    peak = max(own, child)
+    if asked is not None and peak > asked:
         console_warning(
-            f"peak resident {max(own, child):,.0f} MiB is over the job's mem_mb {asked}: set the model's "
+            f"peak resident {peak:,.0f} MiB is over the job's mem_mb {asked}: set the model's "
             "`mem_mb` for this kind of job (a scheduler that enforces it would have ended the job)"
         )
 
