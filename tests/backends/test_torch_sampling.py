@@ -215,6 +215,30 @@ def test_a_row_cache_frees_a_slot_by_moving_the_last_live_one_into_it():
     assert cache.live == 1 and cache.lens[0] == 3
 
 
+def test_a_row_cache_attends_each_query_head_over_its_key_head_up_to_each_rows_length():
+    """Grouped query heads (4 over 2 key heads) attend as a per-head softmax over the row's own positions
+    and the one it writes now, whatever the other rows' lengths."""
+    from transformers import LlamaConfig
+
+    from jacrl.backends.row_stream import RowCache
+
+    config = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1)
+    cache = RowCache(config, slots=3, capacity=9, dtype=torch.float32, device="cpu")
+    gen = torch.Generator().manual_seed(0)
+    cache.keys[0].normal_(generator=gen)
+    cache.values[0].normal_(generator=gen)
+    cache.live, cache.lens[:3] = 3, torch.tensor([2, 7, 4])
+    query, key, value = (torch.randn(3, h, 1, 8, generator=gen) for h in (4, 2, 2))
+    cache.begin()
+    out = cache.attend(0, query, key, value, 0.5)  # [rows, 1, heads, d]
+    for r, n in enumerate([2, 7, 4]):
+        k, v = cache.keys[0][r, :, : n + 1], cache.values[0][r, :, : n + 1]  # this step's key written at n
+        assert torch.equal(k[:, n], key[r, :, 0]) and torch.equal(v[:, n], value[r, :, 0])
+        for h in range(4):
+            weights = torch.softmax(0.5 * k[h // 2] @ query[r, h, 0], dim=0)
+            torch.testing.assert_close(out[r, 0, h], weights @ v[h // 2], rtol=1e-5, atol=1e-6)
+
+
 def _spy(narrow, calls: list[int]):
     def spied(self, keep):
         calls.append(len(keep))
