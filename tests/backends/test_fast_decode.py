@@ -50,6 +50,38 @@ def test_the_fast_step_samples_what_transformers_does(tiny_model, monkeypatch, d
     assert len({tuple(c.token_ids) for c in fast[1][1]}) > 1, "the sampled rows of a prompt differ"
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_fast_prefill_gives_transformers_keys_values_and_logits(tiny_model, dtype):
+    b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype=dtype))
+    prompt, lm = b.encode(PROMPTS[1]), b._causal_lm()
+    with torch.inference_mode():
+        [cache], logits = b._prefill(b.model, [prompt])
+        fast = fd.FastDecoder.of(lm, 4).prefill(prompt)
+    tol = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=2e-2, atol=2e-2)}[dtype]
+    theirs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
+    for mine, them in zip((*fast.keys, *fast.values), theirs, strict=True):
+        assert (
+            mine.shape == them.shape == (1, lm.config.num_key_value_heads, len(prompt), fd.FastDecoder(lm, 1).head_dim)
+        )
+        torch.testing.assert_close(mine, them, **tol)
+    torch.testing.assert_close(fast.logits, logits, **tol)
+
+
+def test_streamed_rows_prefilled_and_decoded_packed_decode_as_unpacked(tiny_model, monkeypatch):
+    """One row per prompt, streamed: the packed path prefills each prompt through the fast decoder."""
+    b = load_backend(tiny_model, "torch", threads=2)
+    calls = []
+    prefill = fd.FastDecoder.prefill
+    monkeypatch.setattr(fd.FastDecoder, "prefill", lambda self, p: (calls.append(1), prefill(self, p))[1])
+    greedy = [DRAWS[0]]
+    b.options = replace(b.options, pack_decode=False)
+    plain = b.generate_draws(PROMPTS, greedy, progress=False)
+    assert not calls
+    b.options = replace(b.options, pack_decode=True)
+    _same(b.generate_draws(PROMPTS, greedy, progress=False), plain, 1e-4)
+    assert len(calls) == len(PROMPTS)
+
+
 def test_packed_static_rows_decode_as_unpacked(tiny_model):
     """One row per prompt (greedy eval cells) keeps transformers' step, its linear layers packed."""
     b = load_backend(tiny_model, "torch", threads=2)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jacrl.backends.packed import pack
+from jacrl.backends.reference_prompts import PromptKV
 from jacrl.backends.shared_prefix import PrefixKV
 
 if TYPE_CHECKING:
@@ -74,22 +75,51 @@ class FastDecoder:
 
     def __call__(self, kv: PrefixKV | RowCache, tokens: Any, positions: Any) -> Any:
         """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
-        import torch
-
         x = self.lm.model.embed_tokens(tokens[:, 0])  # [rows, hidden]
         cos, sin = (t[:, 0] for t in self.lm.model.rotary_emb(x, positions))  # [rows, head_dim]
-        rows, d = x.shape[0], self.head_dim
-        q_width, k_width = self.heads * d, self.kv_heads * d
+        rows = x.shape[0]
         for i, layer in enumerate(self.layers):
-            qk, v = layer.qkv(layer.norm_in(x)).split([q_width + k_width, k_width], dim=-1)
-            q, k = _rotated(qk.view(rows, self.heads + self.kv_heads, d), cos, sin).split(
-                [self.heads, self.kv_heads], 1
-            )
-            out = kv.attend(i, q[:, :, None], k[:, :, None], v.view(rows, self.kv_heads, 1, d), self.scaling)
-            x = x + layer.o(out.reshape(rows, q_width))
-            gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
-            x = x + layer.down(torch.nn.functional.silu(gate) * up)
+            q, k, v = self._projected(layer, x, cos, sin)
+            out = kv.attend(i, q[:, :, None], k[:, :, None], v[:, :, None], self.scaling)
+            x = _mlp(layer, x + layer.o(out.reshape(rows, -1)))
         return self.head(self.lm.model.norm(x)).float()
+
+    def prefill(self, prompt: list[int]) -> PromptKV:
+        """A prompt's forward through the same packed weights: its keys and values per layer
+        ([1, kv_heads, tokens, head_dim], as transformers' cache holds them) and its last position's
+        logits [1, vocab] float32. Causal attention through sdpa as transformers' layers run it."""
+        import torch
+        from torch.nn.functional import scaled_dot_product_attention
+
+        x = self.lm.model.embed_tokens(torch.tensor(prompt, device=self.lm.device))  # [tokens, hidden]
+        n, group = len(prompt), self.heads // self.kv_heads
+        cos, sin = (t[0] for t in self.lm.model.rotary_emb(x[None], torch.arange(n, device=x.device)[None]))
+        keys, values = [], []
+        for layer in self.layers:
+            q, k, v = (t.transpose(0, 1)[None] for t in self._projected(layer, x, cos, sin))  # [1, heads, n, d]
+            keys.append(k)
+            values.append(v)
+            # every query head its key head's copy: sdpa's own grouping (`enable_gqa`) was slower on a CPU
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+            out = scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)
+            x = _mlp(layer, x + layer.o(out[0].transpose(0, 1).reshape(n, -1)))
+        return PromptKV(tuple(keys), tuple(values), self.head(self.lm.model.norm(x[-1:])).float())
+
+    def _projected(self, layer: _Layer, x: Any, cos: Any, sin: Any) -> tuple[Any, Any, Any]:
+        """A layer's query, key and value heads of positions `x` [n, hidden], query and key rotated:
+        [n, heads, d], [n, kv_heads, d], [n, kv_heads, d]."""
+        n, d = x.shape[0], self.head_dim
+        qk, v = layer.qkv(layer.norm_in(x)).split([(self.heads + self.kv_heads) * d, self.kv_heads * d], dim=-1)
+        q, k = _rotated(qk.view(n, self.heads + self.kv_heads, d), cos, sin).split([self.heads, self.kv_heads], 1)
+        return q, k, v.view(n, self.kv_heads, d)
+
+
+def _mlp(layer: _Layer, x: Any) -> Any:
+    """`x` plus the layer's gated MLP of it."""
+    import torch
+
+    gate, up = layer.gate_up(layer.norm_mid(x)).chunk(2, dim=-1)
+    return x + layer.down(torch.nn.functional.silu(gate) * up)
 
 
 def _plain(layer: Any, folded: bool) -> bool:

@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jacrl.backends.reference_prompts import PromptKV
 from jacrl.backends.sampling import SeededDraw, choose_rows
 
-Prefill = Callable[[list[int]], tuple[Any, Any]]
-"""A prompt's transformers `DynamicCache` and its last position's logits [1, vocab]."""
+Prefill = Callable[[list[int]], PromptKV]
+"""A prompt's keys and values per layer and its last position's logits [1, vocab]."""
 Forward = Callable[["RowCache", Any, Any], Any]
 """[rows, vocab] float32: the next logits of the live rows fed `tokens` [rows, 1] at `positions`."""
 
@@ -54,10 +55,10 @@ class RowCache:
         self.live = 0
         self.mask: Any = None
 
-    def admit(self, cache: Any, length: int) -> int:
-        """Put a prefilled prompt (its `DynamicCache`, `length` positions) in the first free slot."""
-        slot = self.live
-        for mine, theirs in zip((*self.keys, *self.values), _layers(cache), strict=True):
+    def admit(self, prompt: PromptKV) -> int:
+        """Put a prefilled prompt in the first free slot."""
+        slot, length = self.live, prompt.keys[0].shape[2]
+        for mine, theirs in zip((*self.keys, *self.values), (*prompt.keys, *prompt.values), strict=True):
             mine[slot, :, :length] = theirs[0]
         self.lens[slot] = length
         self.live += 1
@@ -103,11 +104,6 @@ class RowCache:
     def advance(self) -> None:
         """After a step: every live row holds one position more."""
         self.lens[: self.live] += 1
-
-
-def _layers(cache: Any) -> list[Any]:
-    """A `DynamicCache`'s per-layer keys, then its values, each [1, kv_heads, length, head_dim]."""
-    return [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
 
 
 @dataclass
@@ -169,11 +165,11 @@ class RowStream:
         while waiting or cache.live:
             while waiting and cache.live < slots:
                 i = waiting.pop()
-                kv, first = self._prefill(prompts[i])
+                prompt = self._prefill(prompts[i])
                 if logits is None:
-                    logits = torch.empty((slots, first.shape[-1]), dtype=torch.float32)
-                owner[cache.admit(kv, len(prompts[i]))] = i
-                logits[cache.live - 1] = first[0]
+                    logits = torch.empty((slots, prompt.logits.shape[-1]), dtype=torch.float32)
+                owner[cache.admit(prompt)] = i
+                logits[cache.live - 1] = prompt.logits[0]
             tok, lp = self._choose(logits[: cache.live], owner)
             ended = []
             for j, (t, p) in enumerate(zip(tok.tolist(), lp.tolist())):
@@ -194,7 +190,7 @@ class RowStream:
                 cache.advance()
         return tokens, logps
 
-    def _prefill(self, prompt: list[int]) -> tuple[Any, Any]:
+    def _prefill(self, prompt: list[int]) -> PromptKV:
         t0 = time.perf_counter()
         out = self.prefill(prompt)
         self.time.prefilled(len(prompt), time.perf_counter() - t0)

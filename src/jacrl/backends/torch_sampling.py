@@ -24,7 +24,7 @@ from jacrl.backends.lora_format import PEFT_PREFIX
 from jacrl.backends.model_files import safetensors_parameters
 from jacrl.backends.packed import packed_linears, packs
 from jacrl.backends.reference_prompts import PromptKV
-from jacrl.backends.row_stream import RowCache, RowStream, slot_bytes
+from jacrl.backends.row_stream import Prefill, RowCache, RowStream, slot_bytes
 from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowChooser, RowLayout, SeededDraw
 from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.static_rows import StaticRows
@@ -104,13 +104,6 @@ class TorchSampling:
         slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
         bar = Progress(total=len(prompts), desc=f"sample ({self.name})", unit="seq", disable=not progress)
 
-        def prefill(prompt: list[int]) -> tuple[Any, Any]:
-            caches, logits = self._prefill(model, [prompt])
-            # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
-            # model's eval past its bound (docs/design.md#backends); a trim is cheap against a prefill
-            release_free_heap()
-            return caches[0], logits
-
         def through_transformers(kv: RowCache, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return next_logits(model, kv, tokens, positions)
@@ -120,6 +113,7 @@ class TorchSampling:
             self._room_to_pack()
             fast = self._fast_decoder(lm, slots)
             seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
+            prefill = self._stream_prefill(model, fast)
             stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
             packed = packed_linears(model, slots) if self._packs() and fast is None else nullcontext()
@@ -129,6 +123,24 @@ class TorchSampling:
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
         return [self._finish(a, b) for a, b in zip(ids, lps)]
+
+    def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
+        """A streamed prompt's prefill: through the decode's packed weights where it has them (faster
+        than the plain ones for a prompt's many tokens too: docs/design.md#backends), else through
+        transformers' forward."""
+
+        def prefill(prompt: list[int]) -> PromptKV:
+            if fast is not None:
+                out = fast.prefill(prompt)
+            else:
+                caches, logits = self._prefill(model, [prompt])
+                out = PromptKV.of(caches[0], logits)
+            # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
+            # model's eval past its bound (docs/design.md#backends); a trim is cheap against a prefill
+            release_free_heap()
+            return out
+
+        return prefill
 
     def _chunks(self, lengths: list[int], order: list[int], rows: int, max_tokens: int) -> Iterator[list[int]]:
         """`order` (prompts by length, `lengths` theirs) cut into the calls that decode together: at most
