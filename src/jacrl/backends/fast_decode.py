@@ -97,8 +97,9 @@ class FastDecoder:
         keys, values = [], []
         for layer in self.layers:
             q, k, v = (t.transpose(0, 1)[None] for t in self._projected(layer, x, cos, sin))  # [1, heads, n, d]
-            keys.append(k)
-            values.append(v)
+            # compact copies: the views would keep each layer's whole projection output alive until admitted
+            keys.append(k.contiguous())
+            values.append(v.contiguous())
             # every query head its key head's copy: sdpa's own grouping (`enable_gqa`) was slower on a CPU
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
             out = scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scaling)
