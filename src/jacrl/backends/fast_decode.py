@@ -7,6 +7,8 @@ re-lays out on every call. Here a layer is its two norms, two packed matmuls for
 embedding in three operators, and the cache's own attention (`shared_prefix.attend`, `RowCache.attend`). The
 numbers are transformers' own up to the order of floating-point sums: the norms are the model's
 modules, the rotary tables its `rotary_emb`, and bf16 matmuls give the same values packed or not.
+A streamed cell's prompts are prefilled through the same layers (`FastDecoder.prefill`, causal sdpa over
+the prompt): a prompt's matmuls ran faster on the packed layout than on the plain weights too.
 
 Serves a model only when every piece it replaces is the plain one (`FastDecoder.of` says None
 otherwise, and the decode goes through transformers): a listed family, SiLU gated MLP, full
