@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/prefill.py --model models/qwen-coder-1.5b [--rounds 3] [--tokens 1140]
 
-`transformers` — the model's own forward (`TorchSampling._prefill`, the way a decode without the fast step
+`transformers` — the model's own forward (`TorchSampling._prefill`, the way a stream without the fast step
 prefills); `fast` — the fast decoder's written-out forward through the packed weights it decodes with
 (`FastDecoder.prefill`, what a streamed cell of a packing model prefills through). The model loads as an eval
 job loads it (`dtype: auto`); the prompt is the holdout's chat-templated prompt nearest `--tokens` (the
@@ -35,7 +35,6 @@ def main() -> int:
     import torch
 
     from jacrl.backends.fast_decode import FastDecoder
-    from jacrl.backends.reference_prompts import PromptKV
     from jacrl.backends.torch_backend import TorchBackend
 
     prompt = pick_prompt(a.model, a.tokens)
@@ -44,11 +43,10 @@ def main() -> int:
     fast = FastDecoder.of(lm, 16)
     if fast is None:
         raise SystemExit(f"error: {a.model}: no fast decoder for this model ({lm.config.model_type})")
-    ways = {
-        "transformers": lambda: PromptKV.of(*_first(b._prefill(b.model, [prompt]))),
-        "fast": lambda: fast.prefill(prompt),
-    }
-    flop = 2 * len(prompt) * sum(x.numel() for n, x in lm.model.layers.named_parameters() if x.dim() == 2)
+    model = b._sampling_model()
+    # each way as a streamed cell runs it (`TorchSampling._stream_prefill`: the heap trimmed after it)
+    ways = {"transformers": b._stream_prefill(model, None), "fast": b._stream_prefill(model, fast)}
+    flop = 2 * len(prompt) * sum(x.numel() for x in lm.model.layers.parameters() if x.dim() == 2)
     print(
         f"{cpu_model()}, 2 threads, {lm.dtype}; prompt {len(prompt)} tokens, {flop / 1e12:.2f} TFLOP of layer matmuls"
     )
@@ -56,12 +54,12 @@ def main() -> int:
     print("|---|---|" + "---|---|---|" * len(ways))
     runs: dict[str, list[float]] = {w: [] for w in ways}
     with torch.inference_mode():
-        outs = {w: f() for w, f in ways.items()}  # warm-up
+        outs = {w: f(prompt) for w, f in ways.items()}  # warm-up
         for r in range(a.rounds):
             peak, cells = matmul_peak(), []
             for w, f in ways.items():
                 t0 = time.perf_counter()
-                f()
+                f(prompt)
                 s = time.perf_counter() - t0
                 runs[w].append(s)
                 cells.append(f"{s:.2f} | {len(prompt) / s:.0f} | {flop / s / 1e9:.0f}")
@@ -76,12 +74,6 @@ def main() -> int:
         f"same argmax {bool(mine.logits.argmax() == theirs.logits.argmax())}; keys max |diff| {worst:.3g}"
     )
     return 0
-
-
-def _first(out: tuple) -> tuple:
-    """`_prefill`'s ([cache], logits) as (cache, logits)."""
-    caches, logits = out
-    return caches[0], logits
 
 
 if __name__ == "__main__":

@@ -56,13 +56,12 @@ def test_the_fast_prefill_gives_transformers_keys_values_and_logits(tiny_model, 
     prompt, lm = b.encode(PROMPTS[1]), b._causal_lm()
     with torch.inference_mode():
         [cache], logits = b._prefill(b.model, [prompt])
-        fast = fd.FastDecoder.of(lm, 4).prefill(prompt)
+        decoder = fd.FastDecoder.of(lm, 4)
+        fast = decoder.prefill(prompt)
     tol = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=2e-2, atol=2e-2)}[dtype]
     theirs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
     for mine, them in zip((*fast.keys, *fast.values), theirs, strict=True):
-        assert (
-            mine.shape == them.shape == (1, lm.config.num_key_value_heads, len(prompt), fd.FastDecoder(lm, 1).head_dim)
-        )
+        assert mine.shape == them.shape == (1, lm.config.num_key_value_heads, len(prompt), decoder.head_dim)
         torch.testing.assert_close(mine, them, **tol)
     torch.testing.assert_close(fast.logits, logits, **tol)
 
