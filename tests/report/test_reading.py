@@ -83,7 +83,8 @@ def test_read_without_cells_fails_in_one_line(tmp_path, capsys):
 
 
 def test_each_cell_is_compared_at_its_own_rung_and_every_arm_against_the_default(tmp_path):
-    from jacrl.report.reading import comparisons, read_cells
+    from jacrl.report.cell_read import read_cells
+    from jacrl.report.reading import comparisons
 
     cells, yes, no = tmp_path / "cells", _score(True, True, True), _score(False, False, False)
     _cell(cells / "shared/m/base/gen.samples.jsonl", {"a": no, "b": no})

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import TYPE_CHECKING
 
+from jacrl.report.cell_read import CellRead
 from jacrl.tasks.record import Task
-
-if TYPE_CHECKING:  # reading.py builds the cells and calls this module
-    from jacrl.report.reading import CellRead
 
 STUB_SHARE = 0.3
 SHORTEST_LITERAL = 12

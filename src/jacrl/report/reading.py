@@ -11,8 +11,6 @@ breakdown) and the adapters' `metrics.jsonl`; it prints markdown.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
 
@@ -20,46 +18,11 @@ from jacrl.io import read_jsonl
 from jacrl.ladder.config import condition_parts
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
 from jacrl.report.answers import answers_table
+from jacrl.report.cell_read import CellRead, read_cells
 from jacrl.tasks.record import Task, load_tasks
 
-CELL_RE = re.compile(
-    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
-)
 TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base"}
 """What each condition was trained from: the first comparison read for each of its cells."""
-
-
-@dataclass
-class CellRead:
-    """One cell's completions, by kind: per task the greedy record, and the policy samples."""
-
-    rung: str | None  # None: the shared base gen cell
-    model: str
-    cond: str
-    split: str
-    greedy: dict[str, dict] = field(default_factory=dict)
-    policy: dict[tuple[str, int], dict] = field(default_factory=dict)
-
-    @property
-    def tag(self) -> str:
-        return f"{'shared' if self.rung is None else 'r' + self.rung}/{self.model}/{self.cond}/{self.split}"
-
-
-def read_cells(results: Path) -> list[CellRead]:
-    """Every cell under results/cells (the shared base gen cell included)."""
-    cells = []
-    for path in sorted((results / "cells").rglob("*.samples.jsonl")):
-        m = CELL_RE.search(path.relative_to(results / "cells").as_posix())
-        if not m:
-            continue
-        cell = CellRead(m["rung"], m["model"], m["cond"], m["split"])
-        for rec in read_jsonl(path):
-            if rec["kind"] == "greedy":
-                cell.greedy[rec["task_id"]] = rec
-            elif rec["kind"] == "policy":
-                cell.policy[(rec["task_id"], rec["index"])] = rec
-        cells.append(cell)
-    return cells
 
 
 def pct(k: int, n: int) -> str:
