@@ -83,63 +83,59 @@ def read_cell(path: str | Path) -> dict:
             raise ValueError(f"{path}: not a valid cell file ({exc.msg} at line {exc.lineno})") from None
 
 
+ROW_KEYS = (
+    "rung",
+    "model",
+    "cond",
+    "split",
+    "tasks",
+    "samples",
+    "k",
+    "temperature",
+    "compiles",
+    "runs",
+    "pass1",
+    "near_pass",
+    "norm_pass",
+    "verified",
+    "compile_pct",
+    "run_pct",
+    "pass1_pct",
+    "passk_pct",
+    "verified_pct",
+    "near_pct",
+    "norm_pct",
+    "policy_samples",
+    "policy_temperature",
+    "policy_pass_pct",
+    "policy_compile_pct",
+    "policy_run_pct",
+    "reward_scheme",
+    "reward_mean",
+    "policy_reward_mean",
+    "avg_osim",
+    "avg_idiom",
+    "trunc_rate",
+    "passes",
+    "flagged_passes",
+    "flagged_pass_share",
+    "isolation",
+    "infra",
+    "by_family",
+    "config_hash",
+    "config_parts",
+    "code_version",
+)
+"""The cell's fields a row carries as they are."""
+
+
 def ladder_row(cell: dict, base: dict | None) -> dict:
     """A result row: the cell's metrics, its Wilson CI, and the idiom delta vs `base` on the
     same tasks (None for the base cell itself or when no base cell covers the tasks)."""
     lo, hi = wilson_interval(cell["pass1"], cell["tasks"])
-    delta = None
-    if base is not None and cell["cond"] != "base":
-        common = sorted(set(cell["per_task"]) & set(base["per_task"]))
-        if common:
-            delta = round(
-                sum(cell["per_task"][t]["idiom"] - base["per_task"][t]["idiom"] for t in common) / len(common), 4
-            )
-    keep = (
-        "rung",
-        "model",
-        "cond",
-        "split",
-        "tasks",
-        "samples",
-        "k",
-        "temperature",
-        "compiles",
-        "runs",
-        "pass1",
-        "near_pass",
-        "norm_pass",
-        "verified",
-        "compile_pct",
-        "run_pct",
-        "pass1_pct",
-        "passk_pct",
-        "verified_pct",
-        "near_pct",
-        "norm_pct",
-        "policy_samples",
-        "policy_temperature",
-        "policy_pass_pct",
-        "policy_compile_pct",
-        "policy_run_pct",
-        "reward_scheme",
-        "reward_mean",
-        "policy_reward_mean",
-        "avg_osim",
-        "avg_idiom",
-        "trunc_rate",
-        "passes",
-        "flagged_passes",
-        "flagged_pass_share",
-        "isolation",
-        "infra",
-        "by_family",
-        "config_hash",
-        "config_parts",
-        "code_version",
-    )
     row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
-    row.update({k: cell.get(k) for k in keep})
-    row["idiom_delta_vs_base"] = delta
+    row.update({k: cell.get(k) for k in ROW_KEYS})
+    row["idiom_delta_vs_base"] = idiom_delta(cell, base)
     row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
     row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
     row["infra_by_task"] = {t: v["infra"] for t, v in sorted(cell["per_task"].items()) if v.get("infra")}
@@ -147,6 +143,17 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
         t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items()) if v.get("policy_n")
     }
     return {**row, **stages_by_task(cell["per_task"])}
+
+
+def idiom_delta(cell: dict, base: dict | None) -> float | None:
+    """The cell's mean idiom score minus `base`'s on the tasks both hold (None for the base cell
+    itself or when no base cell covers the tasks)."""
+    if base is None or cell["cond"] == "base":
+        return None
+    common = sorted(set(cell["per_task"]) & set(base["per_task"]))
+    if not common:
+        return None
+    return round(sum(cell["per_task"][t]["idiom"] - base["per_task"][t]["idiom"] for t in common) / len(common), 4)
 
 
 def stages_by_task(per_task: dict[str, dict]) -> dict[str, dict]:
