@@ -66,11 +66,7 @@ def export(files: dict[str, Path], out: str | Path, reward: RewardConfig, summar
     return Export(Path(out), {name: len(ts) for name, ts in tasks.items()})
 
 
-def card(tasks: dict[str, list[Task]], reward: RewardConfig, splits_summary: str) -> str:
-    """The dataset card: YAML header (configs, licence) and what a row is, how it is scored and made."""
-    sizes = "\n".join(f"| {name} | {len(ts)} |" for name, ts in tasks.items())
-    weights = ", ".join(f"{c.name} {c.weight:g}" for c in components(reward))
-    return f"""---
+CARD_HEAD = """---
 license: mit
 task_categories: [text-generation]
 tags: [code, jac, jaclang, reinforcement-learning, verifiable-reward]
@@ -79,13 +75,10 @@ tags: [code, jac, jaclang, reinforcement-learning, verifiable-reward]
 
 Each row is one task: a complete, deterministic Jac (jaclang 0.16.7) program with one unit body
 (or a run of statements in it) cut out. The model sees an instruction and the file with the hole
-shown as a `# TODO: write the body` line, and answers with the body in a ```jac block.
+shown as a `# TODO: write the body` line, and answers with the body in a ```jac block."""
+"""The card's YAML header (configs, licence) and what a task is."""
 
-| split | rows |
-|---|---|
-{sizes}
-
-`holdout` is the evaluation set; `trainpool` the training pool; `valid` a small validation set;
+CARD_ROWS = """`holdout` is the evaluation set; `trainpool` the training pool; `valid` a small validation set;
 `r1`, `r3`, `rall`, ... are the nested training rungs (each holds the one before it; `rall` is the
 whole train pool).
 
@@ -99,18 +92,10 @@ whole train pool).
   `extra_info` (`split`, `index`, `task_id`).
 
 The program around the hole, the gold body and the run timeout are not in the rows: the reward
-resolves each task by id from the project's task records (`dataset/rl/tasks.jsonl`).
+resolves each task by id from the project's task records (`dataset/rl/tasks.jsonl`)."""
+"""What the splits are and what a row holds."""
 
-## Reward
-
-The answer's body is spliced into the program, run with `jac run` in the project's sandbox (its
-own network, mount and Landlock view; rlimits; `isolation: weak` keeps rlimits only), and scored
-under the `{reward.scheme}` scheme. Its components and weights: {weights}. The weighted sum is the
-score; an exact stdout match scores 1.0. `jacrl.interop` gives it as a verifiers v1 taskset
-(`jac-env`, what prime-rl loads), a verifiers 0.2 environment (`jacrl-env`), TRL reward functions
-and verl's `compute_score` (docs/interop.md).
-
-## How it was made
+CARD_MADE = """## How it was made
 
 Hand-written driver programs (`dataset/drivers/<family>/<source>.jac`) mark holes around unit
 bodies; the task builder cuts one task per hole, runs the gold program for the expected stdout and
@@ -125,9 +110,28 @@ MIT, as the project that made it (its `LICENSE`): the drivers, the tasks cut fro
 expected outputs were written and run for it. The programs import only jaclang's standard
 library (MIT licensed).
 
-## Splits and decontamination (the task builder's summary)
+## Splits and decontamination (the task builder's summary)"""
+"""How the tasks were made, their licence, and the heading over the task builder's summary."""
 
-{splits_summary}"""
+
+def card(tasks: dict[str, list[Task]], reward: RewardConfig, splits_summary: str) -> str:
+    """The dataset card: YAML header (configs, licence) and what a row is, how it is scored and made."""
+    sizes = "\n".join(f"| {name} | {len(ts)} |" for name, ts in tasks.items())
+    table = f"| split | rows |\n|---|---|\n{sizes}"
+    return "\n\n".join([CARD_HEAD, table, CARD_ROWS, reward_section(reward), CARD_MADE, splits_summary])
+
+
+def reward_section(reward: RewardConfig) -> str:
+    """The card's reward section: how an answer is run and scored, under `reward`'s scheme and weights."""
+    weights = ", ".join(f"{c.name} {c.weight:g}" for c in components(reward))
+    return f"""## Reward
+
+The answer's body is spliced into the program, run with `jac run` in the project's sandbox (its
+own network, mount and Landlock view; rlimits; `isolation: weak` keeps rlimits only), and scored
+under the `{reward.scheme}` scheme. Its components and weights: {weights}. The weighted sum is the
+score; an exact stdout match scores 1.0. `jacrl.interop` gives it as a verifiers v1 taskset
+(`jac-env`, what prime-rl loads), a verifiers 0.2 environment (`jacrl-env`), TRL reward functions
+and verl's `compute_score` (docs/interop.md)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
