@@ -31,7 +31,9 @@ from jacrl.ladder.config import (
     arm_conditions,
     condition_parts,
 )
-from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig, check_same_losses, deep_merge
+from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig
+from jacrl.losses.env_config import deep_merge
+from jacrl.losses.term_config import check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig

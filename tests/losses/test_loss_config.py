@@ -15,7 +15,9 @@ from jacrl.losses import (
     TrainerConfig,
     check_resume_compatible,
     dump_losses,
+    env_config,
     parse_losses,
+    term_config,
 )
 from jacrl.losses import config as config_module
 from jacrl.losses.plan import EnvLossPlans
@@ -103,14 +105,15 @@ def test_root_config_can_subclass_the_framework_config():
 
 
 def test_every_config_field_is_documented():
-    models = [
-        getattr(config_module, name)
-        for name in dir(config_module)
-        if isinstance(getattr(config_module, name), type)
-        and issubclass(getattr(config_module, name), pydantic.BaseModel)
-        and getattr(config_module, name) is not config_module.StrictModel
-        and getattr(config_module, name) is not pydantic.BaseModel
-    ]
+    modules = (config_module, env_config, term_config)
+    models = {
+        value
+        for module in modules
+        for value in vars(module).values()
+        if isinstance(value, type)
+        and issubclass(value, pydantic.BaseModel)
+        and value.__module__ == module.__name__  # defined there, not imported
+    }
     assert len(models) >= 10
     for model in models:
         assert model.model_config.get("extra") == "forbid", model.__name__

@@ -17,8 +17,8 @@ from jacrl.losses import (
     rl_core,
     sft_core,
 )
-from jacrl.losses.config import LossTermConfig
 from jacrl.losses.registry import LossTerm, build_term
+from jacrl.losses.term_config import LossTermConfig
 
 # ---------------------------------------------------------------------------------------------
 # helpers

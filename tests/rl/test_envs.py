@@ -12,7 +12,7 @@ from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.io import write_jsonl
 from jacrl.losses import LossFrameworkConfig
-from jacrl.losses.config import parse_env_id
+from jacrl.losses.env_config import parse_env_id
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs, deal, env_task_files

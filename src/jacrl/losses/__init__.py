@@ -12,25 +12,23 @@ evaluates every enabled term on one shared forward and sums them into one backwa
 from importlib import import_module
 from typing import Any
 
-from jacrl.losses.config import (
+from jacrl.losses.config import LossFrameworkConfig, TrainerConfig
+from jacrl.losses.env_config import EnvConfig, OrchestratorConfig
+from jacrl.losses.plan import EnvLossPlan, EnvLossPlans
+from jacrl.losses.term_config import (
     CustomLossConfig,
     EchoFilterConfig,
     EchoLossConfig,
     EchoRoleConfig,
-    EnvConfig,
     LossConfigWarning,
-    LossFrameworkConfig,
     LossTermConfig,
-    OrchestratorConfig,
     RefKLLossConfig,
     RLLossConfig,
-    TrainerConfig,
     check_resume_compatible,
     default_losses,
     dump_losses,
     parse_losses,
 )
-from jacrl.losses.plan import EnvLossPlan, EnvLossPlans
 
 # The torch side is imported on first use, so validating a config (e.g. in the Snakefile) stays cheap.
 _LAZY = {

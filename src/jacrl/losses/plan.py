@@ -5,14 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from jacrl.losses.config import (
-    PRIMARY_TYPES,
-    EchoLossConfig,
-    EnvConfig,
-    LossFrameworkConfig,
-    LossTermConfig,
-    deep_merge,
-)
+from jacrl.losses.config import LossFrameworkConfig
+from jacrl.losses.env_config import EnvConfig, deep_merge
+from jacrl.losses.term_config import PRIMARY_TYPES, EchoLossConfig, LossTermConfig
 
 DEFAULT_ENV = "default"
 """The label of the implicit env used when `orchestrator.train.env` is empty."""

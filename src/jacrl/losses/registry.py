@@ -6,18 +6,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jacrl.losses.config import (
+from jacrl.losses.config import OpdLossConfig
+from jacrl.losses.cores import echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
+from jacrl.losses.inputs import LossInputs, LossOutputs
+from jacrl.losses.term_config import (
     PRIMARY_TYPES,
     CustomLossConfig,
     EchoLossConfig,
     LossTermConfig,
-    OpdLossConfig,
     RefKLLossConfig,
     RLLossConfig,
     check_terms,
 )
-from jacrl.losses.cores import echo_core, import_object, opd_core, ref_kl_core, rl_core, sft_core
-from jacrl.losses.inputs import LossInputs, LossOutputs
 
 Core = Callable[..., LossOutputs]
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from jacrl.losses.config import EchoLossConfig
 from jacrl.losses.inputs import LossInputs
 from jacrl.losses.plan import EnvLossPlans
+from jacrl.losses.term_config import EchoLossConfig
 from jacrl.rl.echo import EchoTokens, echo_selection, sequence_roles
 
 

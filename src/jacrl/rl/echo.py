@@ -15,8 +15,8 @@ from functools import cache
 import torch
 from torch import Tensor
 
-from jacrl.losses.config import EchoLossConfig
 from jacrl.losses.cores import import_object
+from jacrl.losses.term_config import EchoLossConfig
 
 EchoFilter = Callable[..., Tensor]
 """`fn(tokens: EchoTokens, mask: BoolTensor, **kwargs) -> BoolTensor` (same length as the sample)."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from jacrl.losses.config import EnvConfig
+from jacrl.losses.env_config import EnvConfig
 from jacrl.losses.plan import DEFAULT_ENV
 from jacrl.tasks.record import Task, read_tasks
 

@@ -27,8 +27,9 @@ from jacrl.backends.config import ModelSpec
 from jacrl.backends.heap import log_memory, peak_resident_mb, resident_mb
 from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir, write_text
-from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
+from jacrl.losses.config import LossFrameworkConfig
 from jacrl.losses.plan import EnvLossPlans
+from jacrl.losses.term_config import check_resume_compatible, dump_losses
 from jacrl.progress import Progress, summary
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig

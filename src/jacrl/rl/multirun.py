@@ -25,8 +25,9 @@ from typing import Any
 from jacrl.backends.base import Backend, TrainingState
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import load_model
-from jacrl.losses.config import LossFrameworkConfig, check_same_losses
+from jacrl.losses.config import LossFrameworkConfig
 from jacrl.losses.plan import EnvLossPlans
+from jacrl.losses.term_config import check_same_losses
 from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig

@@ -23,8 +23,8 @@ import numpy as np
 
 from jacrl.backends.base import Backend, Completion, PromptForwards, SamplingParams
 from jacrl.errors import InputError
-from jacrl.losses.config import PROMPT_ROLES
 from jacrl.losses.plan import EnvLossPlans
+from jacrl.losses.term_config import PROMPT_ROLES
 from jacrl.reward.audit import flagged_pass_share
 from jacrl.reward.batch import Scorer, score_groups
 from jacrl.reward.score import Score
