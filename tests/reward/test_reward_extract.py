@@ -10,17 +10,8 @@ from fixture_answers import WRITTEN, Answers, answered, answered_out_of_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jacrl.reward.extract import (
-    ARCHETYPE_RE,
-    UNIT_RE,
-    UnitSpan,
-    answer_text,
-    brace_balance,
-    extract_body,
-    fenced_blocks,
-    find_units,
-    mask,
-)
+from jacrl.reward.extract import answer_text, extract_body, fenced_blocks
+from jacrl.reward.lexer import ARCHETYPE_RE, UNIT_RE, UnitSpan, brace_balance, find_units, mask
 from jacrl.reward.splice import splice
 from jacrl.tasks.record import HOLE, Task
 

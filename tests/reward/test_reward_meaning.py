@@ -7,7 +7,7 @@ import pytest
 from reward_helpers import fence
 
 from jacrl.reward.batch import RewardScorer, run_identity
-from jacrl.reward.extract import program_meaning
+from jacrl.reward.lexer import program_meaning
 from jacrl.reward.score import body_similarity
 
 

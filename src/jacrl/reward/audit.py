@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from jacrl.reward.extract import mask
+from jacrl.reward.lexer import mask
 
 CATEGORIES: dict[str, str] = {
     "file": "opens, lists, reads, writes or deletes files or directories",

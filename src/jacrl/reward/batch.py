@@ -35,8 +35,9 @@ from typing import Protocol
 from jacrl.reward.audit import audit_flags
 from jacrl.reward.cache import reward_config_digest, score_key
 from jacrl.reward.config import RewardConfig
-from jacrl.reward.extract import Extraction, extract_body, mask, program_meaning
+from jacrl.reward.extract import Extraction, extract_body
 from jacrl.reward.infra import machine_cause, one_line
+from jacrl.reward.lexer import mask, program_meaning
 from jacrl.reward.normalize import ChatMarkup, chat_markup
 from jacrl.reward.pool import RunnerPool, default_workers
 from jacrl.reward.runner import RunResult

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, replace
 
 from jacrl.reward.audit import audit_flags
 from jacrl.reward.config import DenseV2Weights, RewardConfig, TieredWeights
-from jacrl.reward.extract import mask, normalize_body
+from jacrl.reward.extract import normalize_body
+from jacrl.reward.lexer import mask
 from jacrl.reward.runner import RunResult
 
 # Object-spatial tokens, weighted by how distinctly Jac they are (issue 3 / the source README).

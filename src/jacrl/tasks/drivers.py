@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jacrl.reward.extract import mask
+from jacrl.reward.lexer import mask
 
 OPEN_RE = re.compile(r'^(?P<indent>[ \t]*)# >>>HOLE\s+id="(?P<id>[^"]*)"\s+instruction="(?P<instr>[^"]*)"\s*$')
 CLOSE_RE = re.compile(r"^[ \t]*# <<<HOLE\s*$")
