@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from reward_helpers import CORPUS
+from reward_helpers import REPO
 
 from jacrl.reward.audit import FLAGS, MODULES, audit_flags, flagged_pass_share
 from jacrl.reward.score import Score
-from jacrl.tasks.record import load_tasks
+from jacrl.tasks.build import parse_all
+from jacrl.tasks.drivers import discover_drivers
+
+DRIVERS = REPO / "dataset" / "drivers"
 
 # body → the flags it must carry (at least these); each is an attack the sandbox must contain.
 HOSTILE: dict[str, tuple[str, set[str]]] = {
@@ -108,18 +111,21 @@ def test_flags_are_sorted_and_from_the_vocabulary():
     assert all(f"module:{m}" in FLAGS for m in MODULES)
 
 
-def _gold_flags(tasks) -> dict[str, tuple[str, ...]]:
-    return {t.id: f for t in tasks.values() if (f := audit_flags(t.gold_body))}
+def _gold_flags(bodies: dict[str, str]) -> dict[str, tuple[str, ...]]:
+    return {tid: f for tid, body in bodies.items() if (f := audit_flags(body))}
 
 
 def test_fixture_gold_bodies_carry_none(tasks):
-    assert _gold_flags(tasks) == {}
+    assert _gold_flags({t.id: t.gold_body for t in tasks.values()}) == {}
 
 
 def test_corpus_gold_bodies_carry_none():
-    if not CORPUS.exists():
-        pytest.skip("dataset/rl/tasks.jsonl is not built")
-    assert _gold_flags(load_tasks(CORPUS)) == {}
+    """Every driver's gold bodies, read from the drivers themselves (no run needed: the flags
+    read the body's text)."""
+    drivers, problems = parse_all(discover_drivers(DRIVERS))
+    bodies = {h.id: "".join(line + "\n" for line in h.body) for d in drivers for h in d.holes}
+    assert problems == [] and len(bodies) >= 100
+    assert _gold_flags(bodies) == {}
 
 
 def test_flagged_pass_share_from_scores_and_dicts():
