@@ -8,7 +8,6 @@ from jacrl.tasks.record import Task, read_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 TASKS_FILE = REPO / "tests" / "reward" / "fixtures" / "tasks.jsonl"
-HOLDOUT = REPO / "dataset" / "rl" / "holdout.jsonl"
 NO_CACHE = {"cache": False, "workers": 2}
 
 

@@ -4,7 +4,7 @@ and a rubric of the reward's components whose total is the scorer's score (the `
 import asyncio
 
 import pytest
-from interop_helpers import HOLDOUT, NO_CACHE, REPO, TASKS_FILE, fence, mixed, tasks
+from interop_helpers import NO_CACHE, TASKS_FILE, fence, mixed, tasks
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import read_tasks
@@ -69,17 +69,14 @@ def test_a_rung_is_a_training_set(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not HOLDOUT.is_file(), reason="dataset/rl/holdout.jsonl is not built (snakemake dataset/rl/holdout.jsonl)"
-)
-def test_the_holdout_is_an_eval_set_of_101_tasks():
-    env = vf.load_environment("jacrl-env", split="holdout", tasks_dir=str(REPO / "dataset" / "rl"), reward=NO_CACHE)
+def test_the_holdout_is_an_eval_set_of_101_tasks(dataset_rl):
+    env = vf.load_environment("jacrl-env", split="holdout", tasks_dir=str(dataset_rl), reward=NO_CACHE)
     try:
         assert len(env.get_eval_dataset()) == 101
         with pytest.raises(ValueError, match="dataset is not set"):
             env.get_dataset()  # a trainer asking for training rows gets none of the holdout
         rows = env.get_eval_dataset().to_list()[:4]
-        gold = {t.id: t.gold_body for t in read_tasks(HOLDOUT)}
+        gold = {t.id: t.gold_body for t in read_tasks(dataset_rl / "holdout.jsonl")}
         cases = [("gold", r["task_id"], fence(gold[r["task_id"]])) for r in rows]
         cases += [("empty", r["task_id"], "") for r in rows]
         states = scored_states(env, cases)

@@ -5,7 +5,7 @@ score, every rollout of a group scored in one batch (the `env` extra: verifiers 
 import asyncio
 
 import pytest
-from interop_helpers import HOLDOUT, NO_CACHE, REPO, TASKS_FILE, fence, mixed, tasks
+from interop_helpers import NO_CACHE, TASKS_FILE, fence, mixed, tasks
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import read_tasks
@@ -93,12 +93,9 @@ def test_a_rung_is_a_split(reward_yaml, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not HOLDOUT.is_file(), reason="dataset/rl/holdout.jsonl is not built (snakemake dataset/rl/holdout.jsonl)"
-)
-def test_gold_scores_1_and_empty_0_on_the_whole_holdout(reward_yaml):
-    rows = list(load(reward_yaml, split="holdout", tasks_dir=str(REPO / "dataset" / "rl")))
-    gold = {t.id: t.gold_body for t in read_tasks(HOLDOUT)}
+def test_gold_scores_1_and_empty_0_on_the_whole_holdout(reward_yaml, dataset_rl):
+    rows = list(load(reward_yaml, split="holdout", tasks_dir=str(dataset_rl)))
+    gold = {t.id: t.gold_body for t in read_tasks(dataset_rl / "holdout.jsonl")}
     pairs = [(t, replied(t, fence(gold[t.key]))) for t in rows] + [(t, replied(t, "")) for t in rows]
     score_group(pairs)
     rewards = [trace.reward for _, trace in pairs]

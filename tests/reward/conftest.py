@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from reward_helpers import CORPUS, FIXTURES, REPO
+from reward_helpers import FIXTURES
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import Task, load_tasks
@@ -41,10 +41,9 @@ def floored_scorer(tasks):
 
 
 @pytest.fixture(scope="session")
-def corpus() -> dict[str, Task]:
-    if not CORPUS.exists():
-        pytest.skip(f"{CORPUS.relative_to(REPO)} is not built")
-    return load_tasks(CORPUS)
+def corpus(dataset_rl) -> dict[str, Task]:
+    """Every task of the project's corpus (built from dataset/drivers)."""
+    return load_tasks(dataset_rl / "tasks.jsonl")
 
 
 @pytest.fixture(scope="session")

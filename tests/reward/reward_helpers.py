@@ -11,7 +11,6 @@ from jacrl.tasks.record import Task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).resolve().parents[2]
-CORPUS = REPO / "dataset" / "rl" / "tasks.jsonl"
 
 # A host for hostile bodies: the usual modules imported, a 3 s wall timeout.
 HOSTILE_TEMPLATE = """import os;

@@ -1,4 +1,4 @@
-"""Corpus-wide checks (slow; skipped until dataset/rl/tasks.jsonl is built): every gold body
+"""Corpus-wide checks (slow; the corpus built from dataset/drivers): every gold body
 passes under both schemes, and its corruptions never do."""
 
 from __future__ import annotations

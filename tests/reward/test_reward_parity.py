@@ -2,8 +2,8 @@
 `jac run` subprocess — exit status, stdout, timeout, compiles, and so every term of the
 score breakdown. stderr text may differ (temp paths) and is not compared.
 
-The fast suite checks a slice of the fixtures; `-m slow` checks every fixture and, when
-dataset/rl/tasks.jsonl is built, every gold body of the corpus plus its corruptions.
+The fast suite checks a slice of the fixtures; `-m slow` checks every fixture and every gold body of
+the corpus (built from dataset/drivers) plus its corruptions.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The source document's smoke test, on the default tiny model (`make test-slow`, minutes).
 
 Gold-SFT on rung 1 must make the greedy completion of that very task pass the real reward
-(mem = 100 %; the source project ended 0/1). Rung 3 is reported too. Needs dataset/rl/ built.
+(mem = 100 %; the source project ended 0/1). Rung 3 is reported too. The tasks are
+built from dataset/drivers (the `dataset_rl` fixture).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
 
 REPO = Path(__file__).resolve().parents[2]
-RL = REPO / "dataset" / "rl"
 
 
 def mem_pass(model: Path, adapter: Path, tasks: list[Task]) -> tuple[int, list[float]]:
@@ -34,17 +34,15 @@ def mem_pass(model: Path, adapter: Path, tasks: list[Task]) -> tuple[int, list[f
 
 
 @pytest.mark.slow
-def test_gold_sft_memorises_rung_1_and_reports_rung_3(tmp_path):
-    if not (RL / "trainpool.jsonl").exists():
-        pytest.skip("dataset/rl/trainpool.jsonl is not built")
-    trainpool = read_tasks(RL / "trainpool.jsonl")
+def test_gold_sft_memorises_rung_1_and_reports_rung_3(dataset_rl, tmp_path):
+    trainpool = read_tasks(dataset_rl / "trainpool.jsonl")
     t0 = time.perf_counter()
     model = build_tiny_model(
         tmp_path / "tiny",
-        driver_paths_from_tasks(RL / "trainpool.jsonl", REPO),
+        driver_paths_from_tasks(dataset_rl / "trainpool.jsonl", REPO),
         TinyModelConfig(),
         threads=2,
-        holdout_driver_paths=driver_paths_from_tasks(RL / "holdout.jsonl", REPO),
+        holdout_driver_paths=driver_paths_from_tasks(dataset_rl / "holdout.jsonl", REPO),
     )
     print(f"\ntiny model build: {time.perf_counter() - t0:.0f}s")
     results = {}
