@@ -9,6 +9,7 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads sleep instead of spinning
 
 from fixtures.dataset import build_dataset  # noqa: E402
+from fixtures.models import randomised_lora  # noqa: E402
 from fixtures.tiny import FIXTURES as TINY_FIXTURES  # noqa: E402
 from fixtures.tiny import test_model_dir  # noqa: E402
 
@@ -22,6 +23,63 @@ def repo() -> Path:
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny test model (built once per session, seconds)."""
     return test_model_dir(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="session")
+def tiny_torch(tiny_model):
+    """Fresh torch backends of the tiny test model, one a call (tests attach LoRAs, train and load
+    adapters, so none is shared): `tiny_torch(lora=LoraSpec(rank=4, scale=4.0), seed=0)`, and
+    `load_backend`'s own keywords (`adapter=`, `threads=`: 2 unless given, `options=`)."""
+    from jacrl.backends import load_backend
+
+    def load(*, lora=None, seed: int = 0, threads: int = 2, **kw):
+        b = load_backend(tiny_model, "torch", threads=threads, **kw)
+        if lora is not None:
+            b.attach_lora(lora, seed=seed)
+        return b
+
+    return load
+
+
+@pytest.fixture(scope="module")
+def tiny_lora(tiny_torch):
+    """The tiny model on torch with a fresh rank-4 LoRA (its B matrices zero, so it samples as the
+    base model does), one per test module: for tests that sample and build batches from it."""
+    from jacrl.backends import LoraSpec
+
+    return tiny_torch(lora=LoraSpec(rank=4, scale=4.0))
+
+
+@pytest.fixture(scope="module")
+def lora_backend(tiny_torch):
+    """The tiny model on torch with a rank-4 LoRA whose B matrices are random (every LoRA weight
+    gets a gradient), one per test module."""
+    from jacrl.backends import LoraSpec
+
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=8.0), seed=1)
+    randomised_lora(b, seed=0)
+    return b
+
+
+@pytest.fixture(scope="session")
+def scorer():
+    """The Jac reward under its default settings but with no score cache (a test may score one
+    completion twice and compare), its fork servers warm; one for the session."""
+    from jacrl.reward.batch import RewardScorer
+
+    with RewardScorer({"cache": False, "workers": 2}) as s:
+        yield s.warm()
+
+
+@pytest.fixture(scope="session")
+def cached_scorer(tmp_path_factory):
+    """The Jac reward as a training job scores with it: a score cache (in the session's temp folder),
+    so a completion scored once is served from it after; one for the session."""
+    from jacrl.reward.batch import RewardScorer
+
+    cache = tmp_path_factory.mktemp("reward") / "cache.sqlite"
+    with RewardScorer({"cache_path": str(cache), "workers": 2}) as s:
+        yield s.warm()
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,6 @@ import math
 import pytest
 import torch
 
-from jacrl.backends.select import load_backend
-
 
 @pytest.fixture(scope="module")
 def gpu_check(repo):
@@ -21,8 +19,8 @@ def gpu_check(repo):
     return module
 
 
-def test_a_backend_off_its_device_fails_the_check(gpu_check, tiny_model):
-    b = load_backend(tiny_model, "torch", threads=1)
+def test_a_backend_off_its_device_fails_the_check(gpu_check, tiny_torch):
+    b = tiny_torch(threads=1)
     gpu_check.expect_on(b, "cpu", "eval")
     with pytest.raises(
         gpu_check.DeviceCheckError, match="eval: backend on cpu, parameters on \\['cpu'\\]; expected cuda"

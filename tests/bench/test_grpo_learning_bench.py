@@ -5,7 +5,6 @@ import importlib.util
 from pathlib import Path
 
 from jacrl.backends.base import LoraSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
@@ -35,14 +34,13 @@ def test_bench_config_replaces_grpo_keys_and_losses(tmp_path):
     assert [t.type for t in bench.bench_config({}, bench.loss_terms(0.0), base).loss_framework.losses] == ["rl"]
 
 
-def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_fixtures, tmp_path):
+def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_torch, tiny_fixtures, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     grpo = {"iters": 3, "lr": 1e-3, "group_size": 2, "max_completion": 8, "max_seq": 4096}
     cfg = load_config(
         {"reward": {"cache_path": str(tmp_path / "cache.sqlite")}, "losses": bench.loss_terms(0.0), "grpo": grpo}
     )
-    b = load_backend(tiny_model, "torch", threads=1)
-    b.attach_lora(LoraSpec(rank=4, scale=4.0, layers=-1))
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=4.0, layers=-1), threads=1)
     start = b.save_adapter(tmp_path / "start")
     seen = []
 

@@ -8,11 +8,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from jacrl.backends.base import Completion
-from jacrl.backends.select import load_backend
 from jacrl.evaluation.cell import draw_cell, evaluate_cell, score_draws
 from jacrl.evaluation.config import EvalConfig
 from jacrl.io import read_jsonl
-from jacrl.reward.batch import RewardScorer
 from jacrl.tasks.record import read_tasks
 
 BROKEN = "```jac\nthis is not jac {\n```"
@@ -36,20 +34,13 @@ class ScriptedModel:
 
 
 @pytest.fixture(scope="module")
-def scorer():
-    with RewardScorer({"cache": False, "workers": 2}) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
 def tasks(tiny_fixtures):
     return read_tasks(tiny_fixtures / "holdout.jsonl")[:2]
 
 
-def test_tiny_model_cell_records_every_kind(tiny_model, tasks, scorer, tmp_path):
+def test_tiny_model_cell_records_every_kind(tiny_torch, tasks, scorer, tmp_path):
     cfg = EvalConfig(n=2, k=2, max_tokens=12, policy_n=3, policy_temperature=0.5)
-    backend = load_backend(tiny_model, "torch", threads=2)
-    cell = evaluate_cell(tasks, backend, scorer, cfg, {"split": "gen", "cond": "base"}, str(tmp_path / "s.jsonl"))
+    cell = evaluate_cell(tasks, tiny_torch(), scorer, cfg, {"split": "gen", "cond": "base"}, str(tmp_path / "s.jsonl"))
     records = read_jsonl(tmp_path / "s.jsonl")
     kinds = [r["kind"] for r in records]
     assert (kinds.count("greedy"), kinds.count("sample"), kinds.count("policy")) == (2, 4, 6)

@@ -3,13 +3,12 @@ user turn, no system turn."""
 
 import pytest
 
-from jacrl.backends import load_backend
 from jacrl.interop.mlx_grpo import PROMPT_TEXT, use_our_prompts, write_data
 from jacrl.io import read_jsonl
 from jacrl.tasks.record import read_tasks
 
 
-def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypatch):
+def test_prompt_tokens_equal_ours(tiny_model, tiny_torch, tiny_fixtures, tmp_path, monkeypatch):
     datasets = pytest.importorskip(
         "mlx_lm_lora.trainer.datasets", reason="mlx-lm-lora is in the interop extra: pip install 'jacrl[interop]'"
     )
@@ -22,7 +21,7 @@ def test_prompt_tokens_equal_ours(tiny_model, tiny_fixtures, tmp_path, monkeypat
 
     monkeypatch.setattr(datasets, "GRPODataset", datasets.GRPODataset)  # restored after the test
     use_our_prompts()
-    ours = load_backend(tiny_model, "torch", threads=1)
+    ours = tiny_torch(threads=1)
     data = datasets.GRPODataset(data=rows, tokenizer=TokenizerWrapper(ours.hf_tokenizer))
     for i, t in enumerate(tasks):
         prompt_tokens, _, prompt_str, answer, _ = data[i]

@@ -9,19 +9,12 @@ from fixtures.models import model_spec
 from test_loss_examples import example_paths
 
 from jacrl.config import load_config
-from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
 from jacrl.training.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def scorer(tmp_path_factory):
-    with RewardScorer({"cache_path": str(tmp_path_factory.mktemp("reward") / "cache.sqlite")}, threads=2) as s:
-        yield s
 
 
 def grpo_cfg():
@@ -46,7 +39,7 @@ def total(rows, key):
 
 
 @pytest.mark.parametrize("path", example_paths(), ids=lambda p: p.stem)
-def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny_fixtures, scorer, tmp_path):
+def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny_fixtures, cached_scorer, tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = load_config(yaml.safe_load(path.read_text())).loss_framework
@@ -58,7 +51,7 @@ def test_example_trains_the_tiny_model_as_it_says(path, my_pkg, tiny_model, tiny
                 cfg=grpo_cfg(),
                 losses=config,
             ),
-            scorer,
+            cached_scorer,
             progress=False,
         )
     rows = read_metrics(out / "metrics.jsonl")

@@ -25,8 +25,10 @@ def _warm_scorer(tasks: dict[str, Task], **cfg):
 
 
 @pytest.fixture(scope="session")
-def tiered_scorer(tasks):
-    yield from _warm_scorer(tasks, scheme="tiered")
+def tiered_scorer(scorer, tasks):
+    """The session's scorer (tiered, no cache) with the fixture tasks known by id."""
+    scorer.tasks.update(tasks)
+    return scorer
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,8 @@ FLOOD = 'while True {\n    print("x" * 65536);\n}\nreturn n * 2;'
 
 
 @pytest.fixture(scope="module")
-def scorer():
+def budget_scorer():
+    """A scorer whose runs share a memory budget of BUDGET_MB."""
     s = RewardScorer({"cache": False, "workers": 2, "limits": {"memory_mb": BUDGET_MB}})
     s.warm()
     print(f"\n{plan_for(s.cfg).describe(s.cfg.limits)}")
@@ -106,32 +107,32 @@ def capped(s):
 
 
 @pytest.mark.slow
-def test_a_fork_and_allocate_completion_is_rejected_and_its_neighbours_pass(scorer):
-    _contained(scorer, fork_and_allocate(KIDS, KID_MB), over_budget)
+def test_a_fork_and_allocate_completion_is_rejected_and_its_neighbours_pass(budget_scorer):
+    _contained(budget_scorer, fork_and_allocate(KIDS, KID_MB), over_budget)
 
 
 @pytest.mark.slow
-def test_a_completion_writing_everywhere_it_can_is_contained(scorer):
-    _contained(scorer, WRITE_EVERYWHERE, honest_failure)
+def test_a_completion_writing_everywhere_it_can_is_contained(budget_scorer):
+    _contained(budget_scorer, WRITE_EVERYWHERE, honest_failure)
 
 
 @pytest.mark.slow
-def test_a_completion_flooding_stdout_is_capped(scorer):
-    _contained(scorer, FLOOD, capped)
+def test_a_completion_flooding_stdout_is_capped(budget_scorer):
+    _contained(budget_scorer, FLOOD, capped)
 
 
-def test_the_plan_names_how_the_budget_is_held(scorer):
-    plan = plan_for(scorer.cfg)
-    line = plan.describe(scorer.cfg.limits)
+def test_the_plan_names_how_the_budget_is_held(budget_scorer):
+    plan = plan_for(budget_scorer.cfg)
+    line = plan.describe(budget_scorer.cfg.limits)
     assert f"memory {BUDGET_MB} MiB per run in all" in line
     expected = "supervisor" if os.geteuid() != 0 else ("cgroup2", "cgroup1")
     assert plan.memory in expected, line
 
 
-def test_a_run_under_budget_is_not_touched_and_reports_its_peak(scorer):
+def test_a_run_under_budget_is_not_touched_and_reports_its_peak(budget_scorer):
     from jacrl.reward.splice import splice
 
-    run = scorer._pool.run(splice(HOSTILE_TASK.template, "    return n * 2;\n", HOSTILE_TASK.indent), 6.0)
+    run = budget_scorer._pool.run(splice(HOSTILE_TASK.template, "    return n * 2;\n", HOSTILE_TASK.indent), 6.0)
     assert run.runs and run.killed == "" and 0 < run.peak_mb < BUDGET_MB, run
 
 

@@ -7,8 +7,6 @@ import torch
 from fixtures.tasks import task
 from text_reward import WhitespaceScorer
 
-from jacrl.backends.base import LoraSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.io import write_jsonl
 from jacrl.losses import LossFrameworkConfig
@@ -42,13 +40,6 @@ def mixed(rl_share=1.0, demo_share=1.0, demo_id="demos"):
     ).loss_framework
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)
-    return b
-
-
 def orchestrator(backend, config, rl_dir="dataset/rl", **kw):
     cfg = GRPOConfig(
         **{
@@ -66,16 +57,16 @@ def rows_of(batch, env):
     return [i for i, e in enumerate(batch.envs) if e == env]
 
 
-def test_demonstrations_are_gold_bodies_trained_by_echo_only_and_rl_rows_carry_advantages(backend):
-    orch = orchestrator(backend, mixed())
+def test_demonstrations_are_gold_bodies_trained_by_echo_only_and_rl_rows_carry_advantages(tiny_lora):
+    orch = orchestrator(tiny_lora, mixed())
     data = orch.step(0)
     batch = data.batch
     demos, rl = rows_of(batch, "demos"), rows_of(batch, "rl")
     assert len(demos) == 2 and rl  # 2 of the 4 prompts; rl rows of zero advantage were filtered out
     demo_tasks = [t for env, t in orch.prompts_of(0) if env.label == "demos"]
     for row, t in zip(demos, demo_tasks):
-        prompt = backend.prompt_ids(t.prompt)
-        gold = backend.completion_ids(gold_completion(t))[:8]
+        prompt = tiny_lora.prompt_ids(t.prompt)
+        gold = tiny_lora.completion_ids(gold_completion(t))[:8]
         length = int(batch.attention_mask[row].sum())
         assert batch.input_ids[row, len(prompt) : length].tolist() == gold
         completion = torch.zeros_like(batch.echo_mask[row])
@@ -92,8 +83,8 @@ def test_demonstrations_are_gold_bodies_trained_by_echo_only_and_rl_rows_carry_a
 
 
 @pytest.mark.parametrize("shares, expected", [((1, 1), (8, 8)), ((3, 1), (12, 4)), ((1, 3), (4, 12))])
-def test_the_share_sets_the_mix(backend, shares, expected):
-    orch = orchestrator(backend, mixed(*shares))
+def test_the_share_sets_the_mix(tiny_lora, shares, expected):
+    orch = orchestrator(tiny_lora, mixed(*shares))
     counts = [0, 0]
     for step in range(4):
         for env, _ in orch.prompts_of(step):
@@ -103,19 +94,19 @@ def test_the_share_sets_the_mix(backend, shares, expected):
     assert (data.metrics["env/rl/prompts"], data.metrics["env/demos/prompts"]) == tuple(e / 4 for e in expected)
 
 
-def test_a_demos_only_step_samples_nothing_and_trains_echo(backend):
-    data = orchestrator(backend, mixed(1, 1000)).step(0)
+def test_a_demos_only_step_samples_nothing_and_trains_echo(tiny_lora):
+    data = orchestrator(tiny_lora, mixed(1, 1000)).step(0)
     assert set(data.batch.envs) == {"demos"} and "reward/mean" not in data.metrics
     assert data.batch.echo_mask.sum() > 0 and data.batch.loss_mask.sum() == 0
 
 
-def test_an_env_reads_its_own_task_file(backend, tmp_path):
+def test_an_env_reads_its_own_task_file(tiny_lora, tmp_path):
     own = [task(f"file-{i}", prompt=f"Task {i}.", gold_body=f"    print({i});\n") for i in range(3)]
     path = tmp_path / "demos.jsonl"
     write_jsonl(path, [t.record() for t in own])
     config = mixed(demo_id=f"demos:{path}")
     assert env_task_files(config.orchestrator.train.env) == [path]
-    orch = orchestrator(backend, config)
+    orch = orchestrator(tiny_lora, config)
     demo_ids = {t.id for step in range(3) for env, t in orch.prompts_of(step) if env.label == "demos"}
     run_ids = {t.id for step in range(3) for env, t in orch.prompts_of(step) if env.label == "rl"}
     assert demo_ids == {t.id for t in own} and run_ids <= {t.id for t in RUN_TASKS}
@@ -159,14 +150,14 @@ def test_deal_keeps_every_env_within_one_prompt_of_its_share():
     assert deal([1, 1], 6) == [0, 1, 0, 1, 0, 1]
 
 
-def test_one_env_walks_its_tasks_in_seeded_epochs_a_pure_function_of_the_step(backend):
+def test_one_env_walks_its_tasks_in_seeded_epochs_a_pure_function_of_the_step(tiny_lora):
     """The run's one env (no orchestrator envs): every task once per epoch, the same prompts for the
     same step and seed whatever was asked before (a resumed run draws what the killed one would have)."""
     plans = EnvLossPlans.from_config(load_config({}).loss_framework)
 
     def orch(seed, per=1):
         cfg = GRPOConfig(iters=8, group_size=2, prompts_per_step=per, max_completion=8, max_seq=256, seed=seed)
-        return Orchestrator(RUN_TASKS, backend, WhitespaceScorer(), cfg, plans)
+        return Orchestrator(RUN_TASKS, tiny_lora, WhitespaceScorer(), cfg, plans)
 
     def ids(o, step):
         return [t.id for _, t in o.prompts_of(step)]

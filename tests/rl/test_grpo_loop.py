@@ -11,7 +11,6 @@ from fixtures.models import model_spec
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
@@ -21,13 +20,6 @@ from jacrl.training.metrics import read_metrics
 @pytest.fixture(scope="module")
 def tasks(tiny_fixtures):
     return read_tasks(tiny_fixtures / "trainpool.jsonl")[:3]
-
-
-@pytest.fixture(scope="module")
-def scorer(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("reward") / "cache.sqlite"
-    with RewardScorer({"cache_path": str(cache)}, threads=2) as s:
-        yield s
 
 
 def grpo_cfg(**kw):
@@ -64,7 +56,7 @@ def adapter_moved(model, adapter, backend, task) -> float:
 # MLX on Linux runs matmuls on reference BLAS: ~110 s here, a quarter of `make test`. Its loop stays in the
 # fast suite through tests/rl/test_reference.py; `make test-slow` runs this one too.
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
-def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, scorer, tmp_path, backend):
+def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, cached_scorer, tmp_path, backend):
     out = train_grpo(
         OnPolicyRun(
             model=model_spec(tiny_model, backend),
@@ -73,7 +65,7 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
             cfg=grpo_cfg(),
             losses=load_config(LOSSES).loss_framework,
         ),
-        scorer,
+        cached_scorer,
         progress=False,
     )
     rows = read_metrics(out / "metrics.jsonl")
@@ -90,18 +82,18 @@ def test_three_steps_move_the_adapter_and_the_reference_kl(tiny_model, tasks, sc
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("mlx", marks=pytest.mark.slow)])
-def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scorer, tmp_path, backend):
+def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, cached_scorer, tmp_path, backend):
     cfg, losses = grpo_cfg(iters=4, save_every=2), load_config(LOSSES).loss_framework
     ckpt = train_grpo(
         OnPolicyRun(model=model_spec(tiny_model, backend), tasks=tasks, out=tmp_path / "grpo", cfg=cfg, losses=losses),
-        scorer,
+        cached_scorer,
         stop_after=3,
         progress=False,
     )
     assert json.loads((ckpt / "state.json").read_text())["step"] == 2 and not (tmp_path / "grpo").exists()
     out = train_grpo(
         OnPolicyRun(model=model_spec(tiny_model, backend), tasks=tasks, out=tmp_path / "grpo", cfg=cfg, losses=losses),
-        scorer,
+        cached_scorer,
         progress=False,
     )
     report = json.loads((out / "grpo_report.json").read_text())
@@ -109,7 +101,7 @@ def test_resume_after_a_kill_reaches_the_same_step_count(tiny_model, tasks, scor
     assert [r["step"] for r in read_metrics(out / "metrics.jsonl")] == [1, 2, 3, 4]
 
 
-def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer, tmp_path):
+def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, cached_scorer, tmp_path):
     cfg = grpo_cfg(iters=4, save_every=1)
     train_grpo(
         OnPolicyRun(
@@ -119,7 +111,7 @@ def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer,
             cfg=cfg,
             losses=load_config(LOSSES).loss_framework,
         ),
-        scorer,
+        cached_scorer,
         stop_after=1,
         progress=False,
     )
@@ -132,12 +124,12 @@ def test_resume_with_different_loss_terms_is_rejected(tiny_model, tasks, scorer,
                 cfg=cfg,
                 losses=load_config({}).loss_framework,
             ),
-            scorer,
+            cached_scorer,
             progress=False,
         )
 
 
-def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path):
+def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, cached_scorer, tmp_path):
     losses = load_config(
         {
             "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
@@ -159,7 +151,7 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
             cfg=grpo_cfg(iters=2, prompts_per_step=2),
             losses=losses,
         ),
-        scorer,
+        cached_scorer,
         progress=False,
     )
     rows = read_metrics(out / "metrics.jsonl")
@@ -167,7 +159,7 @@ def test_echo_only_env_mixed_with_an_rl_env(tiny_model, tasks, scorer, tmp_path)
     assert any(r.get("batch/echo_tokens", 0) > 0 for r in rows)
 
 
-def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
+def test_custom_core_runs(tiny_model, tasks, cached_scorer, tmp_path):
     losses = load_config(
         {"losses": [{"type": "custom", "name": "pg", "import_path": "grpo_custom_core.core", "kwargs": {"scale": 0.5}}]}
     ).loss_framework
@@ -179,7 +171,7 @@ def test_custom_core_runs(tiny_model, tasks, scorer, tmp_path):
             cfg=grpo_cfg(iters=2),
             losses=losses,
         ),
-        scorer,
+        cached_scorer,
         progress=False,
     )
     rows = [r for r in read_metrics(out / "metrics.jsonl") if "loss/total" in r]
@@ -208,7 +200,7 @@ def test_summary_first_and_last_fifth_and_last_trained_kl():
     assert s["reference_kl_last"] == pytest.approx(0.8)
 
 
-def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, scorer, tmp_path):
+def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, cached_scorer, tmp_path):
     """`sampler: merged` against `policy`, same seed: on the tiny model the copy is float32 (dtype
     auto), so two steps (the second after the copy was refolded) give the same samples, rewards,
     advantages and loss up to rounding, and no sampler/trainer mismatch."""
@@ -222,7 +214,7 @@ def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, score
                 cfg=grpo_cfg(iters=2, sampler=sampler),
                 losses=load_config(LOSSES).loss_framework,
             ),
-            scorer,
+            cached_scorer,
             progress=False,
         )
         rows[sampler] = read_metrics(out / "metrics.jsonl")
@@ -237,7 +229,7 @@ def test_merged_sampler_gives_the_policy_samplers_steps(tiny_model, tasks, score
     assert mismatch and max(mismatch) < 1e-5
 
 
-def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_path, monkeypatch, caplog):
+def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, cached_scorer, tmp_path, monkeypatch, caplog):
     """`autocast: true` (taken: the CPU's bf16 check answered yes, autocast emulates it on any CPU)
     against float32, same seed: the same samples and rewards (the sampler is untouched) and the
     loss within bfloat16's rounding; the job's log says which precision it trained in."""
@@ -255,7 +247,7 @@ def test_autocast_steps_follow_the_float32_steps(tiny_model, tasks, scorer, tmp_
                 cfg=grpo_cfg(iters=1, sampler="policy", autocast=autocast),
                 losses=load_config(LOSSES).loss_framework,
             ),
-            scorer,
+            cached_scorer,
             progress=False,
         )
         rows[autocast] = read_metrics(out / "metrics.jsonl")[0]
@@ -287,7 +279,7 @@ class _LiveTensors:
         pass
 
 
-def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
+def test_no_tensor_outlives_its_step(tiny_model, tasks, cached_scorer, tmp_path):
     """What a long GRPO run must not do: keep a step's tensors (samples, caches, a refolded sampling copy,
     the graph) into the next. One task, so the reference's kept prompt and the optimiser's state are all
     in place after the first step; from then on the live tensors are the same in number and bytes."""
@@ -300,7 +292,7 @@ def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
             cfg=grpo_cfg(iters=6, save_every=100),
             losses=load_config(LOSSES).loss_framework,
         ),
-        scorer,
+        cached_scorer,
         tracker=probe,
         progress=False,
     )
@@ -308,7 +300,7 @@ def test_no_tensor_outlives_its_step(tiny_model, tasks, scorer, tmp_path):
     assert len(set(probe.after_step[1:])) == 1, probe.after_step
 
 
-def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_model, tasks, scorer):
+def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_torch, tasks, cached_scorer):
     """A step whose every group has zero advantage makes no optimiser step, but its sampling's freed
     blocks are looked at all the same (`Backend.settle_heap`)."""
     from jacrl.rl.loop import orchestrator_and_trainer, train_step
@@ -317,10 +309,11 @@ def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_model, tasks, sc
     cfg = load_config(
         {"grpo": {"group_size": 2, "prompts_per_step": 1, "max_completion": 8, "iters": 1, "temperature": 1e-4}}
     )
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=8.0), seed=1)
     b.configure_optimizer(1e-4)
-    orch, trainer = orchestrator_and_trainer(b, tasks[:1], scorer, cfg.grpo, cfg.loss_framework, "dataset/rl", None, 2)
+    orch, trainer = orchestrator_and_trainer(
+        b, tasks[:1], cached_scorer, cfg.grpo, cfg.loss_framework, "dataset/rl", None, 2
+    )
     settled = []
     settle = b.settle_heap
     b.settle_heap = lambda: settled.append(1) or settle()

@@ -9,7 +9,6 @@ from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo
@@ -21,12 +20,11 @@ TIMES = ("time/", "tokens_per_s", "mem/")  # what differs between runs of the sa
 
 
 @pytest.fixture(scope="module")
-def start_adapter(tiny_model, tmp_path_factory):
+def start_adapter(tiny_torch, tmp_path_factory):
     """A starting adapter whose update is not zero (as an SFT adapter's is not)."""
     import torch
 
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=4.0), seed=3)
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=4.0), seed=3)
     with torch.no_grad():
         for name, p in b.model.named_parameters():
             if "lora_B" in name:

@@ -11,11 +11,9 @@ from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec, SamplingParams
 from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.config import OpdLossConfig
 from jacrl.losses.plan import EnvLossPlans
-from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo, train_opd
 from jacrl.rl.orchestrator import Orchestrator
@@ -30,9 +28,8 @@ OPD = {"training_mode": "opd", "losses": [{"type": "rl"}, {"type": "echo", "assi
 
 
 @pytest.mark.parametrize("estimator", ["full", "sampled"])
-def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_model, estimator):
-    student = load_backend(tiny_model, "torch", threads=2)
-    student.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)  # a fresh LoRA: the student is the base
+def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_model, tiny_torch, estimator):
+    student = tiny_torch(lora=LoraSpec(rank=4, scale=4.0))  # a fresh LoRA: the student is the base
     student.configure_optimizer(1e-3)
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
     cfg = GRPOConfig(
@@ -50,16 +47,16 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     assert row["grad/norm"] < 1e-6
 
 
-def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_model):
-    student = load_backend(tiny_model, "torch", threads=2)
+def test_opd_needs_a_teacher_and_only_opd_takes_one(tiny_torch):
+    student = tiny_torch()
     with pytest.raises(ValueError, match="needs a teacher"):
         Trainer(student, load_config(OPD).loss_framework.losses, "opd")
     with pytest.raises(ValueError, match="needs a teacher"):
         Trainer(student, load_config({}).loss_framework.losses, "rl", teacher=student)
 
 
-def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(tiny_model):
-    student = load_backend(tiny_model, "torch", threads=2)
+def test_the_full_estimator_is_refused_on_a_backend_without_whole_distributions(tiny_model, tiny_torch):
+    student = tiny_torch()
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
     losses = load_config(OPD).loss_framework.losses
     teacher.gives_distributions = False  # as the mlx backend
@@ -90,7 +87,7 @@ def kept(ids, teacher_ids):
 
 @pytest.mark.slow
 def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_the_teachers_greedy_path(
-    tiny_model, tiny_fixtures, tmp_path
+    tiny_model, tiny_torch, tiny_fixtures, cached_scorer, tmp_path
 ):
     # The teacher's greedy token as a one-hot label at the student's own prefixes, sampled near its greedy
     # path (DAgger): what moved the greedy `mem` pass on the ladder's tiny model (docs/results.md).
@@ -112,18 +109,17 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
         log_reference_kl=False,
     )
     opd = {"training_mode": "opd", "trainer": {"opd": {"divergence": "forward", "teacher_temperature": 0}}}
-    with RewardScorer({"cache_path": str(tmp_path / "reward.sqlite")}, threads=2) as scorer:
-        student0 = load_backend(tiny_model, "torch", threads=2)
-        start, start_pass = greedy(student0, tasks, scorer)
-        teacher_ids, teacher_pass = greedy(load_teacher(Teacher(spec, teacher_dir), student0), tasks, scorer)
-        teacher = Teacher(spec, teacher_dir)
-        out = train_opd(
-            OnPolicyRun(model=spec, tasks=tasks, out=tmp_path / "opd", cfg=cfg, losses=load_config(opd).loss_framework),
-            teacher,
-            scorer,
-            progress=False,
-        )
-        end, end_pass = greedy(load_backend(tiny_model, "torch", adapter=out, threads=2), tasks, scorer)
+    student0 = tiny_torch()
+    start, start_pass = greedy(student0, tasks, cached_scorer)
+    teacher_ids, teacher_pass = greedy(load_teacher(Teacher(spec, teacher_dir), student0), tasks, cached_scorer)
+    teacher = Teacher(spec, teacher_dir)
+    out = train_opd(
+        OnPolicyRun(model=spec, tasks=tasks, out=tmp_path / "opd", cfg=cfg, losses=load_config(opd).loss_framework),
+        teacher,
+        cached_scorer,
+        progress=False,
+    )
+    end, end_pass = greedy(tiny_torch(adapter=out), tasks, cached_scorer)
     kl = [r["loss/opd/forward_kl"] for r in read_metrics(out / "metrics.jsonl")]
     third = len(kl) // 3
     assert all(math.isfinite(k) for k in kl)

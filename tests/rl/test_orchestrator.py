@@ -5,8 +5,6 @@ import pytest
 from fixtures.models import model_spec
 from text_reward import TASKS, WhitespaceScorer
 
-from jacrl.backends.base import LoraSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.config import GRPOConfig
@@ -29,13 +27,6 @@ def cfg(**kw):
     return GRPOConfig(**{**base, **kw})
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=4.0), seed=0)
-    return b
-
-
 def orchestrator(backend, config=None, **kw):
     losses = load_config(config or {}).loss_framework
     return Orchestrator(
@@ -49,8 +40,8 @@ def orchestrator(backend, config=None, **kw):
 
 
 @pytest.mark.parametrize("mask", [True, False])
-def test_truncated_completions_leave_the_rl_mask_and_are_counted(backend, mask):
-    data = orchestrator(backend, mask_truncated=mask, max_completion=3, prompts_per_step=2).step(0)
+def test_truncated_completions_leave_the_rl_mask_and_are_counted(tiny_lora, mask):
+    data = orchestrator(tiny_lora, mask_truncated=mask, max_completion=3, prompts_per_step=2).step(0)
     assert data.metrics["samples/truncated_frac"] == 1.0  # 3 tokens never reach an EOS here
     assert data.metrics["samples/truncated_masked_frac"] == (1.0 if mask else 0.0)
     assert data.metrics["samples/truncated_masked"] == (8.0 if mask else 0.0)
@@ -58,7 +49,7 @@ def test_truncated_completions_leave_the_rl_mask_and_are_counted(backend, mask):
     assert (rl_tokens == 0) == mask
 
 
-def test_two_envs_one_prompt_per_step_both_get_rollouts(backend):
+def test_two_envs_one_prompt_per_step_both_get_rollouts(tiny_lora):
     config = {
         "losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "assistant": {"alpha": 1.0}}],
         "orchestrator": {
@@ -70,7 +61,7 @@ def test_two_envs_one_prompt_per_step_both_get_rollouts(backend):
             }
         },
     }
-    orch = orchestrator(backend, config, filter_zero_advantage=False)
+    orch = orchestrator(tiny_lora, config, filter_zero_advantage=False)
     envs = [set(orch.step(step).batch.envs) for step in range(4)]
     assert envs == [{"rl-env"}, {"imitate"}, {"rl-env"}, {"imitate"}]
 
@@ -100,9 +91,9 @@ def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
     assert echo_rows and echo_rows[0]["loss/echo/tokens"] > 0
 
 
-def test_long_prompts_are_cut_before_sampling(backend):
-    orch = orchestrator(backend, max_seq=20, max_completion=6, mask_truncated=False)
-    prompts = [backend.prompt_ids(t.prompt) for t in TASKS]
+def test_long_prompts_are_cut_before_sampling(tiny_lora):
+    orch = orchestrator(tiny_lora, max_seq=20, max_completion=6, mask_truncated=False)
+    prompts = [tiny_lora.prompt_ids(t.prompt) for t in TASKS]
     assert all(len(p) > 14 for p in prompts)  # every rendered prompt is longer than the 20 - 6 tokens left
     batch = orch.step(0).batch
     lengths = batch.attention_mask.sum(dim=1)
@@ -135,6 +126,6 @@ def test_chat_template_renderer_lets_user_echo_train_prompt_tokens(tiny_model, t
     assert row["echo/echo/user_tokens"] > 0 and row["loss/echo/tokens"] > 0
 
 
-def test_user_echo_without_a_renderer_warns_that_it_selects_nothing(backend):
+def test_user_echo_without_a_renderer_warns_that_it_selects_nothing(tiny_lora):
     with pytest.warns(UserWarning, match="selected no prompt token"):
-        orchestrator(backend, USER_ECHO, mask_truncated=False).step(0)
+        orchestrator(tiny_lora, USER_ECHO, mask_truncated=False).step(0)

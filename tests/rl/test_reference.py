@@ -4,12 +4,10 @@
 import json
 
 import pytest
-import torch
-from fixtures.models import model_spec
+from fixtures.models import model_spec, randomised_lora
 from text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
-from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo
@@ -34,15 +32,10 @@ def cfg(**kw):
 
 
 @pytest.fixture(scope="module")
-def start_adapter(tiny_model, tmp_path_factory):
+def start_adapter(tiny_torch, tmp_path_factory):
     """A LoRA adapter far from the base (what SFT hands GRPO): random A and B."""
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=4, scale=4.0, layers=-1), seed=0)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in b.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=4.0, layers=-1))
+    randomised_lora(b, seed=0, scale=0.1)
     return b.save_adapter(tmp_path_factory.mktemp("start") / "adapter")
 
 
@@ -102,8 +95,7 @@ def test_resume_keeps_the_starting_adapter_as_reference(tiny_model, start_adapte
     assert kl_curve(resumed) == pytest.approx(whole, rel=1e-3, abs=1e-6)
 
 
-def test_a_reference_adapter_of_another_shape_is_refused(tiny_model, start_adapter, tmp_path):
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.attach_lora(LoraSpec(rank=2, scale=4.0, layers=-1), seed=0)
+def test_a_reference_adapter_of_another_shape_is_refused(tiny_torch, start_adapter):
+    b = tiny_torch(lora=LoraSpec(rank=2, scale=4.0, layers=-1))
     with pytest.raises(ValueError, match="does not match the loaded adapter"):
         b.keep_reference(start_adapter)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jacrl.backends import LoraSpec, load_backend
+from jacrl.backends import LoraSpec
 from jacrl.config import load_config
 from jacrl.training.sft import SFTExample, micro_batches, sft_backward
 from jacrl.workflow.resources import job_tokens
@@ -25,9 +25,8 @@ def test_micro_batches_pack_longest_first_within_the_budget():
     assert sorted(len(e) for p in micro_batches(batch, 100) for e in p) == sorted(map(len, batch))
 
 
-def _grads(model_dir, batch, budget) -> tuple[float, dict[str, torch.Tensor]]:
-    b = load_backend(model_dir, "torch", threads=1)
-    b.attach_lora(LoraSpec(rank=4, scale=2.0), seed=0)
+def _grads(tiny_torch, batch, budget) -> tuple[float, dict[str, torch.Tensor]]:
+    b = tiny_torch(lora=LoraSpec(rank=4, scale=2.0), threads=1)
     with torch.no_grad():  # lora_B starts at zero: give it weights so lora_A gets a gradient too
         for name, p in b.model.named_parameters():
             if "lora_B" in name:
@@ -36,17 +35,17 @@ def _grads(model_dir, batch, budget) -> tuple[float, dict[str, torch.Tensor]]:
     return loss, {n: p.grad.clone() for n, p in b.model.named_parameters() if p.grad is not None}
 
 
-def test_micro_batched_gradient_equals_the_whole_batch(tiny_model):
-    b = load_backend(tiny_model, "torch", threads=1)
+def test_micro_batched_gradient_equals_the_whole_batch(tiny_torch):
+    b = tiny_torch(threads=1)
     texts = ["def add(a: int, b: int) -> int {", "walker W {", "node Room { has name: str; }", "with entry {"]
     batch = [
         SFTExample(b.prompt_ids(t * (i + 1)), b.completion_ids("```jac\nreturn a + b;\n```"[: 8 + 5 * i]))
         for i, t in enumerate(texts)
     ]
-    whole_loss, whole = _grads(tiny_model, batch, None)
+    whole_loss, whole = _grads(tiny_torch, batch, None)
     budget = max(map(len, batch))  # every row alone
     assert len(micro_batches(batch, budget)) == len(batch)
-    micro_loss, micro = _grads(tiny_model, batch, budget)
+    micro_loss, micro = _grads(tiny_torch, batch, budget)
     assert micro_loss == pytest.approx(whole_loss, rel=1e-5)
     assert whole.keys() == micro.keys() and whole
     for name in whole:

@@ -49,12 +49,12 @@ def _check_outputs(out, n_steps):
 
 
 @pytest.mark.parametrize("backend", ["torch", "mlx"])
-def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tmp_path, backend):
+def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tiny_torch, tmp_path, backend):
     out = train_sft(model_spec(tiny_model, backend), SHORT_TASKS, tmp_path / "sft", TINY_SFT, threads=2)
     _check_outputs(out, TINY_SFT.iters)
     report = json.loads((out / "sft_report.json").read_text())
     assert report["tasks"] == ["t_add", "t_neg", "t_sum"] and report["backend"] == backend
-    b = load_backend(tiny_model, "torch", adapter=out)  # either backend's adapter loads in torch
+    b = tiny_torch(adapter=out)  # either backend's adapter loads in torch
     assert b.lora is not None and b.lora.rank == TINY_SFT.rank
 
 
@@ -205,11 +205,10 @@ def test_one_schedule_serves_sft_grpo_and_pretraining():
     assert lr_at(5, 5e-3, 0, 10, "cosine", floor=0.1) == pytest.approx(5e-3 * 0.55)
 
 
-def test_one_sft_loop_trains_both_backends_alike(tiny_model, tmp_path):
+def test_one_sft_loop_trains_both_backends_alike(tiny_model, tiny_torch, tmp_path):
     """The same starting adapter, batches and learning rates give the same losses on either
     backend: the loop is the backends' shared code, only the model operations differ."""
-    start = load_backend(tiny_model, "torch", threads=2)
-    start.attach_lora(LoraSpec(rank=4, scale=4.0), seed=3)
+    start = tiny_torch(lora=LoraSpec(rank=4, scale=4.0), seed=3)
     start.save_adapter(tmp_path / "start")
     cfg = SFTConfig(iters=3, lr=1e-2, batch=2, warmup=1)
     losses = {}

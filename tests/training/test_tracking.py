@@ -10,7 +10,6 @@ from fixtures.models import model_spec
 from fixtures.tasks import task as make_task
 
 from jacrl.config import load_config
-from jacrl.reward.batch import RewardScorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.tasks.record import read_tasks
@@ -83,25 +82,24 @@ class SeenWhileRunning:
         self.closed = True
 
 
-def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, tmp_path):
+def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, scorer, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:2]
     cfg = GRPOConfig(
         iters=2, lr=2e-3, group_size=2, prompts_per_step=1, max_completion=8, lora_rank=4, seed=1, mask_truncated=False
     )
     seen = SeenWhileRunning(tmp_path / "grpo")
-    with RewardScorer({"cache": False}, threads=2) as scorer:
-        out = train_grpo(
-            OnPolicyRun(
-                model=model_spec(tiny_model, "torch"),
-                tasks=tasks,
-                out=tmp_path / "grpo",
-                cfg=cfg,
-                losses=load_config({}).loss_framework,
-            ),
-            scorer,
-            tracker=seen,
-            progress=False,
-        )
+    out = train_grpo(
+        OnPolicyRun(
+            model=model_spec(tiny_model, "torch"),
+            tasks=tasks,
+            out=tmp_path / "grpo",
+            cfg=cfg,
+            losses=load_config({}).loss_framework,
+        ),
+        scorer,
+        tracker=seen,
+        progress=False,
+    )
     assert seen.closed and [exists for _, exists in seen.rows] == [False, False]
     assert [row for row, _ in seen.rows] == read_metrics(out / "metrics.jsonl")
     assert not (tmp_path / "grpo.ckpt.metrics.jsonl").exists()  # the live copy goes with the checkpoint
