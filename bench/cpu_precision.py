@@ -69,7 +69,9 @@ def sft_part(a: argparse.Namespace) -> dict:
         raise SystemExit("autocast is not taken on this CPU (no native bfloat16)")
     tasks = read_tasks(RUNG)[: 2 * a.sft_steps]
     examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
-    cfg = SFTConfig(iters=a.sft_steps, batch=2, lr=2e-4, scale=2.0, warmup=1, max_seq=2048, lr_schedule="constant")
+    cfg = SFTConfig(
+        iters=a.sft_steps, batch=2, lr=2e-4, lora={"scale": 2.0}, warmup=1, max_seq=2048, lr_schedule="constant"
+    )
     t0 = time.perf_counter()
     losses = fit_lora(b, examples, cfg)
     dt = time.perf_counter() - t0
@@ -108,7 +110,7 @@ def grpo_part(a: argparse.Namespace) -> dict:
                 "temperature": 0.7,
                 "group_size": 4,
                 "prompts_per_step": 1,
-                "max_completion": 128,
+                "max_tokens": 128,
                 "max_seq": 2048,
                 "save_every": 100,
                 "autocast": a.dtype == "autocast",

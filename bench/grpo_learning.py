@@ -89,7 +89,7 @@ def sampled_passes(
 
     b = load_backend(model, "torch", adapter=adapter, threads=threads)
     g = cfg.grpo
-    params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_completion, seed=seed)
+    params = SamplingParams(temperature=g.temperature, top_p=g.top_p, max_tokens=g.max_tokens, seed=seed)
     groups = b.generate([t.prompt for t in tasks], n=n, params=params, progress=False)
     with RewardScorer(cfg.reward, threads=threads) as scorer:
         scored = score_groups(scorer.score_batch, tasks, groups)
@@ -194,7 +194,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--beta", type=float, default=0.04, help="reference-KL weight (0 = no ref_kl term)")
     p.add_argument("--reference", choices=["start", "base"], help="grpo.reference (default: the config's)")
     p.add_argument("--mask-truncated", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--max-completion", type=int, help="default: config.yaml's grpo.max_completion")
+    p.add_argument("--max-completion", type=int, help="default: config.yaml's grpo.max_tokens")
     p.add_argument("--set", action="append", default=[], metavar="KEY=JSON", help="any other grpo key")
     p.add_argument("--eval-n", type=int, default=32, help="samples per task in each eval")
     p.add_argument("--eval-every", type=int, help="also evaluate every k steps (the pass-rate curve)")
@@ -217,7 +217,7 @@ def grpo_settings(a: argparse.Namespace) -> dict:
     if a.mask_truncated is not None:
         g["mask_truncated"] = a.mask_truncated
     if a.max_completion:
-        g["max_completion"] = a.max_completion
+        g["max_tokens"] = a.max_completion
     for kv in a.set:
         key, _, val = kv.partition("=")
         g[key] = json.loads(val)

@@ -7,7 +7,7 @@ or, with --config, our step on any model, its time and memory phase by phase.
 
 --config: that config's GRPO settings over config.yaml, its first model (or --model-dir in its place), the
 train-pool task whose prompt is nearest 1404 tokens; `--force-length` never ends a row early (every row
-decodes to `grpo.max_completion`). Each phase's peak is the process's own high-water mark (VmHWM, reset
+decodes to `grpo.max_tokens`). Each phase's peak is the process's own high-water mark (VmHWM, reset
 through /proc/self/clear_refs before the phase); the pieces are the tensors' own sizes.
 
     .venv/bin/python bench/grpo_step.py [--model models/tiny] [--tasks dataset/rl/rungs/r3/train.jsonl] [--steps 3]
@@ -66,10 +66,10 @@ from jacrl.training.metrics import read_metrics
 KNOBS = {
     "group_size": 4,
     "prompts_per_step": 2,
-    "max_completion": 128,
+    "max_tokens": 128,
     "max_seq": 4096,
     "lr": 1e-4,
-    "lora_layers": -1,
+    "lora": {"layers": -1, "rank": 8, "scale": 10.0},
     "save_every": 1000,
     "temperature": 1.0,
 }
@@ -288,9 +288,9 @@ def any_model(args: argparse.Namespace) -> None:
     cfg = load_config_file("config.yaml", args.config)
     update: dict[str, Any] = {"iters": args.steps, "save_every": 1000}
     if args.lora_layers is not None:
-        update["lora_layers"] = args.lora_layers
+        update["lora"] = cfg.grpo.lora.model_copy(update={"layers": args.lora_layers})
     if args.max_completion is not None:
-        update["max_completion"] = args.max_completion
+        update["max_tokens"] = args.max_completion
     grpo = cfg.grpo.model_copy(update=update)
     spec = cfg.models[0]
     if args.model_dir:
@@ -310,7 +310,7 @@ def any_model(args: argparse.Namespace) -> None:
     else:
         task = min(pool, key=lambda t: abs(len(b.prompt_ids(t.prompt)) - 1404))
     print(
-        f"task {task.id}: prompt {len(b.prompt_ids(task.prompt))} tokens; group {grpo.group_size} x {grpo.max_completion}"
+        f"task {task.id}: prompt {len(b.prompt_ids(task.prompt))} tokens; group {grpo.group_size} x {grpo.max_tokens}"
     )
     from engines import read_seconds
 
@@ -363,8 +363,8 @@ def main() -> int:
     p.add_argument("--config", help="a step of this config's first model: time and memory phase by phase")
     p.add_argument("--model-dir", type=Path, help="with --config: this folder in place of the model's")
     p.add_argument("--force-length", action="store_true", help="with --config: every row decodes to the cap")
-    p.add_argument("--lora-layers", type=int, help="with --config: grpo.lora_layers (-1: every layer)")
-    p.add_argument("--max-completion", type=int, help="with --config: grpo.max_completion")
+    p.add_argument("--lora-layers", type=int, help="with --config: grpo.lora.layers (-1: every layer)")
+    p.add_argument("--max-completion", type=int, help="with --config: grpo.max_tokens")
     p.add_argument("--task", help="with --config: this train-pool task (default: the prompt nearest 1404 tokens)")
     p.add_argument("--model", default="models/tiny")
     p.add_argument("--tasks", default="dataset/rl/rungs/r3/train.jsonl")
@@ -397,7 +397,7 @@ def main() -> int:
             print(f"  {name:12s} {times[name]:8.2f} s/step", flush=True)
     print(
         f"GRPO step: group {KNOBS['group_size']}, {KNOBS['prompts_per_step']} prompts, max completion "
-        f"{KNOBS['max_completion']}, model {args.model}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        f"{KNOBS['max_tokens']}, model {args.model}, load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     ref = times["mlx_lm_lora"]
     for name in ("ours/torch", "ours/mlx"):

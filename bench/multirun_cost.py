@@ -33,7 +33,7 @@ model = ModelSpec(name="m", path=a["model"], backend="torch")
 tasks = read_tasks(a["tasks"])
 cfg = load_config({"losses": [{"type": "rl"}, {"type": "ref_kl"}]}).loss_framework
 runs = [RunSpec(f"run{i}", tasks, Path(a["out"]) / f"run{i}", GRPOConfig(iters=a["iters"], lr=1e-4 * (i + 1), seed=i,
-        group_size=4, prompts_per_step=2, max_completion=a["max_tokens"], max_seq=4096), cfg, Path(a["init"]))
+        group_size=4, prompts_per_step=2, max_tokens=a["max_tokens"], max_seq=4096), cfg, Path(a["init"]))
         for i in range(a["runs"]) if a["only"] is None or i == a["only"]]
 with RewardScorer({"cache": False}, threads=a["threads"]) as scorer:
     if a["only"] is None:

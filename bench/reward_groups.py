@@ -67,7 +67,7 @@ def run(a: argparse.Namespace, temp: float, by_body: bool, tmp: Path) -> tuple[l
                 "group_size": a.group,
                 "prompts_per_step": 1,
                 "temperature": temp,
-                "max_completion": a.max_tokens,
+                "max_tokens": a.max_tokens,
                 "save_every": 1000,
             },
         }

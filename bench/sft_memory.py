@@ -40,7 +40,7 @@ def child(a: argparse.Namespace) -> None:
     from jacrl.backends.select import load_model
     from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
-    from jacrl.training.sft import lora_spec, sft_backward, sft_examples
+    from jacrl.training.sft import sft_backward, sft_examples
 
     way = WAYS[a.way]
     spec = ModelSpec(name="bench", path=a.model, dtype=a.dtype, gradient_checkpointing=way["ckpt"])
@@ -49,7 +49,7 @@ def child(a: argparse.Namespace) -> None:
     examples = sft_examples(backend, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
     batch = sorted((e.truncated(a.max_seq) for e in examples), key=len, reverse=True)[: a.batch]
     cfg = SFTConfig(batch=a.batch, max_seq=a.max_seq, lr=1e-4, micro_batch_tokens=way["micro"])
-    backend.attach_lora(lora_spec(cfg), seed=0)
+    backend.attach_lora(cfg.lora.spec(), seed=0)
     backend.configure_optimizer(cfg.lr)
     t0 = time.perf_counter()
     loss = sft_backward(backend, batch, cfg.micro_batch_tokens)

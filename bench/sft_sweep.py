@@ -60,8 +60,7 @@ def sweep_sft(a: argparse.Namespace) -> None:
             cfg = SFTConfig(
                 iters=a.iters,
                 lr=lr,
-                rank=rank,
-                scale=2.0,
+                lora={"rank": rank, "scale": 2.0},
                 warmup=2,
                 batch=a.batch,
                 max_seq=2048,

@@ -14,7 +14,7 @@ from jacrl.ladder.config import CONDITIONS, DEFAULT_CONDITIONS, SPLITS
 from jacrl.losses.config import LossConfigWarning, LossFrameworkConfig
 from jacrl.reward.cache import reward_config_digest
 from jacrl.reward.config import RewardConfig
-from jacrl.rl.config import GRPOArm
+from jacrl.rl.config import GRPOArm, GRPOConfig
 from jacrl.strict import StrictModel
 
 
@@ -45,6 +45,48 @@ def test_wrong_type_names_key():
 def test_reward_timeout_is_gone_with_a_pointer_to_tasks_timeout():
     with pytest.raises(ConfigError, match=r"config key 'reward': `reward.timeout` is gone: .*`tasks.timeout`"):
         load_config({"reward": {"timeout": 20}})
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        ({"grpo": {"max_completion": 64}}, "config key 'grpo.max_completion' is now 'grpo.max_tokens'"),
+        (
+            {"grpo": {"lora_layers": 8}},
+            "config key 'grpo.lora_layers' is now 'grpo.lora.layers' ('lora.layers' at the top level sets every stage's)",
+        ),
+        (
+            {"sft": {"rank": 4, "lr": 1e-3}},
+            "config key 'sft.rank' is now 'sft.lora.rank' ('lora.rank' at the top level sets every stage's)",
+        ),
+        (
+            {"grpo_arms": {"tuned": {"grpo": {"lora_scale": 2.0}}}},
+            "config key 'grpo_arms.tuned.grpo.lora_scale' is now 'grpo_arms.tuned.grpo.lora.scale' ('lora.scale' at "
+            "the top level sets every stage's)",
+        ),
+    ],
+)
+def test_a_renamed_key_is_refused_in_one_line_naming_its_new_key(data, line):
+    with pytest.raises(ConfigError) as err:
+        load_config(data)
+    assert str(err.value).splitlines()[1:] == [f"  {line}"]
+
+
+def test_one_lora_section_shapes_every_fresh_adapter_and_a_stage_sets_keys_over_it():
+    assert GRPOConfig().lora == Config().sft.lora == Config().lora  # one default
+    cfg = load_config(
+        {
+            "lora": {"rank": 4, "layers": 2},
+            "grpo": {"lora": {"scale": 3.0}},
+            "grpo_arms": {"tuned": {"grpo": {"lora": {"layers": 1}}}, "plain": {"grpo": {"lr": 1e-5}}},
+        }
+    )
+    shape = lambda lora: (lora.rank, lora.scale, lora.layers)  # noqa: E731
+    assert shape(cfg.sft.lora) == (4, 20.0, 2) and shape(cfg.grpo.lora) == (4, 3.0, 2)
+    assert shape(cfg.grpo_arms["tuned"].grpo.lora) == (4, 3.0, 1) and cfg.grpo_arms["plain"].grpo.lora == cfg.grpo.lora
+    assert load_config(cfg.grpo_job_config("tuned")).grpo.lora == cfg.grpo_arms["tuned"].grpo.lora  # the job reads it
+    assert cfg.opd.grpo(cfg.grpo).lora == cfg.grpo.lora
+    assert cfg.sft.lora.spec().layer_ids(6) == [4, 5]
 
 
 def test_conditions_and_splits_are_one_vocabulary():
@@ -139,7 +181,7 @@ def test_the_root_holds_the_loss_keys_it_reads_at_the_top_level_as_one_section()
         ({"training_mode": "rlx"}, "config key 'training_mode': Input should be 'rl', 'sft' or 'opd' (got 'rlx')"),
         (
             {"rungz": [1]},
-            "allowed keys under the top level: determinism, eval, grpo, grpo_arms, ladder, loss_framework,",
+            "allowed keys under the top level: determinism, eval, grpo, grpo_arms, ladder, lora, loss_framework,",
         ),
         (
             {"rungz": [1]},
@@ -380,10 +422,17 @@ def test_the_source_grid_over_config_yaml_is_the_sources():
     assert cfg.eval.sample_splits == ["gen"] and cfg.eval.mem_max_tasks is None and cfg.eval.policy_n == 0
     assert cfg.reward.scheme == "dense_v2" and cfg.grpo.reference == "base"
     g = cfg.grpo
-    assert (g.iters, g.lr, g.group_size, g.max_completion, g.max_seq, g.temperature) == (200, 1e-6, 4, 256, 1280, 1.0)
-    assert (g.lora_layers, g.lora_rank, g.lora_scale, g.save_every) == (8, 8, 10.0, 50)
+    assert (g.iters, g.lr, g.group_size, g.max_tokens, g.max_seq, g.temperature) == (200, 1e-6, 4, 256, 1280, 1.0)
+    assert (g.lora.layers, g.lora.rank, g.lora.scale, g.lora.dropout, g.save_every) == (8, 8, 10.0, 0.0, 50)
     assert [(t.type, getattr(t, "beta", None)) for t in cfg.loss_framework.losses] == [("rl", None), ("ref_kl", 0.04)]
     tuned = cfg.grpo_arms["tuned"].grpo
     assert (tuned.iters, tuned.lr) == (500, 1e-5)
     s = cfg.sft
-    assert (s.lr, s.rank, s.scale, s.dropout, s.layers, s.lr_schedule) == (2e-5, 16, 2.0, 0.05, 16, "cosine")
+    assert (s.lr, s.lora.rank, s.lora.scale, s.lora.dropout, s.lora.layers, s.lr_schedule) == (
+        2e-5,
+        16,
+        2.0,
+        0.05,
+        16,
+        "cosine",
+    )

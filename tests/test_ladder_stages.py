@@ -37,7 +37,7 @@ CONFIG = {
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),
     "sft": {"iters": 100, "lr": 4e-3},
-    "grpo": {"iters": 2, "group_size": 2, "max_completion": 32, "max_seq": 4096, "temperature": 1.0, "lr": 1e-4},
+    "grpo": {"iters": 2, "group_size": 2, "max_tokens": 32, "max_seq": 4096, "temperature": 1.0, "lr": 1e-4},
     "grpo_arms": {"tuned": {"grpo": {"iters": 3, "lr": 5e-5}}},
     "eval": {"n": 0, "k": 1, "policy_n": 0, "max_tokens": 160, "threads": 1},
 }

@@ -39,7 +39,7 @@ from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
 from jacrl.strict import RESULT_FREE, StrictModel, plain_section
 from jacrl.tasks.config import SplitsConfig, TasksConfig
-from jacrl.training.config import RFTConfig, SFTConfig
+from jacrl.training.config import LoraConfig, RFTConfig, SFTConfig
 from jacrl.training.tracking import Tracking
 
 LOSS_FRAMEWORK = "loss_framework"
@@ -112,6 +112,11 @@ class Config(StrictModel):
     tiny: TinyModelConfig = Field(
         default_factory=TinyModelConfig, description="The embedded tiny model's size and pre-training."
     )
+    lora: LoraConfig = Field(
+        default_factory=LoraConfig,
+        description="Every fresh LoRA adapter's shape (gold-SFT, RFT, raw_grpo, opd); `sft.lora` and `grpo.lora` "
+        "set keys of one stage's over it.",
+    )
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Gold-SFT (LoRA) on a rung's gold bodies.")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="RFT warm start for models with `warm_start: rft`.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO knobs (sft_grpo and raw_grpo).")
@@ -139,7 +144,7 @@ class Config(StrictModel):
         level, in this order (an arm reads the gathered section); the input is never changed."""
         if not isinstance(data, dict):
             return data
-        return _arms_over_the_top_level(_loss_keys_gathered(data))
+        return _arms_over_the_top_level(_lora_under_each_stage(_loss_keys_gathered(data)))
 
     @field_validator("grpo_arms")
     @classmethod
@@ -324,6 +329,20 @@ def _loss_keys_gathered(data: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in data.items() if k not in written}, LOSS_FRAMEWORK: written}
 
 
+def _lora_under_each_stage(data: dict[str, Any]) -> dict[str, Any]:
+    """`sft.lora` and `grpo.lora` filled from the top-level `lora`, the keys a stage writes over it (a
+    stage's section keeps its whole adapter shape, so a job given the section alone reads it)."""
+    shared = plain_section(data.get("lora")) or {}
+    if not isinstance(shared, dict):
+        return data
+    out = dict(data)
+    for stage in ("sft", "grpo"):
+        section = plain_section(data.get(stage)) or {}
+        if isinstance(section, dict) and isinstance(section.get("lora", {}), dict):
+            out[stage] = {**section, "lora": {**shared, **plain_section(section.get("lora", {}))}}
+    return out
+
+
 def _arms_over_the_top_level(data: dict[str, Any]) -> dict[str, Any]:
     """Each arm starts from the top-level GRPO sections: its `grpo` keys go over the top-level
     `grpo`, its other keys replace theirs."""
@@ -342,6 +361,9 @@ def _arms_over_the_top_level(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(arm, dict):
             grpo = arm.get("grpo", {})
             if isinstance(top.get("grpo"), dict) and isinstance(grpo, dict):
+                lora = grpo.get("lora", {})
+                if isinstance(lora, dict) and isinstance(top["grpo"].get("lora"), dict):  # keys over the stage's
+                    grpo = {**grpo, "lora": {**top["grpo"]["lora"], **lora}}
                 grpo = {**top["grpo"], **grpo}
             arm = {**top, **arm, "grpo": grpo}
         arms[name] = arm
@@ -416,7 +438,12 @@ def format_validation_error(err: ValidationError, model: type[BaseModel]) -> str
             parent = _model_at(model, loc[:-1])
             allowed = ", ".join(_keys_under(parent)) if parent else "see config.py"
             where = ".".join(str(p) for p in written[:-1]) or "the top level"
-            lines.append(f"unknown config key '{key}'; allowed keys under {where}: {allowed}")
+            now = parent.renamed.get(str(loc[-1])) if parent and issubclass(parent, StrictModel) else None
+            if now is not None:
+                shared = f" ('{now}' at the top level sets every stage's)" if now.startswith("lora.") else ""
+                lines.append(f"config key '{key}' is now '{'.'.join(str(p) for p in (*written[:-1], now))}'{shared}")
+            else:
+                lines.append(f"unknown config key '{key}'; allowed keys under {where}: {allowed}")
         else:
             got = e.get("input")
             shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
@@ -24,6 +24,10 @@ class StrictModel(BaseModel):
     defaults are validated like given values."""
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    renamed: ClassVar[dict[str, str]] = {}
+    """Keys this section once had, each → the key that replaced it, relative to the section: a config
+    that still writes one is refused with the new key named (`jacrl.config.format_validation_error`)."""
 
     @model_serializer(mode="wrap")
     def _without_later_defaults(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:

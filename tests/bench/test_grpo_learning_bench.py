@@ -36,7 +36,7 @@ def test_bench_config_replaces_grpo_keys_and_losses(tmp_path):
 
 def test_checkpoint_evals_stop_and_resume_into_the_whole_run(tiny_model, tiny_torch, tiny_fixtures, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
-    grpo = {"iters": 3, "lr": 1e-3, "group_size": 2, "max_completion": 8, "max_seq": 4096}
+    grpo = {"iters": 3, "lr": 1e-3, "group_size": 2, "max_tokens": 8, "max_seq": 4096}
     cfg = load_config(
         {"reward": {"cache_path": str(tmp_path / "cache.sqlite")}, "losses": bench.loss_terms(0.0), "grpo": grpo}
     )

@@ -32,7 +32,7 @@ def test_grpo_trainer_two_steps_on_the_component_rewards(tiny_model, tiny_fixtur
     from trl import GRPOTrainer
 
     pool = tiny_fixtures / "trainpool.jsonl"
-    grpo = {"iters": 2, "group_size": 2, "prompts_per_step": 1, "max_completion": 16, "lr": 1e-3, "temperature": 1.0}
+    grpo = {"iters": 2, "group_size": 2, "prompts_per_step": 1, "max_tokens": 16, "lr": 1e-3, "temperature": 1.0}
     cfg = load_config({"reward": {"cache": False, "workers": 1}, "grpo": grpo})
     reward = JacReward(tasks=pool, config=cfg.reward, threads=1)
     args = bench_trl().trl_args(cfg, tmp_path / "trl", beta=0.0, threads=1)

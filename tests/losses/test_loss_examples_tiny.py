@@ -24,11 +24,9 @@ def grpo_cfg():
         lr=1e-3,
         group_size=2,
         prompts_per_step=4,
-        max_completion=12,
+        max_tokens=12,
         max_seq=4096,
-        lora_layers=-1,
-        lora_rank=4,
-        lora_scale=4.0,
+        lora={"layers": -1, "rank": 4, "scale": 4.0},
         seed=0,
         filter_zero_advantage=False,
     )

@@ -125,7 +125,7 @@ def sft_adapter(smollm2_dir, rung1, tmp_path_factory):
     from jacrl.training.sft import train_sft
 
     out = tmp_path_factory.mktemp("smollm2-sft") / "sft"
-    cfg = SFTConfig(iters=4, lr=1e-3, warmup=0, lr_schedule="constant", rank=8, scale=2.0, max_seq=2048)
+    cfg = SFTConfig(iters=4, lr=1e-3, warmup=0, lr_schedule="constant", lora={"rank": 8, "scale": 2.0}, max_seq=2048)
     return train_sft(model_spec(smollm2_dir, "torch", name="smollm2"), rung1, out, cfg, threads=2)
 
 
@@ -148,7 +148,7 @@ def test_one_grpo_step_from_the_sft_adapter_with_reference_start(smollm2_dir, sf
         iters=1,
         lr=1e-4,
         group_size=2,
-        max_completion=24,
+        max_tokens=24,
         max_seq=2048,
         temperature=1.0,
         reference="start",

@@ -31,7 +31,7 @@ CONFIG = {
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),
     "sft": {"iters": 4},
-    "grpo": {"iters": 3, "group_size": 2, "max_completion": 32, "max_seq": 4096, "temperature": 1.0, "lr": 1e-4},
+    "grpo": {"iters": 3, "group_size": 2, "max_tokens": 32, "max_seq": 4096, "temperature": 1.0, "lr": 1e-4},
     "eval": {"n": 2, "k": 2, "policy_n": 2, "max_tokens": 32, "threads": 1},
     "ladder": {"conditions": ["base", "sft", "sft_grpo"], "splits": ["gen"]},
 }

@@ -44,7 +44,7 @@ def orchestrator(backend, config, rl_dir="dataset/rl", **kw):
     cfg = GRPOConfig(
         **{
             **dict(
-                iters=4, group_size=4, prompts_per_step=4, max_completion=8, max_seq=256, seed=0, log_reference_kl=False
+                iters=4, group_size=4, prompts_per_step=4, max_tokens=8, max_seq=256, seed=0, log_reference_kl=False
             ),
             **kw,
         }
@@ -156,7 +156,7 @@ def test_one_env_walks_its_tasks_in_seeded_epochs_a_pure_function_of_the_step(ti
     plans = EnvLossPlans.from_config(load_config({}).loss_framework)
 
     def orch(seed, per=1):
-        cfg = GRPOConfig(iters=8, group_size=2, prompts_per_step=per, max_completion=8, max_seq=256, seed=seed)
+        cfg = GRPOConfig(iters=8, group_size=2, prompts_per_step=per, max_tokens=8, max_seq=256, seed=seed)
         return Orchestrator(RUN_TASKS, tiny_lora, WhitespaceScorer(), cfg, plans)
 
     def ids(o, step):

@@ -60,11 +60,9 @@ CFG = GRPOConfig(
     lr=1e-2,
     group_size=16,
     prompts_per_step=4,
-    max_completion=2,
+    max_tokens=2,
     max_seq=256,
-    lora_layers=-1,
-    lora_rank=8,
-    lora_scale=8.0,
+    lora={"layers": -1, "rank": 8, "scale": 8.0},
     temperature=1.0,
     mask_truncated=False,
     log_reference_kl=False,
@@ -75,7 +73,7 @@ CFG = GRPOConfig(
 def fresh_reward(model, adapter) -> float:
     """Mean reward of EVAL_SAMPLES fresh completions per task, at fixed seeds."""
     b = load_backend(model, "torch", adapter=adapter, threads=2)
-    params = SamplingParams(temperature=CFG.temperature, max_tokens=CFG.max_completion, seed=EVAL_SEED)
+    params = SamplingParams(temperature=CFG.temperature, max_tokens=CFG.max_tokens, seed=EVAL_SEED)
     groups = b.generate_ids([b.prompt_ids(t.prompt) for t in TASKS], n=EVAL_SAMPLES, params=params, progress=False)
     return fmean(early_alphabet_share(c.text) for g in groups for c in g)
 

@@ -29,11 +29,9 @@ def grpo_cfg(**kw):
         lr=2e-3,
         group_size=4,
         prompts_per_step=1,
-        max_completion=12,
+        max_tokens=12,
         max_seq=4096,
-        lora_layers=-1,
-        lora_rank=4,
-        lora_scale=4.0,
+        lora={"layers": -1, "rank": 4, "scale": 4.0},
         save_every=2,
         seed=1,
         mask_truncated=False,
@@ -307,7 +305,7 @@ def test_a_step_that_trains_nothing_still_settles_the_heap(tiny_torch, tasks, ca
 
     # at a vanishing temperature both rows of the group are the greedy one: one reward, zero advantage
     cfg = load_config(
-        {"grpo": {"group_size": 2, "prompts_per_step": 1, "max_completion": 8, "iters": 1, "temperature": 1e-4}}
+        {"grpo": {"group_size": 2, "prompts_per_step": 1, "max_tokens": 8, "iters": 1, "temperature": 1e-4}}
     )
     b = tiny_torch(lora=LoraSpec(rank=4, scale=8.0), seed=1)
     b.configure_optimizer(1e-4)

@@ -31,7 +31,7 @@ def test_a_machine_that_fails_halfway_stops_the_run_and_it_resumes_once_fixed(ti
         tasks=read_tasks(tiny_fixtures / "trainpool.jsonl")[:3],
         out=tmp_path / "grpo",
         cfg=GRPOConfig(
-            iters=6, lr=2e-3, group_size=4, max_completion=24, max_seq=4096, save_every=1, seed=1, lora_layers=-1
+            iters=6, lr=2e-3, group_size=4, max_tokens=24, max_seq=4096, save_every=1, seed=1, lora={"layers": -1}
         ),
         losses=load_config({"losses": [{"type": "rl"}]}).loss_framework,
     )

@@ -33,7 +33,7 @@ def start_adapter(tiny_torch, tmp_path_factory):
 
 
 def runs(tmp_path, start, where):
-    cfg = dict(iters=3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256)
+    cfg = dict(iters=3, group_size=4, prompts_per_step=2, max_tokens=8, max_seq=256)
     return [
         RunSpec(
             "a",

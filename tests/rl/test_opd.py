@@ -33,7 +33,7 @@ def test_a_teacher_equal_to_the_student_gives_zero_loss_and_zero_gradient(tiny_m
     student.configure_optimizer(1e-3)
     teacher = load_teacher(Teacher(model_spec(tiny_model, "torch")), student, threads=2)
     cfg = GRPOConfig(
-        iters=1, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, seed=0, log_reference_kl=False
+        iters=1, group_size=4, prompts_per_step=2, max_tokens=8, max_seq=256, seed=0, log_reference_kl=False
     )
     config = load_config(OPD).loss_framework
     orch = Orchestrator(TASKS, student, WhitespaceScorer(), cfg, EnvLossPlans.from_config(config))
@@ -99,12 +99,10 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
         lr=2e-3,
         group_size=4,
         prompts_per_step=1,
-        max_completion=64,
+        max_tokens=64,
         max_seq=4096,
         temperature=0.3,
-        lora_layers=-1,
-        lora_rank=8,
-        lora_scale=10.0,
+        lora={"layers": -1, "rank": 8, "scale": 10.0},
         seed=0,
         log_reference_kl=False,
     )

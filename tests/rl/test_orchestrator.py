@@ -19,7 +19,7 @@ def cfg(**kw):
         lr=1e-3,
         group_size=4,
         prompts_per_step=1,
-        max_completion=6,
+        max_tokens=6,
         max_seq=256,
         seed=0,
         log_reference_kl=False,
@@ -41,7 +41,7 @@ def orchestrator(backend, config=None, **kw):
 
 @pytest.mark.parametrize("mask", [True, False])
 def test_truncated_completions_leave_the_rl_mask_and_are_counted(tiny_lora, mask):
-    data = orchestrator(tiny_lora, mask_truncated=mask, max_completion=3, prompts_per_step=2).step(0)
+    data = orchestrator(tiny_lora, mask_truncated=mask, max_tokens=3, prompts_per_step=2).step(0)
     assert data.metrics["samples/truncated_frac"] == 1.0  # 3 tokens never reach an EOS here
     assert data.metrics["samples/truncated_masked_frac"] == (1.0 if mask else 0.0)
     assert data.metrics["samples/truncated_masked"] == (8.0 if mask else 0.0)
@@ -92,7 +92,7 @@ def test_echo_only_env_trains_with_one_prompt_per_step(tiny_model, tmp_path):
 
 
 def test_long_prompts_are_cut_before_sampling(tiny_lora):
-    orch = orchestrator(tiny_lora, max_seq=20, max_completion=6, mask_truncated=False)
+    orch = orchestrator(tiny_lora, max_seq=20, max_tokens=6, mask_truncated=False)
     prompts = [tiny_lora.prompt_ids(t.prompt) for t in TASKS]
     assert all(len(p) > 14 for p in prompts)  # every rendered prompt is longer than the 20 - 6 tokens left
     batch = orch.step(0).batch
@@ -102,8 +102,8 @@ def test_long_prompts_are_cut_before_sampling(tiny_lora):
 
 
 def test_max_completion_must_leave_room_for_a_prompt():
-    with pytest.raises(ValueError, match="max_completion .* must be below grpo.max_seq"):
-        GRPOConfig(max_seq=64, max_completion=64)
+    with pytest.raises(ValueError, match="max_tokens .* must be below grpo.max_seq"):
+        GRPOConfig(max_seq=64, max_tokens=64)
 
 
 USER_ECHO = {"losses": [{"type": "rl"}, {"type": "echo", "name": "echo", "user": {"alpha": 0.1}}]}

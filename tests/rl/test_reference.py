@@ -22,7 +22,7 @@ def cfg(**kw):
         lr=1e-2,
         group_size=4,
         prompts_per_step=2,
-        max_completion=8,
+        max_tokens=8,
         max_seq=256,
         mask_truncated=False,
         save_every=1,

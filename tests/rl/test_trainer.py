@@ -89,7 +89,7 @@ def test_loss_inputs_on_mixed_devices_are_refused_by_name():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_grpo_steps_on_cuda(tiny_model, tmp_path):
     cfg = GRPOConfig(
-        iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=8, max_seq=256, mask_truncated=False
+        iters=2, lr=1e-3, group_size=4, prompts_per_step=2, max_tokens=8, max_seq=256, mask_truncated=False
     )
     losses = load_config({"losses": CONFIG["losses"]}).loss_framework
     out = train_grpo(
@@ -125,7 +125,7 @@ def test_gradient_norm_is_logged_before_clipping(tiny_model, tmp_path):
         lr=1e-3,
         group_size=4,
         prompts_per_step=2,
-        max_completion=8,
+        max_tokens=8,
         max_seq=256,
         mask_truncated=False,
         max_grad_norm=1e-8,

@@ -55,7 +55,7 @@ def test_train_sft_writes_adapter_metrics_and_report(tiny_model, tiny_torch, tmp
     report = json.loads((out / "sft_report.json").read_text())
     assert report["tasks"] == ["t_add", "t_neg", "t_sum"] and report["backend"] == backend
     b = tiny_torch(adapter=out)  # either backend's adapter loads in torch
-    assert b.lora is not None and b.lora.rank == TINY_SFT.rank
+    assert b.lora is not None and b.lora.rank == TINY_SFT.lora.rank
 
 
 def test_train_sft_on_real_task_records(tiny_model, tmp_path, tiny_fixtures):

@@ -85,7 +85,7 @@ class SeenWhileRunning:
 def test_grpo_sends_each_step_as_it_is_made(tiny_model, tiny_fixtures, scorer, tmp_path):
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:2]
     cfg = GRPOConfig(
-        iters=2, lr=2e-3, group_size=2, prompts_per_step=1, max_completion=8, lora_rank=4, seed=1, mask_truncated=False
+        iters=2, lr=2e-3, group_size=2, prompts_per_step=1, max_tokens=8, lora={"rank": 4}, seed=1, mask_truncated=False
     )
     seen = SeenWhileRunning(tmp_path / "grpo")
     out = train_grpo(

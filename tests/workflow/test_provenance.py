@@ -2,7 +2,7 @@
 
 import pytest
 
-from jacrl.config import load_config
+from jacrl.config import load_config, load_config_file
 from jacrl.ladder.config import CONDITIONS, SPLITS
 from jacrl.workflow.provenance import cell_config, cell_provenance
 
@@ -56,7 +56,7 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"grpo": {"lr": 1e-3}}, GRPO),
         ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
         ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
-        ({"grpo": {"lora_rank": 4}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
+        ({"grpo": {"lora": {"rank": 4}}}, {c for c in CELLS if c[0] in ("raw_grpo", "opd")}),
         ({"opd": {"teacher_adapter": "none"}}, {c for c in CELLS if c[0] == "opd"}),
         ({"opd": {"temperature": 0.3, "iters": 200}}, {c for c in CELLS if c[0] == "opd"}),
         (
@@ -85,7 +85,7 @@ def test_rft_warm_start_enters_raw_grpo_cells_only():
     assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {
         c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")
     }  # RFT has its own iters
-    assert changed({"sft": {"rank": 4}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
+    assert changed({"sft": {"lora": {"rank": 4}}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
 
 
 def test_base_gen_does_not_depend_on_the_rung_or_training():
@@ -111,3 +111,28 @@ def test_an_arm_has_its_own_grpo_parts_and_leaves_the_default_cells_as_they_were
         tuned["grpo@tuned"]["grpo"]["lr"] == 1e-5
         and cell_config(armed, "tiny", "sft_grpo", "gen")["grpo"]["grpo"]["lr"] == 1e-4
     )
+
+
+# The hashes the default ladder's cells were built with before the LoRA and token-cap keys were renamed: a
+# change to a knob's name or to how parts are spelt must leave them (a cell whose hashes change drops out of
+# the table and is rebuilt).
+DEFAULT_LADDER_HASHES = {
+    ("base", "gen"): "be285e45b395",
+    ("base", "mem"): "062d93d5c2f8",
+    ("sft", "gen"): "79fa9e0617c6",
+    ("sft", "mem"): "ea3c24a74eee",
+    ("sft_grpo", "gen"): "83a0910bbeb2",
+    ("sft_grpo", "mem"): "5bf05a779842",
+    ("raw_grpo", "gen"): "ee5cca63b811",
+    ("raw_grpo", "mem"): "f78fc40065b8",
+    ("opd", "gen"): "e6fb4c18bf4c",
+    ("opd", "mem"): "2fc2cb5947a0",
+    ("raw_grpo@tuned", "gen"): "04469dbacf61",
+    ("sft_grpo@tuned", "mem"): "a1decf769eba",
+}
+
+
+def test_the_default_ladders_cells_keep_the_hashes_they_were_built_with(repo):
+    cfg = load_config_file(repo / "config.yaml")
+    got = {cell: cell_provenance(cell_config(cfg, "tiny", *cell))["config_hash"] for cell in DEFAULT_LADDER_HASHES}
+    assert got == DEFAULT_LADDER_HASHES

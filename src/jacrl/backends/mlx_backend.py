@@ -309,18 +309,15 @@ class MLXBackend(Backend):
 
         mx.random.seed(seed)
         self.model.freeze()
-        n = len(self.model.layers)
-        num_layers = n if spec.layers < 0 else min(spec.layers, n)
-        linear_to_lora_layers(self.model, num_layers, self._lora_parameters(spec))
+        linear_to_lora_layers(self.model, len(spec.layer_ids(len(self.model.layers))), self._lora_parameters(spec))
         self.model.eval()
 
     def _adapter_config(self) -> dict:
         spec = self.lora
         assert spec is not None
-        n = len(self.model.layers)
         return {
             "fine_tune_type": "lora",
-            "num_layers": n if spec.layers < 0 else min(spec.layers, n),
+            "num_layers": len(spec.layer_ids(len(self.model.layers))),
             "lora_parameters": self._lora_parameters(spec),
         }
 

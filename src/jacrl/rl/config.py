@@ -3,7 +3,7 @@ model's size needs)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -12,13 +12,18 @@ from jacrl.ladder.config import Rung
 from jacrl.losses.config import LossFrameworkConfig, LossTermConfig, OpdLossConfig, check_terms, dump_losses
 from jacrl.reward.config import RewardConfig
 from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
-
-FRESH_LORA = ("lora_layers", "lora_rank", "lora_scale")
-"""The knobs only a fresh adapter reads (raw_grpo); sft_grpo continues the SFT adapter."""
+from jacrl.training.config import LoraConfig
 
 
 class GRPOConfig(StrictModel):
     """The RL stage: sample a group per prompt, score with the Jac reward, train the enabled terms."""
+
+    renamed: ClassVar[dict[str, str]] = {
+        "max_completion": "max_tokens",
+        "lora_layers": "lora.layers",
+        "lora_rank": "lora.rank",
+        "lora_scale": "lora.scale",
+    }
 
     iters: int = Field(
         200, ge=1, description="Optimiser steps (one step = prompts_per_step prompts × group_size samples)."
@@ -27,24 +32,20 @@ class GRPOConfig(StrictModel):
     warmup: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
     prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
-    max_completion: int = Field(
-        256, ge=1, description="Completion length cap in tokens (hits are logged as truncations)."
-    )
+    max_tokens: int = Field(256, ge=1, description="Completion length cap in tokens (hits are logged as truncations).")
     max_seq: int = Field(
         1280,
         ge=16,
-        description="Longest prompt + completion: a prompt longer than max_seq − max_completion loses tokens from its start before sampling, so the sampler and the trainer see the same context.",
+        description="Longest prompt + completion: a prompt longer than max_seq − max_tokens loses tokens from its start before sampling, so the sampler and the trainer see the same context.",
     )
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature; the trainer's forward uses the same temperature."
     )
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
-    lora_layers: int = Field(
-        8, ge=-1, description="LoRA on the last N transformer layers (-1 = all) for a fresh adapter (raw_grpo)."
-    )
-    lora_rank: int = Field(8, ge=1, description="LoRA rank of a fresh adapter.")
-    lora_scale: float = Field(
-        10.0, gt=0, description="LoRA scale of a fresh adapter (mlx-lm's scale; peft alpha = scale × rank)."
+    lora: LoraConfig = Field(
+        default_factory=LoraConfig,
+        description="A fresh adapter's shape (raw_grpo, opd): the top-level `lora` with the keys written here "
+        "over it; sft_grpo continues the SFT adapter and reads none of it.",
     )
     advantage: Literal["std", "mean"] = Field(
         "std", description="Group advantage: `std` = (r − mean)/(std + eps); `mean` = r − mean (Dr. GRPO style)."
@@ -83,7 +84,7 @@ class GRPOConfig(StrictModel):
     )
     mask_truncated: bool = Field(
         False,
-        description="Leave completions cut at `max_completion` out of the completion mask (no rl / ref_kl "
+        description="Leave completions cut at `max_tokens` out of the completion mask (no rl / ref_kl "
         "gradient; TRL's mask_truncated_completions). They still count in their group's advantages. Off by "
         "default: on the tiny model masking removed the only signal against rambling, and truncation rose with it "
         "at an equal pass rate (docs/design.md#measured-facts).",
@@ -125,10 +126,10 @@ class GRPOConfig(StrictModel):
 
     @model_validator(mode="after")
     def _room_for_a_prompt(self) -> GRPOConfig:
-        if self.max_completion >= self.max_seq:
+        if self.max_tokens >= self.max_seq:
             raise ValueError(
-                f"grpo.max_completion ({self.max_completion}) must be below grpo.max_seq ({self.max_seq}): "
-                f"the prompt gets max_seq − max_completion tokens"
+                f"grpo.max_tokens ({self.max_tokens}) must be below grpo.max_seq ({self.max_seq}): "
+                f"the prompt gets max_seq − max_tokens tokens"
             )
         return self
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jacrl.backends.base import Backend, LoraSpec
+from jacrl.backends.base import Backend
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.heap import log_memory, peak_resident_mb, resident_mb
 from jacrl.backends.select import BackendOptions, load_model
@@ -86,7 +86,7 @@ def prepare_backend(
     if adapter is not None:
         b.load_adapter(adapter, trainable=True)
     else:
-        b.attach_lora(LoraSpec(rank=cfg.lora_rank, scale=cfg.lora_scale, layers=cfg.lora_layers), seed=cfg.seed)
+        b.attach_lora(cfg.lora.spec(), seed=cfg.seed)
     if reference is not None:
         b.keep_reference(reference)
     log_precision(b, cfg)

@@ -126,7 +126,7 @@ class Orchestrator:
             rendered = RenderedPrompt(self.backend.encode(text), text)
         else:
             rendered = render_prompt(self.backend.hf_tokenizer, prompt, renderer)
-        keep = self.cfg.max_seq - self.cfg.max_completion
+        keep = self.cfg.max_seq - self.cfg.max_tokens
         if len(rendered.token_ids) <= keep:
             return rendered
         cut = lambda xs: None if xs is None else list(xs[-keep:])  # noqa: E731
@@ -158,7 +158,7 @@ class Orchestrator:
         params = SamplingParams(
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            max_tokens=cfg.max_completion,
+            max_tokens=cfg.max_tokens,
             seed=cfg.seed * 1_000_003 + step * 1009,
         )
         groups, forwards = (
@@ -222,10 +222,10 @@ class Orchestrator:
 
     def _demonstration(self, task: Task, env: str) -> Rollout:
         """A `demos` env's rollout: the task's gold completion (what gold-SFT teaches), teacher-forced
-        after the same prompt, cut at max_completion. No sampling probabilities, no advantage: only
+        after the same prompt, cut at max_tokens. No sampling probabilities, no advantage: only
         echo trains on it."""
         prompt = self._prompts[task.id]
-        ids = self.backend.completion_ids(gold_completion(task))[: self.cfg.max_completion]
+        ids = self.backend.completion_ids(gold_completion(task))[: self.cfg.max_tokens]
         return Rollout(
             env=env,
             prompt_ids=list(prompt.token_ids),

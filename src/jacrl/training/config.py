@@ -1,17 +1,46 @@
 """Configuration of the supervised stages: gold-SFT (`sft:`) and the RFT warm start (`rft:`).
 
-sft: {iters: 240, lr: 2.0e-3, rank: 16, scale: 20}
+lora: {rank: 16, scale: 20, layers: -1}   # every fresh adapter's shape (`LoraConfig`)
+sft: {iters: 240, lr: 2.0e-3}
 rft: {tasks: rung, samples: 8, temperature: 1.0, keep: pass, fallback_keep: near, iters: 150}
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from jacrl.backends.lora_format import LoraSpec
 from jacrl.strict import RESULT_FREE, StrictModel
+
+
+class LoraConfig(StrictModel):
+    """A fresh LoRA adapter's shape: gold-SFT's, RFT's, raw_grpo's and opd's (sft_grpo continues the SFT
+    adapter). The top-level `lora` section sets it for every stage; `sft.lora` and `grpo.lora` (a GRPO
+    arm's too) set keys of one stage's adapter over it, the way the source's GRPO took 8 layers at rank 8
+    after an SFT on 16 layers at rank 16 (configs/source_grid.yaml)."""
+
+    rank: int = Field(16, ge=1, description="LoRA rank.")
+    scale: float = Field(
+        20.0,
+        gt=0,
+        description="LoRA scale: the low-rank update is multiplied by this (mlx-lm's `scale`; "
+        "peft's lora_alpha = scale × rank).",
+    )
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
+    layers: int = Field(
+        -1, ge=-1, description="LoRA on the last N transformer layers (mlx-lm's `--num-layers`); -1 = all."
+    )
+
+    def spec(self) -> LoraSpec:
+        """The adapter the backends attach."""
+        return LoraSpec(rank=self.rank, scale=self.scale, dropout=self.dropout, layers=self.layers)
+
+
+LORA_RENAMED = {"rank": "lora.rank", "scale": "lora.scale", "dropout": "lora.dropout", "layers": "lora.layers"}
+"""The stage keys the shared LoRA section replaced, each → its key now (`StrictModel.renamed`)."""
 
 
 class SFTConfig(StrictModel):
@@ -22,6 +51,8 @@ class SFTConfig(StrictModel):
     leave: docs/design.md#measured-facts). Real models want a far smaller lr and scale (the source
     document used lr 2e-5, scale 2.0; see configs/source_grid.yaml).
     """
+
+    renamed: ClassVar[dict[str, str]] = LORA_RENAMED
 
     iters: int = Field(
         240, ge=1, description="Optimiser steps; with `epochs` set, the most steps a run may take (its cap)."
@@ -38,15 +69,10 @@ class SFTConfig(StrictModel):
         "cosine", description="`cosine`: linear warm-up then cosine decay to 0; `constant`: warm-up then flat."
     )
     warmup: int = Field(5, ge=0, description="Linear warm-up steps.")
-    rank: int = Field(16, ge=1, description="LoRA rank.")
-    scale: float = Field(
-        20.0,
-        gt=0,
-        description="LoRA scale: the low-rank update is multiplied by this (mlx-lm's `scale`; "
-        "peft's lora_alpha = scale × rank).",
+    lora: LoraConfig = Field(
+        default_factory=LoraConfig,
+        description="The adapter's shape: the top-level `lora` with the keys written here over it.",
     )
-    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA input.")
-    layers: int = Field(-1, description="How many of the last transformer layers get LoRA; -1 = all.")
     batch: int = Field(
         1,
         ge=1,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jacrl.backends.base import Backend, LoraSpec, LossFn, TokenLogprobs
+from jacrl.backends.base import Backend, LossFn, TokenLogprobs
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.select import BackendOptions, load_model
 from jacrl.io import atomic_dir
@@ -97,11 +97,6 @@ def batch_order(n_examples: int, batch: int, iters: int, seed: int) -> Iterator[
 def sft_lr(step: int, cfg: SFTConfig) -> float:
     """Learning rate of 0-based update `step`; the warm-up is cut short to end before the last step."""
     return lr_at(step, cfg.lr, min(cfg.warmup, max(0, cfg.iters - 1)), cfg.iters, cfg.lr_schedule)
-
-
-def lora_spec(cfg: SFTConfig) -> LoraSpec:
-    """The LoRA adapter an SFT config asks for."""
-    return LoraSpec(rank=cfg.rank, scale=cfg.scale, dropout=cfg.dropout, layers=cfg.layers)
 
 
 def nll_share(total_tokens: int) -> LossFn:
@@ -187,7 +182,7 @@ def fit_lora(
     backend: Backend, examples: list[SFTExample], cfg: SFTConfig, metrics: MetricsWriter | None = None
 ) -> list[float]:
     """Attach a fresh LoRA adapter to `backend` and train it on `examples`."""
-    backend.attach_lora(lora_spec(cfg), seed=cfg.seed)
+    backend.attach_lora(cfg.lora.spec(), seed=cfg.seed)
     return run_sft(backend, examples, cfg, step_logger(metrics))
 
 
@@ -226,7 +221,7 @@ def fit_resumable(
         metrics.restore(saved.rows)
         log.info("resuming SFT from %s at step %d/%d", ckpt.path, start, cfg.iters)
     else:
-        b.attach_lora(lora_spec(cfg), seed=cfg.seed)
+        b.attach_lora(cfg.lora.spec(), seed=cfg.seed)
     log_step = step_logger(metrics)
     cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 

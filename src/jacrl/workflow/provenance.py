@@ -13,7 +13,8 @@ from typing import Any
 
 from jacrl.config import GRPO_SECTIONS, Config
 from jacrl.ladder.config import ARM_MARK, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS, Split, condition_parts
-from jacrl.rl.config import FRESH_LORA
+from jacrl.rl.config import GRPOConfig
+from jacrl.training.config import LoraConfig, SFTConfig
 
 
 def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, Any]:
@@ -38,19 +39,19 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
     if cfg.determinism == "strict":  # absent by default, so the default's cells keep their hashes
         parts["determinism"] = cfg.determinism
     if base in SFT_CONDITIONS:
-        parts["sft"] = cfg.sft.result_settings()
+        parts["sft"] = _sft_part(cfg.sft)
     if base in GRPO_CONDITIONS:
         run = cfg.grpo_run(arm)
         everything = run.result_settings()
-        grpo = {k: v for k, v in everything["grpo"].items() if k not in FRESH_LORA}
+        grpo = _grpo_part(run.grpo)
         trainer = {k: v for k, v in everything["trainer"].items() if k != "opd"}  # read under training_mode opd only
         parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "trainer": trainer}
     if base == OPD_CONDITION:
         parts.update(_opd_parts(cfg, model))
     if base == "raw_grpo":
-        parts[f"grpo fresh LoRA{mark}"] = {k: getattr(run.grpo, k) for k in FRESH_LORA}
+        parts[f"grpo fresh LoRA{mark}"] = _fresh_lora_part(run.grpo.lora)
         if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
-            sft = {k: v for k, v in cfg.sft.result_settings().items() if k != "iters"}
+            sft = {k: v for k, v in _sft_part(cfg.sft).items() if k != "iters"}
             parts["rft"] = {"rft": cfg.rft.result_settings(), "sft": sft}
     return parts
 
@@ -59,7 +60,7 @@ def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
     """An opd cell's parts: the job's loss sections (training_mode opd, opd's terms and core) and loop
     knobs, the teacher, the fresh LoRA, and what the teacher is (its model; its SFT knobs when its adapter
     is the SFT one)."""
-    grpo = {k: v for k, v in cfg.opd.grpo(cfg.grpo).result_settings().items() if k not in FRESH_LORA}
+    grpo = _grpo_part(cfg.opd.grpo(cfg.grpo))
     teacher = cfg.model(cfg.opd.teacher_model or model)
     parts: dict[str, Any] = {
         "opd": {
@@ -67,15 +68,39 @@ def _opd_parts(cfg: Config, model: str) -> dict[str, Any]:
             "grpo": grpo,
             "teacher": cfg.opd.model_dump(mode="json", include={"teacher_model", "teacher_adapter", "teacher_rung"}),
         },
-        "opd fresh LoRA": {k: getattr(cfg.grpo, k) for k in FRESH_LORA},
+        "opd fresh LoRA": _fresh_lora_part(cfg.grpo.lora),
         f"model {teacher.name}": {
             **teacher.result_settings(),
             **({"tiny": cfg.tiny.result_settings()} if teacher.builtin == "tiny" else {}),
         },
     }
     if cfg.opd.teacher_adapter == "sft":
-        parts["sft"] = cfg.sft.result_settings()
+        parts["sft"] = _sft_part(cfg.sft)
     return parts
+
+
+# The parts below spell the knobs by the names they had when cells first recorded hashes (`sft.rank`,
+# `grpo.max_completion`, `grpo.lora_layers`, …), so a rename of a key leaves every cell built before it
+# in the table.
+
+
+def _sft_part(sft: SFTConfig) -> dict[str, Any]:
+    """Gold-SFT's settings with its adapter's shape among them."""
+    settings = sft.result_settings()
+    return {**{k: v for k, v in settings.items() if k != "lora"}, **settings["lora"]}
+
+
+def _grpo_part(grpo: GRPOConfig) -> dict[str, Any]:
+    """GRPO's loop knobs, without the fresh adapter's shape (a part of its own, raw_grpo's and opd's)."""
+    settings = grpo.result_settings()
+    named = {"max_completion" if k == "max_tokens" else k: v for k, v in settings.items()}
+    return {k: v for k, v in named.items() if k != "lora"}
+
+
+def _fresh_lora_part(lora: LoraConfig) -> dict[str, Any]:
+    """A fresh adapter's shape (raw_grpo, opd); its dropout only where one is set (none was before it could be)."""
+    part: dict[str, Any] = {"lora_layers": lora.layers, "lora_rank": lora.rank, "lora_scale": lora.scale}
+    return part if lora.dropout == 0 else {**part, "lora_dropout": lora.dropout}
 
 
 def cell_config_digest(config: Any) -> str:

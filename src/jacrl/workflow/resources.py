@@ -230,7 +230,7 @@ def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
     upper bounds from the sections the rule reads (SFT's completion is bounded by its max_seq)."""
     if kind == "grpo":
         g = cfg.grpo
-        return g.prompts_per_step * g.group_size, g.max_seq, g.max_completion
+        return g.prompts_per_step * g.group_size, g.max_seq, g.max_tokens
     if kind in ("sft", "rft"):
         s = cfg.sft
         per_forward = s.batch if s.micro_batch_tokens is None else max(1, s.micro_batch_tokens // s.max_seq)
