@@ -90,7 +90,7 @@ def test_toward_a_gold_sft_teacher_the_divergence_falls_and_the_student_takes_th
     tiny_model, tiny_torch, tiny_fixtures, cached_scorer, tmp_path
 ):
     # The teacher's greedy token as a one-hot label at the student's own prefixes, sampled near its greedy
-    # path (DAgger): what moved the greedy `mem` pass on the ladder's tiny model (docs/results.md).
+    # path (DAgger): what moved the greedy `mem` pass on the ladder's tiny model (docs/history.md).
     tasks = read_tasks(tiny_fixtures / "trainpool.jsonl")[:1]
     spec = model_spec(tiny_model, "torch")
     teacher_dir = train_sft(spec, tasks, tmp_path / "teacher", SFTConfig(iters=240, save_every=10**6))

@@ -165,12 +165,12 @@ class OPDConfig(StrictModel):
     core: OpdLossConfig = Field(
         default_factory=OpdLossConfig,
         description="The divergence to the teacher that replaces the primary term: its estimator, direction and "
-        "the teacher's temperature (the job's `trainer.opd`; which settings move a pass: docs/results.md).",
+        "the teacher's temperature (the job's `trainer.opd`; which settings move a pass: docs/history.md).",
     )
     iters: int | None = Field(
         None,
         ge=1,
-        description="The condition's training steps; None = `grpo.iters` (distillation needs many more steps than GRPO's budget: docs/results.md).",
+        description="The condition's training steps; None = `grpo.iters` (distillation needs many more steps than GRPO's budget: docs/history.md).",
     )
     lr: float | None = Field(
         None, gt=0, description="The condition's learning rate; None = `grpo.lr` (a fresh LoRA, not one after SFT)."
@@ -179,14 +179,14 @@ class OPDConfig(StrictModel):
         None,
         gt=0,
         description="The condition's sampling temperature (the student's prefixes); None = `grpo.temperature`. "
-        "A low one keeps the student near its greedy path, where a greedy pass is decided (docs/results.md).",
+        "A low one keeps the student near its greedy path, where a greedy pass is decided (docs/history.md).",
     )
 
     losses: list[LossTermConfig] | None = Field(
         None,
         description="The condition's loss terms (the divergence to the teacher takes the primary's place); None = "
         "the top-level `losses`; [] = the divergence alone. A ref_kl term anchors the student to the base it has to "
-        "leave, against the distillation (what it cost on the default ladder: docs/results.md).",
+        "leave, against the distillation (what it cost on the default ladder: docs/history.md).",
     )
 
     @field_validator("losses")

@@ -182,7 +182,7 @@ def mem_mb(
 def loading_bytes(spec: ModelSpec, shape: Shape, nbytes: int, root: str | Path) -> int:
     """What loading holds at its peak: the weights file's pages as it is read (the registry builtins are
     float32 on disk: 4 bytes a parameter) and, when the job loads another precision, its own copy
-    (Qwen2.5-Coder-1.5B's load against what stays: docs/results.md, "Qwen2.5-Coder-1.5B on 2 CPU
+    (Qwen2.5-Coder-1.5B's load against what stays: docs/history.md, "Qwen2.5-Coder-1.5B on 2 CPU
     cores: memory and step")."""
     files = list(spec.model_dir(root).glob("*.safetensors"))
     on_disk = sum(f.stat().st_size for f in files) or shape.parameters * 4
