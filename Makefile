@@ -45,8 +45,9 @@ report: $(STAMP)
 extras: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c requirements.lock --no-build-isolation -e '.[interop,bench,tensorboard,mlflow,env,datasets]'
 
+# On every core (pytest-xdist), a test file to a worker: a module's fixtures are built once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

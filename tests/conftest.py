@@ -1,9 +1,11 @@
 """Shared fixtures for the jacrl test suite."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch threads sleep instead of spinning
@@ -19,10 +21,35 @@ def repo() -> Path:
     return REPO
 
 
+def built_once(tmp_path_factory, config, name: str, build: Callable[[Path], Path]) -> Path:
+    """`build(folder)` run once for the session, in a temp folder every pytest-xdist worker of the
+    session shares (each worker has its own below it): the first to come builds under a lock, the
+    others wait and find it built."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if hasattr(config, "workerinput") else base  # a worker's config has workerinput
+    with FileLock(shared / f"{name}.lock"):
+        return build(shared / name)
+
+
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
+def tiny_model(tmp_path_factory, pytestconfig) -> Path:
     """The tiny test model (built once per session, seconds)."""
-    return test_model_dir(tmp_path_factory.getbasetemp())
+    return built_once(tmp_path_factory, pytestconfig, "jacrl-tiny-model", test_model_dir)
+
+
+@pytest.fixture(scope="session")
+def default_plan() -> str:
+    """What `snakemake -n --forceall --quiet rules` prints in the repository (the default ladder's
+    jobs by rule), planned once for the session."""
+    import subprocess
+    import sys
+
+    snakemake = Path(sys.executable).with_name("snakemake")
+    proc = subprocess.run(
+        [snakemake, "-n", "--forceall", "--quiet", "rules"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +116,7 @@ def tiny_fixtures() -> Path:
 
 
 @pytest.fixture(scope="session")
-def dataset_rl(tmp_path_factory) -> Path:
+def dataset_rl(tmp_path_factory, pytestconfig) -> Path:
     """The project's task corpus and splits built from dataset/drivers (once per session, a minute
     or more: for `slow` corpus-wide checks)."""
-    return build_dataset(tmp_path_factory.getbasetemp() / "dataset-rl")
+    return built_once(tmp_path_factory, pytestconfig, "dataset-rl", build_dataset)

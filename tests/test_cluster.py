@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
 LOCAL_RULES = {"all", "splits", "rung", "rl_ladder", "show_ladder", "smoke", "elbow"}
 CLUSTER_RULES = {"build_tasks", "tiny_model", "sft", "grpo", "eval", "eval_base", "eval_base_gen"}
@@ -26,25 +28,19 @@ def build_tasks_inputs(text):
     return [Path(p).name for p in block[1].split(", ")] if block else []
 
 
-def test_another_working_directory_plans_the_same_jobs(repo, tmp_path):
-    here = plan(repo, "--quiet", "rules")
-    there = plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "--quiet", "rules")
-    assert job_counts(there) == job_counts(here)
+def test_another_working_directory_plans_the_same_jobs(repo, default_plan, tmp_path):
+    there = plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path))
+    assert job_counts(there) == job_counts(default_plan)
     drivers = sorted(p.name for p in (repo / "dataset/drivers").rglob("*.jac"))
     # the tasks job reads the bundled drivers, found from the workflow's folder
-    assert (
-        sorted(
-            build_tasks_inputs(
-                plan(tmp_path, "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "dataset/rl/tasks.jsonl")
-            )
-        )
-        == drivers
-    )
+    assert sorted(build_tasks_inputs(there)) == drivers
 
 
 RULE_KINDS = """
 import sys
 from pathlib import Path
+
+import pytest
 from snakemake.api import SnakemakeApi
 from snakemake.settings.types import OutputSettings, ResourceSettings
 with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
@@ -64,16 +60,22 @@ def test_short_jobs_are_local_rules(repo, tmp_path):
     assert LOCAL_RULES <= local and not local & CLUSTER_RULES, proc.stdout + proc.stderr
 
 
-def test_slurm_profile_groups_a_rungs_cells(repo, tmp_path):
-    out = plan(
+@pytest.fixture(scope="module")
+def slurm_plan(repo, tmp_path_factory):
+    """Rung 1's base and sft cells planned under the SLURM profile."""
+    return plan(
         repo,
         "--profile",
         "profiles/slurm",
         "-d",
-        str(tmp_path),
+        str(tmp_path_factory.mktemp("slurm")),
         "--config",
         'ladder={"rungs": [1], "conditions": ["base", "sft"], "splits": ["gen", "mem"]}',
     )
+
+
+def test_slurm_profile_groups_a_rungs_cells(slurm_plan):
+    out = slurm_plan
     # the rung's three eval cells of the model (base mem; sft gen and mem in one job) travel as one cluster job
     group = re.search(r"Group job eval_r1_tiny \(jobs in lexicogr\. order\):\n(.*?)(?=\n\[|\Z)", out, re.DOTALL)
     assert (
@@ -83,8 +85,8 @@ def test_slurm_profile_groups_a_rungs_cells(repo, tmp_path):
         assert f"results/cells/{cell}" in group[1], cell
 
 
-def test_slurm_profile_requests_runtime_and_memory(repo, tmp_path):
-    out = plan(repo, "--profile", "profiles/slurm", "-d", str(tmp_path), "results/cells/r1/tiny/sft/mem.json")
+def test_slurm_profile_requests_runtime_and_memory(slurm_plan):
+    out = slurm_plan
     for rule in ("build_tasks", "tiny_model", "sft", "eval"):
         block = re.search(rf"rule {rule}:\n(.*?)resources: ([^\n]*)", out, re.DOTALL)
         res = dict(kv.split("=", 1) for kv in block[2].split(", "))

@@ -2,6 +2,7 @@
 `snakemake -n <targets> --configfile <file>` (targets first: --configfile takes every word after it)."""
 
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,10 +14,8 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 SHIPPED = sorted([*REPO.glob("configs/*.yaml"), *REPO.glob("examples/losses/*.yaml")])
 TARGETS = ["results/rl_ladder.jsonl", "results/ladder.md"]
-SELECTIONS = {
-    "smart-plan": 'ladder={"plan": "smart"}',
-    "opd-selection": 'ladder={"conditions": ["base", "opd"], "rungs": [1]}',
-}
+SELECTIONS = {"opd-selection": 'ladder={"conditions": ["base", "opd"], "rungs": [1]}'}
+"""Selections a user names with --config (the smart plan's: tests/test_workflow.py)."""
 
 
 def layers(path: Path) -> list[str]:
@@ -56,3 +55,14 @@ def test_a_shipped_config_plans_over_config_yaml(plans, name):
     proc = plans[name]
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rl_ladder" in proc.stdout or "smoke" in proc.stdout
+
+
+def job_counts(text: str) -> dict[str, int]:
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", text, re.MULTILINE) if m[1] != "total"}
+
+
+def test_the_source_grid_plans_each_models_cells(plans):
+    jobs = job_counts(plans["configs/source_grid.yaml"].stdout)
+    # 6 rungs × 2 models × 4 conditions × 2 splits: an adapter's two cells in one job, each model's base gen
+    # cell computed once for all rungs
+    assert jobs["eval"] == 6 * 2 * 3 and jobs["eval_base"] == 6 * 2 and jobs["eval_base_gen"] == 2
