@@ -113,6 +113,8 @@ rule show_ladder:
         "benchmarks/show_ladder.tsv"
     resources:
         mem_mb=1000,
+    params:
+        allow_mixed_machines=CFG.ladder.allow_mixed_machines,
     script:
         "../scripts/show_ladder.py"
 

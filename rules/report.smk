@@ -20,6 +20,8 @@ rule report_ladder:
     localrule: True
     resources:
         mem_mb=1000,
+    params:
+        allow_mixed_machines=CFG.ladder.allow_mixed_machines,
     script:
         "../scripts/report_ladder.py"
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from fixtures.machine import ZEN4
 
 from jacrl.io import read_jsonl
 from jacrl.ladder.pivot import ABSENT, paired_tests, pivot_tables, rows_frame, sampled_text, show_ladder
@@ -12,7 +13,9 @@ FIX = Path(__file__).parent / "fixtures"
 TASKS = [f"h{i}" for i in range(6)]
 
 
-def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict", compiles=None, stages=True):
+def cell(
+    rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict", compiles=None, stages=True, machine=ZEN4
+):
     """A cell as `evaluate_cell` writes it; its greedy completions compile on `compiles` (a superset
     of `passes`), run on those plus one, and score 0.1 · compiles + 0.2 · runs + 0.7 · pass. With
     `stages` off, a cell from before cells recorded per-task stages."""
@@ -91,6 +94,7 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict",
         "per_task": per_task,
         "config_hash": "abc",
         "code_version": "test",
+        "machine": machine,
     }
 
 
@@ -207,3 +211,33 @@ def test_every_stage_is_paired_tested_with_scipy():
     sampled = mem[mem["metric"].str.startswith("sampled (T 0.3)")]
     assert list(sampled["metric"].str.removeprefix("sampled (T 0.3) ")) == ["compiles", "runs", "reward", "pass"]
     assert sampled["unit"].tolist() == ["%", "%", "reward", "%"] and (sampled["mdd"] != "none").all()
+
+
+XEON_AMX = {
+    **ZEN4,
+    "cpu": {**ZEN4["cpu"], "vendor": "GenuineIntel", "family": "6", "model": "167", "matmul_path": "amx-bf16"},
+}
+
+
+def test_cells_of_machines_that_change_the_numbers_are_not_compared():
+    """A cell built on an AMX Xeon against the AMD base: refused, naming both cells and the field;
+    under allow_mixed_machines compared, the row marked; a cell that records no machine is unknown."""
+    from jacrl.workflow.machine import MixedMachines
+
+    cells = [cell("1", "base", "gen", {0}), cell("1", "sft", "gen", {0, 1}, machine=XEON_AMX)]
+    df = rows_frame(build_rows(cells))
+    with pytest.raises(
+        MixedMachines, match=r"r1/tiny/sft/gen and r1/tiny/base/gen .*matmul_path amx-bf16 vs avx512-bf16"
+    ):
+        paired_tests(df)
+    marked = paired_tests(df, allow_mixed=True)
+    assert set(marked["vs"]) == {"base ⚠ mixed machines: matmul_path amx-bf16 vs avx512-bf16"}
+    zen5 = {**ZEN4, "cpu": {**ZEN4["cpu"], "model": "2"}}  # another generation on the same path: compared
+    assert len(paired_tests(rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=zen5)]))))
+    old = rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=None)]))
+    with pytest.raises(MixedMachines, match="r1/tiny/sft/gen records no machine"):
+        paired_tests(old)
+    assert set(paired_tests(old, allow_mixed=True)["vs"]) == {"base ⚠ mixed machines: machine not recorded (first)"}
+    torch_moved = {**ZEN4, "torch": "2.15.0"}
+    with pytest.raises(MixedMachines, match=r"torch 2.15.0 vs 2.14.1\)"):
+        paired_tests(rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=torch_moved)])))

@@ -126,3 +126,9 @@ class LadderConfig(StrictModel):
     splits: list[Split] = Field(
         default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks."
     )
+    allow_mixed_machines: bool = Field(
+        False,
+        description="Let the pivot compare two cells computed on machines that change the numbers (device, dtype, "
+        "torch version, the CPU's bf16 matmul path: `jacrl.workflow.machine`), marking the row, instead of refusing. "
+        "A cell from before cells recorded their machine counts as unknown, which matches nothing.",
+    )

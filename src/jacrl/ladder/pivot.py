@@ -26,6 +26,7 @@ from jacrl.ladder.stats import (
     wilson_half_width,
     wilson_interval,
 )
+from jacrl.workflow.machine import check_same_machine, machine_differences
 
 ABSENT = "n/r"
 """What a row built before cells recorded per-task stages shows for them: not recorded, not zero."""
@@ -73,20 +74,26 @@ CELL_LEGEND = (
     "cells recorded per-task stages), not zero."
 )
 POWER_METHOD = (
-    "mdd = the smallest difference the test detects with 80 % power at α = 0.05 on these tasks. Binary stages "
-    "(exact McNemar): exact power of the conditional binomial test summed over the binomial number of discordant "
-    "tasks, the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid. "
+    "mdd = the smallest difference the test detects with 80 % power at α = 0.05 on these tasks: this run could not "
+    "see an effect smaller than it (an mdd rules nothing out; the interval of Δ says which differences the data "
+    "leave open). Binary stages (exact McNemar): exact power of the conditional binomial test summed over the "
+    "binomial number of discordant tasks, with the churn held in each direction — half the observed discordant "
+    "share each way, the effect added to one direction, so the discordance grows with the effect; 0.5-pp grid; "
+    "none = no difference the churn leaves room for reaches that power. "
     "Scores and per-task rates (paired permutation test): the paired t-test's power (noncentral t) at the "
     "observed SD of the per-task differences, which the permutation test on the mean matches at these sizes; "
     "none = no spread in the differences to size it from, too few tasks for the test ever to reject (≤ 5: its "
     "smallest p is 2 / 2^n), or more than a rate's whole range."
 )
 TESTS_LEGEND = (
-    "Binary greedy stages (compiles, runs, pass@1): exact McNemar; wins = tasks the condition gets and the "
-    "reference does not, losses = the reverse. The mean reward and the sampled rates: two-sided paired "
-    "permutation test (sign flips of the per-task differences, 9999 seeded resamples, exact up to 13 tasks) on "
-    "the mean difference; wins / losses = tasks where the condition scores higher / lower, ties kept. value "
-    "(the condition's), ref (the reference's), Δ and mdd: in % and pp for a metric marked %, else in reward units. "
+    "Binary greedy stages (compiles, runs, pass@1): exact McNemar, and the 95 % interval of Δ by Newcombe's "
+    "method for paired proportions; wins = tasks the condition gets and the reference does not, losses = the "
+    "reverse. The mean reward and the sampled rates (each task's samples enter as its rate, never paired with "
+    "the other cell's samples by index): two-sided paired permutation test (sign flips of the per-task "
+    "differences, 9999 seeded resamples, exact up to 13 tasks) on the mean difference, and the paired "
+    "bootstrap 95 % interval of Δ (tasks resampled, 9999 seeded resamples); wins / losses = tasks where the "
+    "condition scores higher / lower, ties kept. value (the condition's), ref (the reference's), Δ, its "
+    "interval and mdd: in % and pp for a metric marked %, else in reward units. "
     + POWER_METHOD
     + f" {ABSENT}: a row from before per-task stages were recorded. A p-value above 0.05 with an mdd above the "
     "effect you care about means too few tasks, not no effect."
@@ -101,7 +108,12 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     check_no_infra(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
-    for col in [*STAGE_COLUMNS, "reward_scheme", *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES))]:
+    for col in [
+        *STAGE_COLUMNS,
+        "reward_scheme",
+        "machine",
+        *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES)),
+    ]:
         if col not in df:
             df[col] = None
     for stage in GREEDY_STAGES:
@@ -240,23 +252,30 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
     }
     a, b = by_task(r, stage), by_task(ref, stage)
     if a is None or b is None:
-        return {**out, **dict.fromkeys(("tasks", "wins", "losses", "p_value", "mdd"), ABSENT)}
+        return {**out, **dict.fromkeys(("tasks", "wins", "losses", "ci", "p_value", "mdd"), ABSENT)}
     if stage.kind == "binary":
         m = mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()})
-        n, wins, losses, p = m.n, m.only_a, m.only_b, m.p_value
+        n, wins, losses, p, ci = m.n, m.only_a, m.only_b, m.p_value, m.ci
         mdd = min_detectable_difference(n, (wins + losses) / n) if n else None
     else:
         s = paired_permutation(a, b)
-        n, wins, losses, p = s.n, s.higher_a, s.higher_b, s.p_value
+        n, wins, losses, p, ci = s.n, s.higher_a, s.higher_b, s.p_value, s.ci
         mdd = min_detectable_shift(n, s.sd_diff)
         mdd = None if stage.kind == "rate" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
     shown = "none" if mdd is None else round(stage.scale * mdd, digits)
-    return {**out, "tasks": n, "wins": wins, "losses": losses, "p_value": round(p, 4), "mdd": shown}
+    interval = ABSENT if ci is None else [round(stage.scale * v, digits) for v in ci]
+    return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": round(p, 4), "mdd": shown}
 
 
-def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
-    """Every greedy stage, then (where both rows drew policy samples) every sampled one."""
-    key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
+def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
+    """Every greedy stage, then (where both rows drew policy samples) every sampled one. Two cells of
+    machines that change the numbers are refused (`jacrl.workflow.machine`), or under `allow_mixed`
+    compared with the reference marked by what differs."""
+    differ = machine_differences(r.get("machine"), ref.get("machine"))
+    if differ and not allow_mixed:
+        check_same_machine(r["tag"], r.get("machine"), ref["tag"], ref.get("machine"))
+    vs = ref_name + (f" ⚠ mixed machines: {'; '.join(differ)}" if differ else "")
+    key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": vs}
     out = [{**key, **stage_test(r, ref, s, s.label)} for s in GREEDY_STAGES]
     if by_task(r, SAMPLED_STAGES[-1]) and by_task(ref, SAMPLED_STAGES[-1]):
         sampled = policy_label(r["policy_temperature"])
@@ -265,17 +284,17 @@ def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
 
 
 TEST_COLUMNS = ["model", "split", "rung", "cond", "vs", "metric", "unit", "tasks"]
-TEST_COLUMNS += ["value", "ref", "delta", "wins", "losses", "p_value", "mdd"]
+TEST_COLUMNS += ["value", "ref", "delta", "ci", "wins", "losses", "p_value", "mdd"]
 
 
-def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
+def paired_tests(df: pd.DataFrame, allow_mixed: bool = False) -> pd.DataFrame:
     """Every condition against `base` and `sft` (a named arm's also against the default arm's) on the
     same tasks, on every stage (`_comparisons`)."""
     rows = []
     for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
             for ref_name, ref in _references(part, r):
-                rows.extend(_comparisons(r, ref_name, ref))
+                rows.extend(_comparisons(r, ref_name, ref, allow_mixed))
     return pd.DataFrame(rows, columns=TEST_COLUMNS)
 
 
@@ -292,6 +311,7 @@ def _test_line(r: pd.Series) -> dict[str, str]:
         "value": num(r["value"]),
         "ref": num(r["ref"]),
         "Δ": num(r["delta"], "+"),
+        "95 % CI of Δ": r["ci"] if isinstance(r["ci"], str) else f"[{num(r['ci'][0], '+')}, {num(r['ci'][1], '+')}]",
         "wins": str(r["wins"]),
         "losses": str(r["losses"]),
         "p": r["p_value"] if isinstance(r["p_value"], str) else f"{r['p_value']:.3g}",
@@ -299,7 +319,7 @@ def _test_line(r: pd.Series) -> dict[str, str]:
     }
 
 
-RIGHT_OF_METRIC = ("left",) * 4 + ("right",) * 8
+RIGHT_OF_METRIC = ("left",) * 4 + ("right",) * 9
 """The paired tests' markdown columns: the comparison and metric left, the numbers right."""
 
 
@@ -318,7 +338,7 @@ def tests_markdown(tests: pd.DataFrame) -> list[str]:
     return lines
 
 
-def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
+def render_markdown(df: pd.DataFrame, plan: dict | None = None, allow_mixed: bool = False) -> str:
     """ladder.md: the smart plan first when there is one (`jacrl.ladder.plan`), then the tables and the tests."""
     lines = [
         "# The Jac RL ladder",
@@ -340,7 +360,7 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
         lines += [f"## {model} · {split} (n ≤ {n} tasks)", ""]
         for title, t in tables.items():
             lines += [f"{title}:", "", t.to_markdown(), ""]
-    tests = paired_tests(df)
+    tests = paired_tests(df, allow_mixed)
     if len(tests):
         lines += tests_markdown(tests)
     return "\n".join(lines)
@@ -433,9 +453,11 @@ def show_ladder(
     csv_out: str | Path,
     png_out: str | Path,
     plan_path: str | Path | None = None,
+    allow_mixed: bool = False,
 ) -> str:
     df = rows_frame(read_jsonl(rows_path))
-    md = render_markdown(df, json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None)
+    plan = json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None
+    md = render_markdown(df, plan, allow_mixed)
     write_text(md_out, md)
     write_text(csv_out, to_csv(df))
     plot(df, png_out)

@@ -136,6 +136,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
         "config_hash",
         "config_parts",
         "code_version",
+        "machine",
     )
     row = {"tag": cell_tag(cell["rung"], cell["model"], cell["cond"], cell["split"])}
     row.update({k: cell.get(k) for k in keep})
