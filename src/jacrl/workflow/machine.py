@@ -121,31 +121,21 @@ def machine_differences(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None
     return [f"{f} {ka[f]} vs {kb[f]}" for f in MACHINE_FIELDS if ka[f] != kb[f] or ka[f] == UNKNOWN]
 
 
-def machine_line(machine: Mapping[str, Any] | None) -> str:
-    """A machine in a few words: `AuthenticAMD 25/17 avx512-bf16 · cpu · bfloat16 · torch 2.14.1`."""
-    if not machine:
-        return "machine not recorded"
-    cpu, key = machine.get("cpu") or {}, machine_key(machine)
-    return (
-        f"{cpu.get('vendor', UNKNOWN)} {cpu.get('family', UNKNOWN)}/{cpu.get('model', UNKNOWN)} {key['matmul_path']}"
-        f" · {key['device']} · {key['dtype']} · torch {key['torch']}"
-    )
-
-
 def check_same_machine(tag_a: str, a: Mapping[str, Any] | None, tag_b: str, b: Mapping[str, Any] | None) -> None:
     """Refuse to compare two cells computed on machines that change the numbers, naming both and each field."""
     differ = machine_differences(a, b)
     if differ and differ[0].startswith(NOT_RECORDED):
-        old = " and ".join(tag for tag, m in ((tag_a, a), (tag_b, b)) if not m)
+        old = [tag for tag, m in ((tag_a, a), (tag_b, b)) if not m]
+        which = f"{old[0]} records no machine" if len(old) == 1 else "neither records its machine"
         raise MixedMachines(
-            f"cells {tag_a} and {tag_b} cannot be compared: {old} records no machine (built before cells recorded "
+            f"cells {tag_a} and {tag_b} cannot be compared: {which} (built before cells recorded "
             "their CPU, device, dtype and torch), so nothing says the two ran on machines that give the same "
-            "answers. Rebuild it on the other's machine (README: rebuilding a base cell), or set "
+            "answers. Rebuild on one machine (README: one machine a comparison), or set "
             "`ladder.allow_mixed_machines: true` to compare them with the row marked"
         )
     if differ:
         raise MixedMachines(
             f"cells {tag_a} and {tag_b} were computed on different machines ({'; '.join(differ)}): their "
-            "answers differ for that reason alone. Rebuild one on the other's machine (README: rebuilding a "
-            "base cell), or set `ladder.allow_mixed_machines: true` to compare them with the row marked"
+            "answers can differ for that reason alone. Rebuild one on the other's machine (README: one machine a "
+            "comparison), or set `ladder.allow_mixed_machines: true` to compare them with the row marked"
         )
