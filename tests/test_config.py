@@ -358,7 +358,7 @@ def test_a_config_file_with_overlays_merges_as_snakemake_merges_configfiles():
 
 def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():
     """Every elbow it can pick gets >= 10 draws of each task in >= 100 GRPO steps of group >= 8, in both
-    arms; mem cells draw >= 8 policy samples of every task, gen is greedy on the whole holdout."""
+    arms; mem cells draw >= 8 policy samples of every task, gen greedy and 8 samples a task on the whole holdout."""
     cfg = layered("configs/smollm2-cpu.yaml", "configs/smollm2-cpu-smart.yaml")
     assert cfg.ladder.plan == "smart" and [m.name for m in cfg.models] == ["smollm2"]
     largest = max(r for r in cfg.rungs if r != "all")
@@ -367,7 +367,9 @@ def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():
         g = cfg.grpo_job_config(arm)["grpo"]
         assert g["iters"] >= 100 and g["iters"] * g["prompts_per_step"] >= 10 * largest and g["group_size"] >= 8
     assert cfg.eval.policy_n >= 8 and cfg.eval.policy_splits == ["mem"] and cfg.eval.mem_max_tasks is None
-    assert cfg.eval.n == 0 and cfg.sft.epochs is not None
+    assert (
+        cfg.eval.samples_on("gen") == cfg.eval.k == 8 and not cfg.eval.samples_on("mem") and cfg.sft.epochs is not None
+    )
 
 
 def test_the_source_grid_over_config_yaml_is_the_sources():

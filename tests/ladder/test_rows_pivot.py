@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from fixtures.machine import ZEN4
 
+from jacrl.evaluation.metrics import sampled_pass
 from jacrl.io import read_jsonl
 from jacrl.ladder.pivot import ABSENT, paired_tests, pivot_tables, rows_frame, sampled_text, show_ladder
 from jacrl.ladder.rows import build_rows, write_ladder
@@ -61,6 +62,7 @@ def cell(
     }
     return {
         **(stage_totals if stages else {}),
+        **sampled_pass(per_task),
         "rung": rung,
         "model": "tiny",
         "cond": cond,
@@ -199,7 +201,14 @@ def test_every_stage_is_paired_tested_with_scipy():
     tests = paired_tests(df)
     gen = tests[(tests["split"] == "gen") & (tests["rung"] == "r1") & (tests["cond"] == "sft_grpo")]
     vs_sft = gen[gen["vs"] == "sft"].set_index("metric")
-    assert list(vs_sft.index) == ["greedy compiles", "greedy runs", "greedy reward", "greedy pass@1"]
+    assert list(vs_sft.index) == [
+        "greedy compiles",
+        "greedy runs",
+        "greedy reward",
+        "greedy pass@1",
+        "pass@1 of 2 (T 0.8)",
+    ]
+    assert vs_sft.loc["pass@1 of 2 (T 0.8)", ["wins", "losses"]].tolist() == [2, 0]  # per-task rates, not samples
     assert vs_sft.loc["greedy runs", ["wins", "losses", "p_value"]].tolist() == [2, 0, 0.5]
     a = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0])]
     b = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0])]

@@ -12,7 +12,7 @@ from typing import Literal
 
 import pandas as pd
 
-from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label
+from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label, sample_pass_label
 from jacrl.io import atomic_path, read_jsonl, write_text
 from jacrl.ladder.config import SPLITS, condition_order, condition_parts
 from jacrl.ladder.plan import plan_markdown
@@ -63,12 +63,16 @@ SAMPLED_STAGES = (
     Stage("policy", "pass", "policy_pass_pct", "rate"),
 )
 """The policy samples' (at the GRPO temperature) per-task rates and mean reward."""
+SAMPLE_STAGE = Stage("sample", "pass@1", "sample_pass_pct", "rate")
+"""The eval samples' (at the eval temperature) per-task pass rates: the sampled pass@1."""
 
 CELL_LEGEND = (
     "one table per stage, in the order a small model moves them: greedy compiles % and runs % [Wilson 95 % CI], "
     "greedy mean dense reward [percentile bootstrap 95 % CI over tasks], then greedy pass@1 % [Wilson 95 % CI] "
     "with pass@k (T t) = pass@k % of the n samples at the eval temperature t, verified@n (T t) = % whose first "
-    "of those samples that compiles and runs passes (both absent from greedy-only cells) and near = greedy "
+    "of those samples that compiles and runs passes, pass@1 of n (T t) = each task's pass rate over those samples "
+    "averaged over tasks [percentile bootstrap 95 % CI over tasks] (all three absent from greedy-only cells) and "
+    "near = greedy "
     "near-pass %; sampled (T t) = the policy samples at the GRPO temperature t: each task's compiling, running "
     f"and passing share averaged over tasks, and their mean reward. {ABSENT} = not recorded (a row from before "
     "cells recorded per-task stages), not zero."
@@ -162,6 +166,10 @@ def format_cell(r: pd.Series) -> str:
     labels = metric_labels(r)
     text = f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
     if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
+        sampled, ci = r.get("sample_pass_pct"), r.get("sample_pass_ci")
+        if sampled is not None and not pd.isna(sampled):
+            text += f" · {labels['sample_pass_pct']} {sampled:.1f}"
+            text += f" [{ci[0]:.0f}–{ci[1]:.0f}]" if isinstance(ci, list) else ""
         text += f" · {labels['passk_pct']} {r.passk_pct:.1f} · {labels['verified_pct']} {r.verified_pct:.1f}"
     text += f" · near {r.near_pct:.1f}"
     if r.get("flagged_passes"):
@@ -268,7 +276,8 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
 
 
 def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
-    """Every greedy stage, then (where both rows drew policy samples) every sampled one. Two cells of
+    """Every greedy stage, the eval samples' pass@1 (where both rows drew them), then (where both rows
+    drew policy samples) every policy-sampled stage. Two cells of
     machines that change the numbers are refused (`jacrl.workflow.machine`), or under `allow_mixed`
     compared with the reference marked by what differs."""
     differ = machine_differences(r.get("machine"), ref.get("machine"))
@@ -277,6 +286,9 @@ def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool 
     vs = ref_name + (f" ⚠ mixed machines: {'; '.join(differ)}" if differ else "")
     key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": vs}
     out = [{**key, **stage_test(r, ref, s, s.label)} for s in GREEDY_STAGES]
+    if by_task(r, SAMPLE_STAGE) and by_task(ref, SAMPLE_STAGE):
+        label = sample_pass_label(int(r["samples"]), float(r["temperature"]))
+        out.append({**key, **stage_test(r, ref, SAMPLE_STAGE, label)})
     if by_task(r, SAMPLED_STAGES[-1]) and by_task(ref, SAMPLED_STAGES[-1]):
         sampled = policy_label(r["policy_temperature"])
         out += [{**key, **stage_test(r, ref, s, f"{sampled} {s.label}")} for s in SAMPLED_STAGES]
@@ -369,7 +381,15 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None, allow_mixed: boo
 CSV_COLUMNS = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "temperature"]
 CSV_COLUMNS += ["compile_pct", "compile_ci_lo", "compile_ci_hi", "run_pct", "run_ci_lo", "run_ci_hi"]
 CSV_COLUMNS += ["reward_scheme", "reward_mean", "reward_ci_lo", "reward_ci_hi", "pass1", "pass1_pct", "ci_lo", "ci_hi"]
-CSV_COLUMNS += ["passk_pct", "verified_pct", "near_pct", "norm_pct", "policy_temperature", "policy_compile_pct"]
+CSV_COLUMNS += [
+    "sample_pass_pct",
+    "passk_pct",
+    "verified_pct",
+    "near_pct",
+    "norm_pct",
+    "policy_temperature",
+    "policy_compile_pct",
+]
 CSV_COLUMNS += ["policy_run_pct", "policy_reward_mean", "policy_pass_pct", "avg_osim", "avg_idiom"]
 CSV_COLUMNS += ["idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
 """ladder.csv: the stages in the order a small model moves them, each after its CI; empty = not recorded."""
