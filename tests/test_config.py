@@ -389,3 +389,26 @@ def test_the_source_grid_over_config_yaml_is_the_sources():
     assert (tuned.iters, tuned.lr) == (500, 1e-5)
     s = cfg.sft
     assert (s.lr, s.rank, s.scale, s.dropout, s.layers, s.lr_schedule) == (2e-5, 16, 2.0, 0.05, 16, "cosine")
+
+
+def test_seeds_run_each_trained_condition_once_per_seed_and_leave_one_seed_alone():
+    one = layered()
+    assert one.ladder.seeds == [0] and "sft_grpo" in one.conditions and one.ladder_conditions == one.ladder.conditions
+    cfg = load_config({**yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text()),
+                       "ladder": {"seeds": [0, 1]}})  # fmt: skip
+    assert cfg.ladder_conditions == [
+        "base",
+        "sft.s0",
+        "sft.s1",
+        "sft_grpo.s0",
+        "sft_grpo.s1",
+        "raw_grpo.s0",
+        "raw_grpo.s1",
+    ]
+    assert "sft_grpo@tuned.s1" in cfg.conditions and "sft_grpo" not in cfg.conditions
+    assert cfg.sft_job_config("sft.s1")["seed"] == cfg.sft.seed + 1
+    assert cfg.grpo_job_config("tuned", 1)["grpo"]["seed"] == cfg.grpo_arms["tuned"].grpo.seed + 1
+    assert cfg.grpo_job_config(None) == one.grpo_job_config(None)  # seed 0 and no seed: the same job
+    for bad, match in (({"seeds": [1, 1]}, "unique"), ({"seeds": [0, 1], "plan": "smart"}, "full plan")):
+        with pytest.raises(ConfigError, match=match):
+            load_config({"ladder": bad})

@@ -250,3 +250,30 @@ def test_cells_of_machines_that_change_the_numbers_are_not_compared():
     torch_moved = {**ZEN4, "torch": "2.15.0"}
     with pytest.raises(MixedMachines, match=r"torch 2.15.0 vs 2.14.1\)"):
         paired_tests(rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=torch_moved)])))
+
+
+def test_seeds_show_each_seed_and_their_mean_and_the_means_are_compared_over_tasks():
+    """Two seeds of sft and of sft_grpo: each seed has its column, the mean its own (marked); the paired
+    tests compare the means only, a task's greedy pass the share of seeds that pass it (a rate, so the
+    permutation test over tasks, not McNemar)."""
+    cells = [
+        cell("1", "base", "gen", {0}),
+        cell("1", "sft.s0", "gen", {0, 1}),
+        cell("1", "sft.s1", "gen", {0}),
+        cell("1", "sft_grpo.s0", "gen", {0, 1, 2, 3}),
+        cell("1", "sft_grpo.s1", "gen", {0, 1, 2}),
+    ]
+    df = rows_frame(build_rows(cells))
+    mean = df[df["cond"] == "sft_grpo"].iloc[0]
+    assert mean["seeds"] == [0, 1] and mean["pass1_pct"] == pytest.approx(100 * 3.5 / 6, abs=0.01)
+    assert mean["pass1_by_task"] == {"h0": 1.0, "h1": 1.0, "h2": 1.0, "h3": 0.5, "h4": 0.0, "h5": 0.0}
+    table = pivot_tables(df)[("tiny", "gen")]["greedy pass@1 % [Wilson 95 % CI] · pass@k · verified@n · near-pass"]
+    assert list(table.columns) == ["base", "sft", "sft.s0", "sft.s1", "sft_grpo", "sft_grpo.s0", "sft_grpo.s1"]
+    assert table.loc["r1", "sft_grpo"].startswith("mean of 2 seeds: greedy 58.3")
+    tests = paired_tests(df)
+    assert set(tests["cond"]) == {"sft", "sft_grpo"}  # the seeds are shown, not tested one by one
+    vs_sft = tests[(tests["cond"] == "sft_grpo") & (tests["vs"] == "sft")].set_index("metric")
+    row = vs_sft.loc["greedy pass@1"]
+    # per task (means over seeds): sft_grpo 1, 1, 1, .5, 0, 0 against sft 1, .5, 0, 0, 0, 0
+    assert (row["wins"], row["losses"], row["delta"]) == (3, 0, pytest.approx(100 * 2 / 6, abs=0.05))
+    assert row["p_value"] == pytest.approx(0.25)  # 3 nonzero differences, all positive: 2 of 8 sign patterns

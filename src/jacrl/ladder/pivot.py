@@ -14,7 +14,7 @@ import pandas as pd
 
 from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label, sample_pass_label
 from jacrl.io import atomic_path, read_jsonl, write_text
-from jacrl.ladder.config import SPLITS, condition_order, condition_parts
+from jacrl.ladder.config import SPLITS, condition_order, condition_parts, seed_parts
 from jacrl.ladder.plan import plan_markdown
 from jacrl.ladder.rows import check_no_infra, check_one_config, rung_sort_key
 from jacrl.ladder.stats import (
@@ -120,14 +120,79 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     ]:
         if col not in df:
             df[col] = None
+    df = with_seed_means(df)
     for stage in GREEDY_STAGES:
         ci = df.apply(lambda r, s=stage: _interval(r, s), axis=1, result_type="expand")
         df[f"{stage.ci}_lo"], df[f"{stage.ci}_hi"] = ci[0], ci[1]
     return df
 
 
+SEEDS_LEGEND = (
+    "Seeds: a condition trained under several seeds (`ladder.seeds`) shows each seed's column (`sft_grpo.s0`, "
+    "`sft_grpo.s1`) and the mean over them under its own name (`sft_grpo`, marked `mean of n seeds`). The paired "
+    "tests compare the means only, over tasks × seeds: each task's value is its mean over the seeds (a greedy "
+    "pass becomes the share of seeds that pass the task; a sampled rate pools the task's samples of every seed), "
+    "and the test (paired permutation) and its interval (paired bootstrap) run over the tasks — tasks are the "
+    "units, the seeds enter through each task's mean, so the variance between training runs widens the interval "
+    "instead of being counted as more tasks."
+)
+
+
+def _is_mean(r: pd.Series) -> bool:
+    seeds = r.get("seeds")
+    return isinstance(seeds, list) and len(seeds) > 1
+
+
+def with_seed_means(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with one row per condition trained under several seeds (`sft_grpo.s0`, `sft_grpo.s1` →
+    `sft_grpo`): its numbers the mean over the seeds, per task and in aggregate (`SEEDS_LEGEND`)."""
+    seeded = df[df["cond"].map(lambda c: seed_parts(c)[1] is not None)]
+    if not len(seeded):
+        return df
+    keys = seeded.assign(base_cond=seeded["cond"].map(lambda c: seed_parts(c)[0]))
+    means = [
+        _seed_mean(part)
+        for _, part in keys.groupby(["model", "split", "rung", "base_cond"], sort=False)
+        if len(part) > 1
+    ]
+    return pd.concat([df, pd.DataFrame(means)], ignore_index=True) if means else df
+
+
+def _seed_mean(part: pd.DataFrame) -> dict:
+    """The mean row of one condition's seed rows."""
+    first = part.iloc[0]
+    seeds = sorted(int(seed_parts(c)[1]) for c in part["cond"])
+    row = {**first.drop(labels=["base_cond"]).to_dict(), "cond": first["base_cond"], "seeds": seeds}
+    row["tag"] = f"r{first['rung']}/{first['model']}/{first['base_cond']}/{first['split']} (mean of seeds {seeds})"
+    for col in [c for c in part.columns if c.endswith("_pct") or c.endswith("_mean") or c in ("avg_osim", "avg_idiom")]:
+        values = pd.to_numeric(part[col], errors="coerce")
+        row[col] = float(values.mean()) if values.notna().all() else None
+    for stage in (*GREEDY_STAGES, SAMPLE_STAGE, *SAMPLED_STAGES):
+        maps = [m for m in part[f"{stage.name}_by_task"] if isinstance(m, dict) and m]
+        row[f"{stage.name}_by_task"] = _mean_by_task(maps, stage) if len(maps) == len(part) else None
+    for stage in GREEDY_STAGES:
+        if stage.count:  # a count over seeds is no binomial: the mean row's CI is bootstrapped over tasks
+            row[stage.count] = None
+    machines = list(part["machine"])
+    row["machine"] = machines[0] if all(m == machines[0] for m in machines) else None
+    return row
+
+
+def _mean_by_task(maps: list[dict], stage: Stage) -> dict:
+    """Per task over the seeds: a rate's samples pooled ([k, n] summed), any other value averaged."""
+    tasks = sorted(set.intersection(*(set(m) for m in maps)))
+    if stage.kind == "rate":
+        return {t: [sum(m[t][0] for m in maps), sum(m[t][1] for m in maps)] for t in tasks}
+    return {t: sum(float(m[t]) for m in maps) / len(maps) for t in tasks}
+
+
 def _interval(r: pd.Series, stage: Stage) -> tuple[float, float]:
-    """A stage's 95 % CI in its shown unit (NaN when the row does not record the stage)."""
+    """A stage's 95 % CI in its shown unit (NaN when the row does not record the stage); a mean over
+    seeds has a bootstrap interval over tasks of its per-task means."""
+    if _is_mean(r) and stage.kind == "binary":
+        values = by_task(r, stage)
+        ci = mean_interval(list(values.values())) if values else None
+        return (math.nan, math.nan) if ci is None else (100 * ci[0], 100 * ci[1])
     if stage.count is not None:
         if pd.isna(r[stage.count]):
             return (math.nan, math.nan)
@@ -164,7 +229,8 @@ def stage_text(r: pd.Series, stage: Stage) -> str:
 def format_cell(r: pd.Series) -> str:
     """The pass@1 table's cell: each number after its label (`jacrl.evaluation.labels`), greedy or sampled at which T."""
     labels = metric_labels(r)
-    text = f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
+    text = f"mean of {len(r['seeds'])} seeds: " if _is_mean(r) else ""
+    text += f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
     if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
         sampled, ci = r.get("sample_pass_pct"), r.get("sample_pass_ci")
         if sampled is not None and not pd.isna(sampled):
@@ -261,7 +327,7 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
     a, b = by_task(r, stage), by_task(ref, stage)
     if a is None or b is None:
         return {**out, **dict.fromkeys(("tasks", "wins", "losses", "ci", "p_value", "mdd"), ABSENT)}
-    if stage.kind == "binary":
+    if stage.kind == "binary" and not (_is_mean(r) or _is_mean(ref)):
         m = mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()})
         n, wins, losses, p, ci = m.n, m.only_a, m.only_b, m.p_value, m.ci
         mdd = min_detectable_difference(n, (wins + losses) / n) if n else None
@@ -269,7 +335,7 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
         s = paired_permutation(a, b)
         n, wins, losses, p, ci = s.n, s.higher_a, s.higher_b, s.p_value, s.ci
         mdd = min_detectable_shift(n, s.sd_diff)
-        mdd = None if stage.kind == "rate" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
+        mdd = None if stage.kind != "score" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
     shown = "none" if mdd is None else round(stage.scale * mdd, digits)
     interval = ABSENT if ci is None else [round(stage.scale * v, digits) for v in ci]
     return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": round(p, 4), "mdd": shown}
@@ -305,6 +371,8 @@ def paired_tests(df: pd.DataFrame, allow_mixed: bool = False) -> pd.DataFrame:
     rows = []
     for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
+            if seed_parts(r["cond"])[1] is not None:  # a seed is shown, its condition's mean over seeds is tested
+                continue
             for ref_name, ref in _references(part, r):
                 rows.extend(_comparisons(r, ref_name, ref, allow_mixed))
     return pd.DataFrame(rows, columns=TEST_COLUMNS)
@@ -358,6 +426,7 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None, allow_mixed: boo
         *(plan_markdown(plan) if plan else []),
         f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks.",
         "",
+        *([SEEDS_LEGEND, ""] if df["cond"].map(lambda c: seed_parts(c)[1] is not None).any() else []),
     ]
     gen = df[df["split"] == "gen"]
     if len(gen):
