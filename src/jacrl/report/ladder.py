@@ -15,7 +15,15 @@ import pandas as pd
 from jacrl.evaluation.labels import COLUMNS
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import read_jsonl, write_text
-from jacrl.ladder.pivot import CELL_LEGEND, TESTS_LEGEND, paired_tests, pivot_tables, rows_frame, to_csv
+from jacrl.ladder.pivot import (
+    CELL_LEGEND,
+    SEEDS_LEGEND,
+    TESTS_LEGEND,
+    paired_tests,
+    pivot_tables,
+    rows_frame,
+    to_csv,
+)
 from jacrl.ladder.stats import wilson_half_width
 from jacrl.report.html import frame_browse, frame_html, page
 
@@ -30,6 +38,8 @@ def ladder_html(rows: list[dict], allow_mixed: bool = False) -> str:
     """The whole page for a list of ladder rows (comparisons across machines: `jacrl.ladder.pivot.paired_tests`)."""
     df = rows_frame(rows)
     parts = [f'<p class="note">{escape(LEGEND)}</p>']
+    if df["seeds"].notna().any() if "seeds" in df else False:
+        parts.append(f'<p class="note">{escape(SEEDS_LEGEND)}</p>')
     gen = df[df["split"] == "gen"]
     if len(gen):
         n = int(gen["tasks"].max())
