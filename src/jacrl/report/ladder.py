@@ -38,7 +38,7 @@ def ladder_html(rows: list[dict], allow_mixed: bool = False) -> str:
     """The whole page for a list of ladder rows (comparisons across machines: `jacrl.ladder.pivot.paired_tests`)."""
     df = rows_frame(rows)
     parts = [f'<p class="note">{escape(LEGEND)}</p>']
-    if df["seeds"].notna().any() if "seeds" in df else False:
+    if "seeds" in df and df["seeds"].notna().any():
         parts.append(f'<p class="note">{escape(SEEDS_LEGEND)}</p>')
     gen = df[df["split"] == "gen"]
     if len(gen):
