@@ -277,3 +277,15 @@ def test_seeds_show_each_seed_and_their_mean_and_the_means_are_compared_over_tas
     # per task (means over seeds): sft_grpo 1, 1, 1, .5, 0, 0 against sft 1, .5, 0, 0, 0, 0
     assert (row["wins"], row["losses"], row["delta"]) == (3, 0, pytest.approx(100 * 2 / 6, abs=0.05))
     assert row["p_value"] == pytest.approx(0.25)  # 3 nonzero differences, all positive: 2 of 8 sign patterns
+
+
+def test_a_mean_over_seeds_of_two_machines_is_refused_naming_the_seeds():
+    from jacrl.workflow.machine import MixedMachines
+
+    cells = [
+        cell("1", "base", "gen", {0}),
+        cell("1", "sft.s0", "gen", {0, 1}),
+        cell("1", "sft.s1", "gen", {0}, machine=XEON_AMX),
+    ]
+    with pytest.raises(MixedMachines, match="r1/tiny/sft.s0/gen and r1/tiny/sft.s1/gen .*matmul_path"):
+        paired_tests(rows_frame(build_rows(cells)))

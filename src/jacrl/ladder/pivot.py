@@ -173,8 +173,11 @@ def _seed_mean(part: pd.DataFrame) -> dict:
     for stage in GREEDY_STAGES:
         if stage.count:  # a count over seeds is no binomial: the mean row's CI is bootstrapped over tasks
             row[stage.count] = None
-    machines = list(part["machine"])
-    row["machine"] = machines[0] if all(m == machines[0] for m in machines) else None
+    tags, machines = list(part["tag"]), list(part["machine"])
+    row["machine"] = machines[0]
+    row["seed_machines"] = [
+        (tags[0], machines[0], t, m) for t, m in zip(tags, machines) if machine_differences(m, machines[0])
+    ]
     return row
 
 
@@ -343,12 +346,16 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
 
 def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
     """Every greedy stage, the eval samples' pass@1 (where both rows drew them), then (where both rows
-    drew policy samples) every policy-sampled stage. Two cells of
-    machines that change the numbers are refused (`jacrl.workflow.machine`), or under `allow_mixed`
-    compared with the reference marked by what differs."""
-    differ = machine_differences(r.get("machine"), ref.get("machine"))
+    drew policy samples) every policy-sampled stage. Two cells of machines that change the numbers are
+    refused (`jacrl.workflow.machine`), or under `allow_mixed` compared with the reference marked by
+    what differs."""
+    pairs = [(r["tag"], r.get("machine"), ref["tag"], ref.get("machine"))]
+    for x in (r, ref):  # a mean over seeds also compares its seeds' machines
+        pairs += x.get("seed_machines") if isinstance(x.get("seed_machines"), list) else []
+    differ = [d for _, a, _, b in pairs for d in machine_differences(a, b)]
     if differ and not allow_mixed:
-        check_same_machine(r["tag"], r.get("machine"), ref["tag"], ref.get("machine"))
+        for pair in pairs:
+            check_same_machine(*pair)
     vs = ref_name + (f" ⚠ mixed machines: {'; '.join(differ)}" if differ else "")
     key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": vs}
     out = [{**key, **stage_test(r, ref, s, s.label)} for s in GREEDY_STAGES]
