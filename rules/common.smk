@@ -20,6 +20,8 @@ from jacrl.ladder.config import (
     CellKey,
     arm_conditions,
     condition_parts,
+    seed_parts,
+    with_seeds,
 )
 from jacrl.ladder.plan import PlanSpec, grid
 from jacrl import layout
@@ -54,7 +56,11 @@ RL = layout.RL
 MODELS = [m.name for m in CFG.models]
 HUB_MODELS = [m.name for m in CFG.models if m.hub]
 """The models `rule hub_model` fetches into models/<name>/."""
-ARM_CONDITIONS = arm_conditions(list(CFG.grpo_arms))
+SEEDS = CFG.ladder.seeds
+ARM_CONDITIONS = with_seeds(arm_conditions(list(CFG.grpo_arms)), SEEDS)
+"""Named arms' GRPO conditions, each once per seed where `ladder.seeds` lists several (`sft_grpo@tuned.s1`)."""
+TRAINED = with_seeds(list(ADAPTER_CONDITIONS), SEEDS)
+"""The conditions whose cells evaluate an adapter, each trained one once per seed where there are several."""
 
 for line in missing_models(CFG.models):
     logger.warning(f"warning: {line} (jobs that need it will fail)")
@@ -159,16 +165,21 @@ def adapter_input(wc):
 
 
 def grpo_init(wc):
-    """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter, raw_grpo none
-    (a fresh LoRA)."""
-    return layout.adapter(wc.rung, wc.model, "sft") if condition_parts(wc.cond)[0] == "sft_grpo" else []
+    """The adapter a GRPO run starts from: sft_grpo (every arm's) the rung's SFT adapter of its seed, raw_grpo
+    none (a fresh LoRA)."""
+    if condition_parts(wc.cond)[0] != "sft_grpo":
+        return []
+    seed = seed_parts(wc.cond)[1]
+    return layout.adapter(wc.rung, wc.model, "sft" if seed is None else f"sft.s{seed}")
 
 
 MULTI_CONDITIONS = (
     ["sft_grpo", *(c for c in ARM_CONDITIONS if c.startswith("sft_grpo"))] if CFG.ladder.multi_run else []
 )
 """The conditions grpo_multi trains together (ladder.multi_run): sft_grpo under every arm."""
-SINGLE_GRPO_CONDITIONS = [c for c in [*GRPO_CONDITIONS, *ARM_CONDITIONS] if c not in MULTI_CONDITIONS]
+SINGLE_GRPO_CONDITIONS = [
+    c for c in [*with_seeds(list(GRPO_CONDITIONS), SEEDS), *ARM_CONDITIONS] if c not in MULTI_CONDITIONS
+]
 """The conditions rule grpo trains one job each."""
 
 
@@ -188,8 +199,8 @@ def multi_env_tasks(wc):
 
 
 def grpo_job_config(wc):
-    """The config a GRPO job reads: the top-level GRPO sections, or its arm's."""
-    return CFG.grpo_job_config(condition_parts(wc.cond)[1])
+    """The config a GRPO job reads: the top-level GRPO sections, or its arm's, under its seed."""
+    return CFG.grpo_job_config(condition_parts(wc.cond)[1], seed_parts(wc.cond)[1])
 
 
 def opd_env_tasks(wc):
@@ -251,7 +262,7 @@ def ladder_keys(wc=None):
     """Every cell of the ladder: the selected grid, or the smart plan's cells (known once its elbow
     checkpoint has run: results/plan.json)."""
     if not SMART:
-        return grid(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder.conditions, CFG.ladder.splits)
+        return grid(CFG.ladder_rungs, CFG.ladder_models, CFG.ladder_conditions, CFG.ladder.splits)
     return plan_keys(checkpoints.elbow.get().output[0])
 
 

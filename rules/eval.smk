@@ -64,7 +64,7 @@ use rule eval_base_gen as eval with:
     benchmark:
         "benchmarks/eval/r{rung}/{model}/{cond}/" + "+".join(LADDER_SPLITS) + ".tsv"
     wildcard_constraints:
-        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
+        cond=one_of([*TRAINED, *ARM_CONDITIONS]),
     # One cluster job per model and rung (with the SLURM profile's group-components): cells take
     # seconds to minutes, so each would otherwise wait in the queue alone.
     group:
@@ -113,6 +113,8 @@ rule show_ladder:
         "benchmarks/show_ladder.tsv"
     resources:
         mem_mb=1000,
+    params:
+        allow_mixed_machines=CFG.ladder.allow_mixed_machines,
     script:
         "../scripts/show_ladder.py"
 

@@ -20,6 +20,8 @@ rule report_ladder:
     localrule: True
     resources:
         mem_mb=1000,
+    params:
+        allow_mixed_machines=CFG.ladder.allow_mixed_machines,
     script:
         "../scripts/report_ladder.py"
 
@@ -53,7 +55,7 @@ rule report_curves:
     log:
         "logs/report/curves/r{rung}/{model}/{cond}.log",
     wildcard_constraints:
-        cond=one_of([*ADAPTER_CONDITIONS, *ARM_CONDITIONS]),
+        cond=one_of([*TRAINED, *ARM_CONDITIONS]),
     localrule: True
     resources:
         mem_mb=1000,

@@ -28,6 +28,22 @@ rule sft:
         "../scripts/sft.py"
 
 
+# A seed's gold-SFT (`ladder.seeds` with several values): the rung's SFT under its seed, beside the others.
+use rule sft as sft_seed with:
+    output:
+        directory(layout.adapter("{rung}", "{model}", "sft.s{seed}")),
+    log:
+        "logs/sft/r{rung}/{model}.s{seed}.log",
+    benchmark:
+        "benchmarks/sft/r{rung}/{model}.s{seed}.tsv"
+    wildcard_constraints:
+        seed=r"\d+",
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        cfg=lambda wc: CFG.sft_job_config(f"sft.s{wc.seed}"),
+
+
 rule grpo:
     input:
         model=policy_model_input,

@@ -16,6 +16,7 @@ from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
 from jacrl.tasks.record import read_tasks
 from jacrl.workflow.job import code_version, logged
+from jacrl.workflow.machine import machine_record
 from jacrl.workflow.provenance import cell_provenance
 
 with logged(snakemake):
@@ -43,6 +44,8 @@ with logged(snakemake):
     for one, tasks, *_ in cells:
         draws.append(draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"]))
         log_memory(f"the {one['split']} cell's decodes")
+    # what changes a cell's numbers besides its config: the pivot compares only cells that agree on it
+    machine = machine_record(getattr(backend, "device", spec.device), getattr(backend, "dtype", spec.dtype))
     # the model leaves before the reward's runs start, each of which may hold its whole memory budget:
     # the job's peak is the larger of the two phases, not their sum
     del backend
@@ -57,6 +60,7 @@ with logged(snakemake):
                 **cell_provenance(one["cell_config"]),
                 "code_version": code_version(),
                 "determinism": determinism_record(),
+                "machine": machine,
             }
             cell = score_draws(drawn, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")

@@ -10,5 +10,6 @@ with logged(snakemake):
             snakemake.output.csv,
             snakemake.output.png,
             plan_path=snakemake.input.get("plan") or None,
+            allow_mixed=snakemake.params.allow_mixed_machines,
         )
     )

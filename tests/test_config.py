@@ -400,7 +400,7 @@ def test_a_config_file_with_overlays_merges_as_snakemake_merges_configfiles():
 
 def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():
     """Every elbow it can pick gets >= 10 draws of each task in >= 100 GRPO steps of group >= 8, in both
-    arms; mem cells draw >= 8 policy samples of every task, gen is greedy on the whole holdout."""
+    arms; mem cells draw >= 8 policy samples of every task, gen greedy and 8 samples a task on the whole holdout."""
     cfg = layered("configs/smollm2-cpu.yaml", "configs/smollm2-cpu-smart.yaml")
     assert cfg.ladder.plan == "smart" and [m.name for m in cfg.models] == ["smollm2"]
     largest = max(r for r in cfg.rungs if r != "all")
@@ -409,7 +409,9 @@ def test_the_smollm2_smart_ladder_gives_grpo_enough_to_measure():
         g = cfg.grpo_job_config(arm)["grpo"]
         assert g["iters"] >= 100 and g["iters"] * g["prompts_per_step"] >= 10 * largest and g["group_size"] >= 8
     assert cfg.eval.policy_n >= 8 and cfg.eval.policy_splits == ["mem"] and cfg.eval.mem_max_tasks is None
-    assert cfg.eval.n == 0 and cfg.sft.epochs is not None
+    assert (
+        cfg.eval.samples_on("gen") == cfg.eval.k == 8 and not cfg.eval.samples_on("mem") and cfg.sft.epochs is not None
+    )
 
 
 def test_the_source_grid_over_config_yaml_is_the_sources():
@@ -436,3 +438,27 @@ def test_the_source_grid_over_config_yaml_is_the_sources():
         16,
         "cosine",
     )
+
+
+
+def test_seeds_run_each_trained_condition_once_per_seed_and_leave_one_seed_alone():
+    one = layered()
+    assert one.ladder.seeds == [0] and "sft_grpo" in one.conditions and one.ladder_conditions == one.ladder.conditions
+    cfg = load_config({**yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text()),
+                       "ladder": {"seeds": [0, 1]}})  # fmt: skip
+    assert cfg.ladder_conditions == [
+        "base",
+        "sft.s0",
+        "sft.s1",
+        "sft_grpo.s0",
+        "sft_grpo.s1",
+        "raw_grpo.s0",
+        "raw_grpo.s1",
+    ]
+    assert "sft_grpo@tuned.s1" in cfg.conditions and "sft_grpo" not in cfg.conditions
+    assert cfg.sft_job_config("sft.s1")["seed"] == cfg.sft.seed + 1
+    assert cfg.grpo_job_config("tuned", 1)["grpo"]["seed"] == cfg.grpo_arms["tuned"].grpo.seed + 1
+    assert cfg.grpo_job_config(None) == one.grpo_job_config(None)  # seed 0 and no seed: the same job
+    for bad, match in (({"seeds": [1, 1]}, "unique"), ({"seeds": [0, 1], "plan": "smart"}, "full plan")):
+        with pytest.raises(ConfigError, match=match):
+            load_config({"ladder": bad})

@@ -30,6 +30,8 @@ from jacrl.ladder.config import (
     Rung,
     arm_conditions,
     condition_parts,
+    seed_parts,
+    with_seeds,
 )
 from jacrl.losses.config import LossFrameworkConfig, OpdLossConfig
 from jacrl.losses.env_config import deep_merge
@@ -189,6 +191,14 @@ class Config(StrictModel):
         opd_listed = OPD_CONDITION in self.ladder.conditions
         if opd_listed and self.opd.teacher_adapter == "sft" and str(self.opd.teacher_rung) not in rungs:
             raise ValueError(f"opd.teacher_rung {self.opd.teacher_rung!r} is not among `rungs` {self.rungs}")
+        seeds = self.ladder.seeds
+        if len(set(seeds)) != len(seeds) or any(x < 0 for x in seeds):
+            raise ValueError(f"ladder.seeds must be unique and non-negative, got {seeds}")
+        if len(seeds) > 1 and (self.ladder.plan == "smart" or self.ladder.multi_run):
+            raise ValueError(
+                f"ladder.seeds {seeds}: several seeds run under the full plan with multi_run off "
+                "(the smart plan and grpo_multi place one adapter per condition)"
+            )
         if self.ladder.multi_run:  # the runs of one grpo_multi job share the trainer's term list
             check_same_losses(
                 self.loss_framework.losses,
@@ -273,7 +283,17 @@ class Config(StrictModel):
         if misfit:
             _say_once(f"no opd cells in this config: {misfit}")
         own = [c for c in CONDITIONS if c != OPD_CONDITION or not misfit]
-        return [*own, *arm_conditions(list(self.grpo_arms))]
+        return with_seeds([*own, *arm_conditions(list(self.grpo_arms))], self.ladder.seeds)
+
+    @property
+    def ladder_conditions(self) -> list[str]:
+        """The full plan's conditions, each trained one once per seed where `ladder.seeds` lists several."""
+        return with_seeds(self.ladder.conditions, self.ladder.seeds)
+
+    def sft_job_config(self, cond: str) -> dict[str, Any]:
+        """The `sft` section an SFT job of `cond` (`sft`, or a seed's `sft.s1`) is given: a seed adds to its seed."""
+        sft = self.sft.model_dump(mode="json")
+        return {**sft, "seed": sft["seed"] + (seed_parts(cond)[1] or 0)}
 
     def _opd_misfit(self) -> str | None:
         """Why opd's terms do not fit the other loss keys, or None where they do."""
@@ -295,14 +315,16 @@ class Config(StrictModel):
             return self.grpo_arms[arm]
         return GRPOArm.model_construct(grpo=self.grpo, **dict(self.loss_framework))
 
-    def grpo_job_config(self, arm: str | None) -> dict[str, Any]:
+    def grpo_job_config(self, arm: str | None, seed: int | None = None) -> dict[str, Any]:
         """The config a GRPO job of `arm` is given, as a file writes it: its loss keys, threads, reward and
-        its `grpo` at the top level (in this order: a rule's params are compared as written)."""
+        its `grpo` at the top level (in this order: a rule's params are compared as written); a seed of
+        `ladder.seeds` adds to `grpo.seed`."""
         run = self.grpo_run(arm).model_dump(mode="json")
+        grpo = run["grpo"] if not seed else {**run["grpo"], "seed": run["grpo"]["seed"] + seed}
         return {
             **{k: run[k] for k in LOSS_KEYS},
             **self.model_dump(mode="json", include={"threads", "reward"}),
-            "grpo": run["grpo"],
+            "grpo": grpo,
         }
 
     def opd_job_config(self) -> dict[str, Any]:

@@ -59,6 +59,11 @@ def test_tiny_model_cell_records_every_kind(tiny_torch, tasks, scorer, tmp_path)
         for t in tasks
     ]
     assert cell["verified_pct"] == 100 * sum(verified) / len(tasks)
+    # the sampled pass@1: each task's rate over its samples, averaged over tasks (tasks, not samples, are the units)
+    rates = [
+        sum(r["score"]["exact"] for r in records if r["task_id"] == t.id and r["kind"] == "sample") / 2 for t in tasks
+    ]
+    assert cell["sample_pass_pct"] == round(100 * sum(rates) / len(tasks), 2)
     policy = [r["score"]["exact"] for r in records if r["kind"] == "policy"]
     assert cell["policy_pass_pct"] == round(100 * sum(policy) / len(policy), 2)
     assert (cell["verified_pct"], cell["policy_pass_pct"]) == (0.0, 0.0)  # 12 tokens of a 4-step model pass nothing

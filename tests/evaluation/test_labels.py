@@ -39,3 +39,18 @@ def test_pass_at_k_is_labelled_with_the_k_the_estimator_used():
         "pass@4 (T 1)",
         "verified@8 (T 1)",
     )
+
+
+def test_sampled_pass_is_the_mean_of_per_task_rates_with_an_interval_over_tasks():
+    from jacrl.evaluation.metrics import sampled_pass
+
+    # 3 tasks of 8 samples, 8 + 0 + 0 passing: pooling the 24 samples and averaging the rates agree here,
+    # but the interval is over 3 tasks (one of which carries every pass), not over 24 samples
+    per_task = {"a": {"n": 8, "c": 8}, "b": {"n": 8, "c": 0}, "c": {"n": 8, "c": 0}, "d": {"n": 0, "c": 0}}
+    out = sampled_pass(per_task)
+    assert out["sample_pass_pct"] == 33.33
+    lo, hi = out["sample_pass_ci"]
+    assert lo == 0.0 and hi == 100.0  # a bootstrap over 3 tasks can draw a, a, a or b, c, b
+    uneven = sampled_pass({"a": {"n": 2, "c": 2}, "b": {"n": 8, "c": 0}})
+    assert uneven["sample_pass_pct"] == 50.0  # per-task rates (1, 0), not pooled samples (2 of 10)
+    assert sampled_pass({"a": {"n": 0, "c": 0}}) == {"sample_pass_pct": None, "sample_pass_ci": None}

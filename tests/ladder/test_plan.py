@@ -4,6 +4,7 @@ places and its model jobs against the full grid."""
 import json
 
 import pytest
+from fixtures.machine import ZEN4
 
 from jacrl.ladder.config import CellKey
 from jacrl.ladder.pivot import show_ladder
@@ -249,7 +250,11 @@ def test_the_plan_heads_ladder_md(tmp_path):
     ]
     rows = tmp_path / "rl_ladder.jsonl"
     write_ladder(
-        [{**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0} for c in cells], rows
+        [
+            {**c, "samples": 0, "pass1_pct": 100 * c["pass1"] / c["tasks"], "near_pct": 0.0, "machine": ZEN4}
+            for c in cells
+        ],
+        rows,
     )
     md = show_ladder(rows, tmp_path / "l.md", tmp_path / "l.csv", tmp_path / "l.png", plan_path=tmp_path / "plan.json")
     head = md.split("## tiny · gen")[0]

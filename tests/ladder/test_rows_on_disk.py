@@ -4,6 +4,7 @@ a cell built under another config is left out with one line saying which and why
 import json
 
 import pytest
+from fixtures.machine import ZEN4
 
 from jacrl.config import load_config
 from jacrl.ladder.pivot import paired_tests, pivot_tables, rows_frame
@@ -35,6 +36,7 @@ def put(root, rung, cond, split, config=CONFIG, passes=(0,)):
         "samples": 0,
         "pass1_pct": 100 * len(passes) / 3,
         "near_pct": 0.0,
+        "machine": ZEN4,
     }
     if config is not None:
         cell.update(cell_provenance(cell_config(load_config(config), "tiny", cond, split)))

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 import pytest
+from fixtures.machine import ZEN4
 
+from jacrl.evaluation.metrics import sampled_pass
 from jacrl.io import read_jsonl
 from jacrl.ladder.pivot import ABSENT, paired_tests, pivot_tables, rows_frame, sampled_text, show_ladder
 from jacrl.ladder.rows import build_rows, write_ladder
@@ -12,7 +14,9 @@ FIX = Path(__file__).parent / "fixtures"
 TASKS = [f"h{i}" for i in range(6)]
 
 
-def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict", compiles=None, stages=True):
+def cell(
+    rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict", compiles=None, stages=True, machine=ZEN4
+):
     """A cell as `evaluate_cell` writes it; its greedy completions compile on `compiles` (a superset
     of `passes`), run on those plus one, and score 0.1 · compiles + 0.2 · runs + 0.7 · pass. With
     `stages` off, a cell from before cells recorded per-task stages."""
@@ -58,6 +62,7 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict",
     }
     return {
         **(stage_totals if stages else {}),
+        **sampled_pass(per_task),
         "rung": rung,
         "model": "tiny",
         "cond": cond,
@@ -91,6 +96,7 @@ def cell(rung, cond, split, passes, idiom=0.25, policy=None, isolation="strict",
         "per_task": per_task,
         "config_hash": "abc",
         "code_version": "test",
+        "machine": machine,
     }
 
 
@@ -195,7 +201,14 @@ def test_every_stage_is_paired_tested_with_scipy():
     tests = paired_tests(df)
     gen = tests[(tests["split"] == "gen") & (tests["rung"] == "r1") & (tests["cond"] == "sft_grpo")]
     vs_sft = gen[gen["vs"] == "sft"].set_index("metric")
-    assert list(vs_sft.index) == ["greedy compiles", "greedy runs", "greedy reward", "greedy pass@1"]
+    assert list(vs_sft.index) == [
+        "greedy compiles",
+        "greedy runs",
+        "greedy reward",
+        "greedy pass@1",
+        "pass@1 of 2 (T 0.8)",
+    ]
+    assert vs_sft.loc["pass@1 of 2 (T 0.8)", ["wins", "losses"]].tolist() == [2, 0]  # per-task rates, not samples
     assert vs_sft.loc["greedy runs", ["wins", "losses", "p_value"]].tolist() == [2, 0, 0.5]
     a = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0])]
     b = [0.1 * c + 0.2 * r + 0.7 * p for c, r, p in zip([1] * 6, [1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0])]
@@ -207,3 +220,72 @@ def test_every_stage_is_paired_tested_with_scipy():
     sampled = mem[mem["metric"].str.startswith("sampled (T 0.3)")]
     assert list(sampled["metric"].str.removeprefix("sampled (T 0.3) ")) == ["compiles", "runs", "reward", "pass"]
     assert sampled["unit"].tolist() == ["%", "%", "reward", "%"] and (sampled["mdd"] != "none").all()
+
+
+XEON_AMX = {
+    **ZEN4,
+    "cpu": {**ZEN4["cpu"], "vendor": "GenuineIntel", "family": "6", "model": "167", "matmul_path": "amx-bf16"},
+}
+
+
+def test_cells_of_machines_that_change_the_numbers_are_not_compared():
+    """A cell built on an AMX Xeon against the AMD base: refused, naming both cells and the field;
+    under allow_mixed_machines compared, the row marked; a cell that records no machine is unknown."""
+    from jacrl.workflow.machine import MixedMachines
+
+    cells = [cell("1", "base", "gen", {0}), cell("1", "sft", "gen", {0, 1}, machine=XEON_AMX)]
+    df = rows_frame(build_rows(cells))
+    with pytest.raises(
+        MixedMachines, match=r"r1/tiny/sft/gen and r1/tiny/base/gen .*matmul_path amx-bf16 vs avx512-bf16"
+    ):
+        paired_tests(df)
+    marked = paired_tests(df, allow_mixed=True)
+    assert set(marked["vs"]) == {"base ⚠ mixed machines: matmul_path amx-bf16 vs avx512-bf16"}
+    zen5 = {**ZEN4, "cpu": {**ZEN4["cpu"], "model": "2"}}  # another generation on the same path: compared
+    assert len(paired_tests(rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=zen5)]))))
+    old = rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=None)]))
+    with pytest.raises(MixedMachines, match="r1/tiny/sft/gen records no machine"):
+        paired_tests(old)
+    assert set(paired_tests(old, allow_mixed=True)["vs"]) == {"base ⚠ mixed machines: machine not recorded (first)"}
+    torch_moved = {**ZEN4, "torch": "2.15.0"}
+    with pytest.raises(MixedMachines, match=r"torch 2.15.0 vs 2.14.1\)"):
+        paired_tests(rows_frame(build_rows([cells[0], cell("1", "sft", "gen", {1}, machine=torch_moved)])))
+
+
+def test_seeds_show_each_seed_and_their_mean_and_the_means_are_compared_over_tasks():
+    """Two seeds of sft and of sft_grpo: each seed has its column, the mean its own (marked); the paired
+    tests compare the means only, a task's greedy pass the share of seeds that pass it (a rate, so the
+    permutation test over tasks, not McNemar)."""
+    cells = [
+        cell("1", "base", "gen", {0}),
+        cell("1", "sft.s0", "gen", {0, 1}),
+        cell("1", "sft.s1", "gen", {0}),
+        cell("1", "sft_grpo.s0", "gen", {0, 1, 2, 3}),
+        cell("1", "sft_grpo.s1", "gen", {0, 1, 2}),
+    ]
+    df = rows_frame(build_rows(cells))
+    mean = df[df["cond"] == "sft_grpo"].iloc[0]
+    assert mean["seeds"] == [0, 1] and mean["pass1_pct"] == pytest.approx(100 * 3.5 / 6, abs=0.01)
+    assert mean["pass1_by_task"] == {"h0": 1.0, "h1": 1.0, "h2": 1.0, "h3": 0.5, "h4": 0.0, "h5": 0.0}
+    table = pivot_tables(df)[("tiny", "gen")]["greedy pass@1 % [Wilson 95 % CI] · pass@k · verified@n · near-pass"]
+    assert list(table.columns) == ["base", "sft", "sft.s0", "sft.s1", "sft_grpo", "sft_grpo.s0", "sft_grpo.s1"]
+    assert table.loc["r1", "sft_grpo"].startswith("mean of 2 seeds: greedy 58.3")
+    tests = paired_tests(df)
+    assert set(tests["cond"]) == {"sft", "sft_grpo"}  # the seeds are shown, not tested one by one
+    vs_sft = tests[(tests["cond"] == "sft_grpo") & (tests["vs"] == "sft")].set_index("metric")
+    row = vs_sft.loc["greedy pass@1"]
+    # per task (means over seeds): sft_grpo 1, 1, 1, .5, 0, 0 against sft 1, .5, 0, 0, 0, 0
+    assert (row["wins"], row["losses"], row["delta"]) == (3, 0, pytest.approx(100 * 2 / 6, abs=0.05))
+    assert row["p_value"] == pytest.approx(0.25)  # 3 nonzero differences, all positive: 2 of 8 sign patterns
+
+
+def test_a_mean_over_seeds_of_two_machines_is_refused_naming_the_seeds():
+    from jacrl.workflow.machine import MixedMachines
+
+    cells = [
+        cell("1", "base", "gen", {0}),
+        cell("1", "sft.s0", "gen", {0, 1}),
+        cell("1", "sft.s1", "gen", {0}, machine=XEON_AMX),
+    ]
+    with pytest.raises(MixedMachines, match="r1/tiny/sft.s0/gen and r1/tiny/sft.s1/gen .*matmul_path"):
+        paired_tests(rows_frame(build_rows(cells)))

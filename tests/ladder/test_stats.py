@@ -12,6 +12,7 @@ from jacrl.ladder.stats import (
     mean_interval,
     min_detectable_difference,
     min_detectable_shift,
+    newcombe_paired_interval,
     paired_permutation,
     paired_t_power,
     wilson_half_width,
@@ -77,6 +78,34 @@ def test_min_detectable_difference():
     assert min_detectable_difference(2, 0.0) is None  # two pairs can never reject at 0.05
 
 
+def test_min_detectable_difference_holds_the_churn_in_each_direction():
+    """101 tasks, 10 discordant: half of them each way stays as the effect grows, so the mdd is the δ
+    with p_a = 5/101 + δ, p_b = 5/101 (14.5 pp), not the 9 pp of a total discordance held at 10/101."""
+    n, churn = 101, 5 / 101
+    mdd = min_detectable_difference(n, 10 / n)
+    assert mdd == pytest.approx(0.145)
+    assert mcnemar_power(n, churn + mdd, churn) >= 0.8 > mcnemar_power(n, churn + mdd - 0.005, churn)
+    assert mcnemar_power(n, (10 / n + 0.09) / 2, (10 / n - 0.09) / 2) >= 0.8  # the old, fixed-total reading
+
+
+@pytest.mark.parametrize(
+    "table,expected",
+    # Newcombe (1998), Stat. Med. 17:2635, table II, method 10: (both, only a, only b, neither) → 95 % CI
+    [((36, 12, 2, 0), (0.0569, 0.3404)), ((18, 12, 2, 18), (0.0562, 0.3290)), ((53, 0, 0, 1), (-0.0729, 0.0729))],
+)
+def test_newcombe_paired_interval_matches_the_paper(table, expected):
+    lo, hi = newcombe_paired_interval(*table)
+    assert (lo, hi) == pytest.approx(expected, abs=1e-4)
+
+
+def test_mcnemar_carries_the_interval_of_the_difference():
+    a = {f"t{i}": i < 3 for i in range(101)}  # passes t0-t2
+    b = {f"t{i}": 2 <= i < 9 for i in range(101)}  # passes t2-t8
+    m = mcnemar_exact(a, b)
+    assert (m.both, m.only_a, m.only_b) == (1, 2, 6) and m.diff == pytest.approx(-4 / 101)
+    assert m.ci == newcombe_paired_interval(1, 2, 6, 92) and m.ci[0] < m.diff < m.ci[1] < 0.05
+
+
 def test_paired_permutation_is_exact_on_few_tasks():
     # differences +0.5, +0.25, 0 (a tie), +0.5, 0: 3 nonzero, all positive; of the 2^5 sign patterns
     # (the zeros' flips change nothing) those with a mean at least as far from 0 are 2 x 4 of 32
@@ -85,6 +114,7 @@ def test_paired_permutation_is_exact_on_few_tasks():
     s = paired_permutation(a, b)
     assert (s.n, s.higher_a, s.higher_b) == (5, 3, 0) and s.mean_diff == pytest.approx(0.25)
     assert s.p_value == pytest.approx(8 / 32)
+    assert s.ci is not None and 0.0 <= s.ci[0] < s.mean_diff < s.ci[1] <= 0.5  # the differences' own range
     assert paired_permutation(a, a).p_value == 1.0
     one = paired_permutation({"t0": 0.75}, {"t0": 0.25})  # a one-task rung (rung 1's mem cell)
     assert (one.n, one.higher_a, one.mean_diff, one.p_value) == (1, 1, 0.5, 1.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from html.parser import HTMLParser
 
 import pytest
+from fixtures.machine import ZEN4
 
 TASKS = ["t0", "t1", "t2", "t3"]
 
@@ -62,6 +63,7 @@ def make_cell(rung, cond, split, passes, policy=None, flagged=0, isolation="stri
         "per_task": per_task,
         "config_hash": "abc",
         "code_version": "test",
+        "machine": ZEN4,
     }
 
 

@@ -71,8 +71,12 @@ def test_read_reports_stages_passes_and_paired_tests(tmp_path, capsys):
     assert out.count("| 0.00 | 1 |") == 3 and "| 0.00 | 2 |" in out  # distinct greedy completions per cell
     assert "| rall/m/sft/gen | a | graphs | 1 | yes |" in out  # the one greedy pass, object-spatial, one line
     assert "| rall/m/sft/gen | 1/1 | 0/2 | 1/2 | 0/0 | 0/1 |" in out  # osp, non-osp, ≤5, 6–12, >12 lines
-    assert "| rall/m/sft/gen | shared/m/base/gen | 1 / 0 of 3, p = 1 |" in out
-    assert "| rall/m/sft_grpo/mem | rall/m/sft/mem | 0 / 0 of 1, p = 1 | 2 / 0 of 2, p = 0.5 |" in out
+    assert "| rall/m/sft/gen | shared/m/base/gen | 1 / 0 of 3, +33.3 [-29.1, +79.2], p = 1 |" in out
+    # the two samples of task a are one task's rate (0 → 1), never two pairs matched by index
+    assert (
+        "| rall/m/sft_grpo/mem | rall/m/sft/mem | 0 / 0 of 1, +0.0 [-79.3, +79.3], p = 1 | 1 / 0 of 1, +100.0, p = 1 |"
+        in out
+    )
     assert "| rall/m/sft_grpo/mem | rall/m/sft/mem | — | — | a 0→2/2 |" in out  # which tasks it moved
     assert "**rall/m/sft** (10 steps)" in out and "| 1–2 | 1.95 |" in out
 

@@ -5,8 +5,8 @@ temperature, so a bare `pass@1 100.0%  pass@k 0.0%` reads as a bug (pass@k below
 console line, cell, pivot table and report column takes its label from here:
 
     metric_labels({"samples": 2, "k": 8, "temperature": 0.8, "policy_samples": 0, ...})
-    # {'pass1_pct': 'greedy pass@1', 'passk_pct': 'pass@2 (T 0.8)', 'verified_pct': 'verified@2 (T 0.8)', ...}
-    cell_line(cell)  # 'greedy 100.0 %  pass@2 (T 0.8) 0.0 %  verified@2 (T 0.8) 0.0 %  compiles 100.0 %  runs 100.0 %  reward 0.950'
+    # {'pass1_pct': 'greedy pass@1', 'sample_pass_pct': 'pass@1 of 2 (T 0.8)', 'passk_pct': 'pass@2 (T 0.8)', ...}
+    cell_line(cell)  # 'greedy 100.0 %  pass@1 of 2 (T 0.8) 50.0 %  pass@2 (T 0.8) 100.0 %  verified@2 (T 0.8) 100.0 %  compiles 100.0 %  runs 100.0 %  reward 0.950'
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ COLUMNS = {
     "run_pct": "greedy runs %",
     "reward_mean": "greedy mean reward",
     "pass1_pct": "greedy pass@1 %",
+    "sample_pass_pct": "sampled pass@1 % (mean of per-task rates at T)",
     "passk_pct": "pass@k % (samples at T)",
     "verified_pct": "verified@n % (samples at T)",
     "near_pct": "greedy near-pass %",
@@ -46,6 +47,11 @@ def passk_label(k: int, samples: int, temperature: float) -> str:
     return f"pass@{min(k, samples)} ({_t(temperature)})"
 
 
+def sample_pass_label(samples: int, temperature: float) -> str:
+    """pass@1 of the eval samples: each task's pass rate over its samples, averaged over tasks."""
+    return f"pass@1 of {samples} ({_t(temperature)})"
+
+
 def verified_label(samples: int, temperature: float) -> str:
     return f"verified@{samples} ({_t(temperature)})"
 
@@ -61,6 +67,7 @@ def metric_labels(cell: Mapping[str, Any]) -> dict[str, str]:
     samples = int(cell.get("samples") or 0)
     labels = {"pass1_pct": GREEDY, "near_pct": NEAR, "run_pct": RUNS}
     if samples:
+        labels["sample_pass_pct"] = sample_pass_label(samples, float(cell["temperature"]))
         labels["passk_pct"] = passk_label(int(cell["k"]), samples, float(cell["temperature"]))
         labels["verified_pct"] = verified_label(samples, float(cell["temperature"]))
     else:
@@ -74,7 +81,8 @@ def cell_line(cell: Mapping[str, Any]) -> str:
     """A cell's headline numbers on one console line, each after its label; the greedy stages
     (compiles, runs, mean reward) last, where the cell records them."""
     labels = metric_labels(cell)
-    shown = ["pass1_pct"] + (["passk_pct", "verified_pct"] if cell.get("samples") else [])
+    sampled = ["sample_pass_pct"] if cell.get("sample_pass_pct") is not None else []
+    shown = ["pass1_pct"] + ([*sampled, "passk_pct", "verified_pct"] if cell.get("samples") else [])
     shown += ["policy_pass_pct"] if "policy_pass_pct" in labels and cell.get("policy_pass_pct") is not None else []
     parts = [f"{labels[key].removesuffix(' pass@1')} {cell[key]:.1f} %" for key in shown]
     parts += [f"compiles {cell['compile_pct']:.1f} %"] if cell.get("compile_pct") is not None else []

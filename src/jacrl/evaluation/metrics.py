@@ -2,9 +2,10 @@
 
 Each task gets one greedy completion (compile %, run %, near-pass, pass@1, normalised-whitespace
 pass, output similarity, idiom and the dense reward: a small model moves the early stages long
-before pass@1), n samples at the eval temperature (pass@k with the unbiased
-estimator, and verified@n: the first sample that compiles and runs, chosen without looking at
-the expected output) and, optionally, samples at the GRPO sampling temperature (the sampled
+before pass@1), n samples at the eval temperature (the sampled pass@1: each task's pass rate over
+its samples, averaged over tasks, with a percentile bootstrap interval over tasks — the tasks, not
+the samples, are the units; pass@k with the unbiased estimator; and verified@n: the first sample
+that compiles and runs, chosen without looking at the expected output) and, optionally, samples at the GRPO sampling temperature (the sampled
 pass rate GRPO optimises, with its compile and run rates and mean reward). Truncation is measured over every completion; every pass is checked
 for the reward's audit flags, and the sandbox isolation of every score is recorded, as is every
 completion the machine failed (`infra`, per task: the pivot refuses a cell that holds one).
@@ -18,6 +19,7 @@ from statistics import fmean
 from typing import Literal
 
 from jacrl.evaluation.passk import pass_at_k
+from jacrl.ladder.stats import mean_interval
 from jacrl.tasks.record import Task
 
 NEAR_PASS = 0.9
@@ -99,6 +101,20 @@ def task_record(task: Task, kinds: dict[str, list[Outcome]], k: int) -> dict:
     }
 
 
+def sampled_pass(per_task: dict[str, dict]) -> dict:
+    """The eval samples' pass@1: each task's pass rate over its n samples (c / n), averaged over the
+    tasks, with the percentile bootstrap 95 % interval over tasks (`jacrl.ladder.stats.mean_interval`);
+    None where the cell drew no samples."""
+    rates = [r["c"] / r["n"] for r in per_task.values() if r["n"]]
+    if not rates:
+        return {"sample_pass_pct": None, "sample_pass_ci": None}
+    ci = mean_interval(rates)
+    return {
+        "sample_pass_pct": round(100.0 * fmean(rates), 2),
+        "sample_pass_ci": None if ci is None else [round(100.0 * ci[0], 2), round(100.0 * ci[1], 2)],
+    }
+
+
 def isolation_of(outcomes: list[Outcome]) -> str:
     """The one isolation level of a cell's scores, or `mixed:a,b` (never hidden by averaging)."""
     levels = sorted({o.isolation for o in outcomes})
@@ -122,6 +138,7 @@ def cell_metrics(tasks: list[Task], outcomes: list[Outcome], k: int) -> dict:
     policy_rate = lambda key: round(100.0 * fmean(r[key] / r["policy_n"] for r in sampled), 2) if sampled else None  # noqa: E731
     passes = [o for o in outcomes if o.exact]
     return {
+        **sampled_pass(per_task),
         "tasks": n_tasks,
         "samples": max((p["n"] for p in per_task.values()), default=0),
         "k": k,

@@ -10,9 +10,10 @@ import sys
 from jacrl.io import JsonlError, read_jsonl
 from jacrl.ladder.pivot import render_markdown, rows_frame
 from jacrl.ladder.rows import ConfigMismatch, InfraCells
+from jacrl.workflow.machine import MixedMachines
 
 
-def show_rows(path: str) -> int:
+def show_rows(path: str, allow_mixed: bool = False) -> int:
     try:
         rows = read_jsonl(path)
     except (OSError, JsonlError) as exc:
@@ -22,8 +23,8 @@ def show_rows(path: str) -> int:
         print(f"error: {path}: no rows", file=sys.stderr)
         return 1
     try:
-        print(render_markdown(rows_frame(rows)))
-    except (ConfigMismatch, InfraCells) as exc:
+        print(render_markdown(rows_frame(rows), allow_mixed=allow_mixed))
+    except (ConfigMismatch, InfraCells, MixedMachines) as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 1
     except (KeyError, TypeError, AttributeError) as exc:
@@ -59,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print the rung × condition table with Wilson CIs and paired tests")
     show.add_argument("rows", help="the ladder rows, e.g. results/rl_ladder.jsonl")
+    show.add_argument(
+        "--allow-mixed-machines",
+        action="store_true",
+        help="compare cells computed on machines that change the numbers, marking the rows (else refused)",
+    )
     times = sub.add_parser(
         "timings",
         help="sum Snakemake's benchmark files per rule",
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             print(exc, file=sys.stderr)
             return 1
         return 0
-    return show_rows(args.rows)
+    return show_rows(args.rows, args.allow_mixed_machines)
 
 
 if __name__ == "__main__":

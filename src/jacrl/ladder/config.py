@@ -38,11 +38,33 @@ ARM_MARK = "@"
 """`sft_grpo@tuned`: a GRPO condition run under the named arm `tuned` of `grpo_arms`."""
 ARM_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]*"
 """An arm's name: it becomes part of folder names and of the `cond` wildcard."""
+SEED_MARK = ".s"
+"""`sft_grpo@tuned.s1`: a trained condition under seed 1 of `ladder.seeds` (only where it lists several)."""
+SEEDED_CONDITIONS: tuple[str, ...] = ("sft", "sft_grpo", "raw_grpo")
+"""The conditions that train, and so run once per seed (base trains nothing; opd is not seeded)."""
+
+
+def seed_parts(cond: str) -> tuple[str, int | None]:
+    """`sft_grpo@tuned.s1` → (`sft_grpo@tuned`, 1); a condition without a seed → (cond, None)."""
+    m = re.fullmatch(rf"(.+){re.escape(SEED_MARK)}(\d+)", cond)
+    return (m[1], int(m[2])) if m else (cond, None)
+
+
+def with_seeds(conds: list[str], seeds: list[int]) -> list[str]:
+    """The conditions a ladder of `seeds` builds: each trained one once per seed (`sft_grpo.s0`,
+    `sft_grpo.s1`) where there are several seeds; unchanged under one (its paths carry no seed)."""
+    if len(seeds) < 2:
+        return list(conds)
+    out: list[str] = []
+    for c in conds:
+        out += [f"{c}{SEED_MARK}{s}" for s in seeds] if condition_parts(c)[0] in SEEDED_CONDITIONS else [c]
+    return out
 
 
 def condition_parts(cond: str) -> tuple[str, str | None]:
-    """`sft_grpo@tuned` → (`sft_grpo`, `tuned`); a condition of the default arm → (`sft`, None)."""
-    base, mark, arm = cond.partition(ARM_MARK)
+    """`sft_grpo@tuned` → (`sft_grpo`, `tuned`); a condition of the default arm → (`sft`, None); a
+    seed's (`sft_grpo@tuned.s1`) as its condition's."""
+    base, mark, arm = seed_parts(cond)[0].partition(ARM_MARK)
     return base, (arm if mark else None)
 
 
@@ -51,10 +73,12 @@ def arm_conditions(arms: list[str]) -> list[str]:
     return [f"{c}{ARM_MARK}{a}" for a in arms for c in GRPO_CONDITIONS]
 
 
-def condition_order(cond: str) -> tuple[int, str]:
-    """Sort key: the condition's place in CONDITIONS, the default arm before the named ones."""
+def condition_order(cond: str) -> tuple[int, str, int]:
+    """Sort key: the condition's place in CONDITIONS, the default arm before the named ones, then its
+    seeds (the mean over them, unseeded, first)."""
     base, arm = condition_parts(cond)
-    return CONDITIONS.index(base), arm or ""
+    seed = seed_parts(cond)[1]
+    return CONDITIONS.index(base), arm or "", -1 if seed is None else seed
 
 
 def _check_condition(cond: str) -> str:
@@ -125,4 +149,18 @@ class LadderConfig(StrictModel):
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")
     splits: list[Split] = Field(
         default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks."
+    )
+    seeds: list[int] = Field(
+        default_factory=lambda: [0],
+        min_length=1,
+        description="Training seeds: with several, every trained condition (sft and each GRPO arm's) runs once per "
+        "seed, its adapters and cells under `<cond>.s<seed>`, each seed's `seed` the sections' own plus it; the "
+        "table shows each seed and their mean, and compares arms over tasks on the per-task mean over seeds. One "
+        "value (the default) changes nothing: no path carries a seed. The full plan only.",
+    )
+    allow_mixed_machines: bool = Field(
+        False,
+        description="Let the pivot compare two cells computed on machines that change the numbers (device, dtype, "
+        "torch version, the CPU's bf16 matmul path: `jacrl.workflow.machine`), marking the row, instead of refusing. "
+        "A cell from before cells recorded their machine counts as unknown, which matches nothing.",
     )

@@ -12,9 +12,9 @@ from typing import Literal
 
 import pandas as pd
 
-from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label
+from jacrl.evaluation.labels import GREEDY, RUNS, metric_labels, policy_label, sample_pass_label
 from jacrl.io import atomic_path, read_jsonl, write_text
-from jacrl.ladder.config import SPLITS, condition_order, condition_parts
+from jacrl.ladder.config import SPLITS, condition_order, condition_parts, seed_parts
 from jacrl.ladder.plan import plan_markdown
 from jacrl.ladder.rows import check_no_infra, check_one_config, rung_sort_key
 from jacrl.ladder.stats import (
@@ -26,6 +26,7 @@ from jacrl.ladder.stats import (
     wilson_half_width,
     wilson_interval,
 )
+from jacrl.workflow.machine import check_same_machine, machine_differences
 
 ABSENT = "n/r"
 """What a row built before cells recorded per-task stages shows for them: not recorded, not zero."""
@@ -62,31 +63,41 @@ SAMPLED_STAGES = (
     Stage("policy", "pass", "policy_pass_pct", "rate"),
 )
 """The policy samples' (at the GRPO temperature) per-task rates and mean reward."""
+SAMPLE_STAGE = Stage("sample", "pass@1", "sample_pass_pct", "rate")
+"""The eval samples' (at the eval temperature) per-task pass rates: the sampled pass@1."""
 
 CELL_LEGEND = (
     "one table per stage, in the order a small model moves them: greedy compiles % and runs % [Wilson 95 % CI], "
     "greedy mean dense reward [percentile bootstrap 95 % CI over tasks], then greedy pass@1 % [Wilson 95 % CI] "
     "with pass@k (T t) = pass@k % of the n samples at the eval temperature t, verified@n (T t) = % whose first "
-    "of those samples that compiles and runs passes (both absent from greedy-only cells) and near = greedy "
+    "of those samples that compiles and runs passes, pass@1 of n (T t) = each task's pass rate over those samples "
+    "averaged over tasks [percentile bootstrap 95 % CI over tasks] (all three absent from greedy-only cells) and "
+    "near = greedy "
     "near-pass %; sampled (T t) = the policy samples at the GRPO temperature t: each task's compiling, running "
     f"and passing share averaged over tasks, and their mean reward. {ABSENT} = not recorded (a row from before "
     "cells recorded per-task stages), not zero."
 )
 POWER_METHOD = (
-    "mdd = the smallest difference the test detects with 80 % power at α = 0.05 on these tasks. Binary stages "
-    "(exact McNemar): exact power of the conditional binomial test summed over the binomial number of discordant "
-    "tasks, the discordance fixed at the observed share (or at the difference itself, if larger); 0.5-pp grid. "
+    "mdd = the smallest difference the test detects with 80 % power at α = 0.05 on these tasks: this run could not "
+    "see an effect smaller than it (an mdd rules nothing out; the interval of Δ says which differences the data "
+    "leave open). Binary stages (exact McNemar): exact power of the conditional binomial test summed over the "
+    "binomial number of discordant tasks, with the churn held in each direction — half the observed discordant "
+    "share each way, the effect added to one direction, so the discordance grows with the effect; 0.5-pp grid; "
+    "none = no difference the churn leaves room for reaches that power. "
     "Scores and per-task rates (paired permutation test): the paired t-test's power (noncentral t) at the "
     "observed SD of the per-task differences, which the permutation test on the mean matches at these sizes; "
     "none = no spread in the differences to size it from, too few tasks for the test ever to reject (≤ 5: its "
     "smallest p is 2 / 2^n), or more than a rate's whole range."
 )
 TESTS_LEGEND = (
-    "Binary greedy stages (compiles, runs, pass@1): exact McNemar; wins = tasks the condition gets and the "
-    "reference does not, losses = the reverse. The mean reward and the sampled rates: two-sided paired "
-    "permutation test (sign flips of the per-task differences, 9999 seeded resamples, exact up to 13 tasks) on "
-    "the mean difference; wins / losses = tasks where the condition scores higher / lower, ties kept. value "
-    "(the condition's), ref (the reference's), Δ and mdd: in % and pp for a metric marked %, else in reward units. "
+    "Binary greedy stages (compiles, runs, pass@1): exact McNemar, and the 95 % interval of Δ by Newcombe's "
+    "method for paired proportions; wins = tasks the condition gets and the reference does not, losses = the "
+    "reverse. The mean reward and the sampled rates (each task's samples enter as its rate, never paired with "
+    "the other cell's samples by index): two-sided paired permutation test (sign flips of the per-task "
+    "differences, 9999 seeded resamples, exact up to 13 tasks) on the mean difference, and the paired "
+    "bootstrap 95 % interval of Δ (tasks resampled, 9999 seeded resamples); wins / losses = tasks where the "
+    "condition scores higher / lower, ties kept. value (the condition's), ref (the reference's), Δ, its "
+    "interval and mdd: in % and pp for a metric marked %, else in reward units. "
     + POWER_METHOD
     + f" {ABSENT}: a row from before per-task stages were recorded. A p-value above 0.05 with an mdd above the "
     "effect you care about means too few tasks, not no effect."
@@ -101,17 +112,90 @@ def rows_frame(rows: list[dict]) -> pd.DataFrame:
     check_no_infra(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
-    for col in [*STAGE_COLUMNS, "reward_scheme", *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES))]:
+    for col in [
+        *STAGE_COLUMNS,
+        "reward_scheme",
+        "machine",
+        *(f"{s.name}_by_task" for s in (*GREEDY_STAGES, *SAMPLED_STAGES)),
+    ]:
         if col not in df:
             df[col] = None
+    df = with_seed_means(df)
     for stage in GREEDY_STAGES:
         ci = df.apply(lambda r, s=stage: _interval(r, s), axis=1, result_type="expand")
         df[f"{stage.ci}_lo"], df[f"{stage.ci}_hi"] = ci[0], ci[1]
     return df
 
 
+SEEDS_LEGEND = (
+    "Seeds: a condition trained under several seeds (`ladder.seeds`) shows each seed's column (`sft_grpo.s0`, "
+    "`sft_grpo.s1`) and the mean over them under its own name (`sft_grpo`, marked `mean of n seeds`). The paired "
+    "tests compare the means only, over tasks × seeds: each task's value is its mean over the seeds (a greedy "
+    "pass becomes the share of seeds that pass the task; a sampled rate pools the task's samples of every seed), "
+    "and the test (paired permutation) and its interval (paired bootstrap) run over the tasks — tasks are the "
+    "units, the seeds enter through each task's mean, so the variance between training runs widens the interval "
+    "instead of being counted as more tasks."
+)
+
+
+def _is_mean(r: pd.Series) -> bool:
+    seeds = r.get("seeds")
+    return isinstance(seeds, list) and len(seeds) > 1
+
+
+def with_seed_means(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with one row per condition trained under several seeds (`sft_grpo.s0`, `sft_grpo.s1` →
+    `sft_grpo`): its numbers the mean over the seeds, per task and in aggregate (`SEEDS_LEGEND`)."""
+    seeded = df[df["cond"].map(lambda c: seed_parts(c)[1] is not None)]
+    if not len(seeded):
+        return df
+    keys = seeded.assign(base_cond=seeded["cond"].map(lambda c: seed_parts(c)[0]))
+    means = [
+        _seed_mean(part)
+        for _, part in keys.groupby(["model", "split", "rung", "base_cond"], sort=False)
+        if len(part) > 1
+    ]
+    return pd.concat([df, pd.DataFrame(means)], ignore_index=True) if means else df
+
+
+def _seed_mean(part: pd.DataFrame) -> dict:
+    """The mean row of one condition's seed rows."""
+    first = part.iloc[0]
+    seeds = sorted(int(seed_parts(c)[1]) for c in part["cond"])
+    row = {**first.drop(labels=["base_cond"]).to_dict(), "cond": first["base_cond"], "seeds": seeds}
+    row["tag"] = f"r{first['rung']}/{first['model']}/{first['base_cond']}/{first['split']} (mean of seeds {seeds})"
+    for col in [c for c in part.columns if c.endswith("_pct") or c.endswith("_mean") or c in ("avg_osim", "avg_idiom")]:
+        values = pd.to_numeric(part[col], errors="coerce")
+        row[col] = float(values.mean()) if values.notna().all() else None
+    for stage in (*GREEDY_STAGES, SAMPLE_STAGE, *SAMPLED_STAGES):
+        maps = [m for m in part[f"{stage.name}_by_task"] if isinstance(m, dict) and m]
+        row[f"{stage.name}_by_task"] = _mean_by_task(maps, stage) if len(maps) == len(part) else None
+    for stage in GREEDY_STAGES:
+        if stage.count:  # a count over seeds is no binomial: the mean row's CI is bootstrapped over tasks
+            row[stage.count] = None
+    tags, machines = list(part["tag"]), list(part["machine"])
+    row["machine"] = machines[0]
+    row["seed_machines"] = [
+        (tags[0], machines[0], t, m) for t, m in zip(tags, machines) if machine_differences(m, machines[0])
+    ]
+    return row
+
+
+def _mean_by_task(maps: list[dict], stage: Stage) -> dict:
+    """Per task over the seeds: a rate's samples pooled ([k, n] summed), any other value averaged."""
+    tasks = sorted(set.intersection(*(set(m) for m in maps)))
+    if stage.kind == "rate":
+        return {t: [sum(m[t][0] for m in maps), sum(m[t][1] for m in maps)] for t in tasks}
+    return {t: sum(float(m[t]) for m in maps) / len(maps) for t in tasks}
+
+
 def _interval(r: pd.Series, stage: Stage) -> tuple[float, float]:
-    """A stage's 95 % CI in its shown unit (NaN when the row does not record the stage)."""
+    """A stage's 95 % CI in its shown unit (NaN when the row does not record the stage); a mean over
+    seeds has a bootstrap interval over tasks of its per-task means."""
+    if _is_mean(r) and stage.kind == "binary":
+        values = by_task(r, stage)
+        ci = mean_interval(list(values.values())) if values else None
+        return (math.nan, math.nan) if ci is None else (100 * ci[0], 100 * ci[1])
     if stage.count is not None:
         if pd.isna(r[stage.count]):
             return (math.nan, math.nan)
@@ -148,8 +232,13 @@ def stage_text(r: pd.Series, stage: Stage) -> str:
 def format_cell(r: pd.Series) -> str:
     """The pass@1 table's cell: each number after its label (`jacrl.evaluation.labels`), greedy or sampled at which T."""
     labels = metric_labels(r)
-    text = f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
+    text = f"mean of {len(r['seeds'])} seeds: " if _is_mean(r) else ""
+    text += f"greedy {r.pass1_pct:.1f} [{r.ci_lo:.0f}–{r.ci_hi:.0f}]"
     if r.get("samples", 1):  # a greedy-only cell's pass@k and verified@n would only repeat its pass@1
+        sampled, ci = r.get("sample_pass_pct"), r.get("sample_pass_ci")
+        if sampled is not None and not pd.isna(sampled):
+            text += f" · {labels['sample_pass_pct']} {sampled:.1f}"
+            text += f" [{ci[0]:.0f}–{ci[1]:.0f}]" if isinstance(ci, list) else ""
         text += f" · {labels['passk_pct']} {r.passk_pct:.1f} · {labels['verified_pct']} {r.verified_pct:.1f}"
     text += f" · near {r.near_pct:.1f}"
     if r.get("flagged_passes"):
@@ -240,24 +329,39 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
     }
     a, b = by_task(r, stage), by_task(ref, stage)
     if a is None or b is None:
-        return {**out, **dict.fromkeys(("tasks", "wins", "losses", "p_value", "mdd"), ABSENT)}
-    if stage.kind == "binary":
+        return {**out, **dict.fromkeys(("tasks", "wins", "losses", "ci", "p_value", "mdd"), ABSENT)}
+    if stage.kind == "binary" and not (_is_mean(r) or _is_mean(ref)):
         m = mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()})
-        n, wins, losses, p = m.n, m.only_a, m.only_b, m.p_value
+        n, wins, losses, p, ci = m.n, m.only_a, m.only_b, m.p_value, m.ci
         mdd = min_detectable_difference(n, (wins + losses) / n) if n else None
     else:
         s = paired_permutation(a, b)
-        n, wins, losses, p = s.n, s.higher_a, s.higher_b, s.p_value
+        n, wins, losses, p, ci = s.n, s.higher_a, s.higher_b, s.p_value, s.ci
         mdd = min_detectable_shift(n, s.sd_diff)
-        mdd = None if stage.kind == "rate" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
+        mdd = None if stage.kind != "score" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
     shown = "none" if mdd is None else round(stage.scale * mdd, digits)
-    return {**out, "tasks": n, "wins": wins, "losses": losses, "p_value": round(p, 4), "mdd": shown}
+    interval = ABSENT if ci is None else [round(stage.scale * v, digits) for v in ci]
+    return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": round(p, 4), "mdd": shown}
 
 
-def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
-    """Every greedy stage, then (where both rows drew policy samples) every sampled one."""
-    key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": ref_name}
+def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
+    """Every greedy stage, the eval samples' pass@1 (where both rows drew them), then (where both rows
+    drew policy samples) every policy-sampled stage. Two cells of machines that change the numbers are
+    refused (`jacrl.workflow.machine`), or under `allow_mixed` compared with the reference marked by
+    what differs."""
+    pairs = [(r["tag"], r.get("machine"), ref["tag"], ref.get("machine"))]
+    for x in (r, ref):  # a mean over seeds also compares its seeds' machines
+        pairs += x.get("seed_machines") if isinstance(x.get("seed_machines"), list) else []
+    differ = [d for _, a, _, b in pairs for d in machine_differences(a, b)]
+    if differ and not allow_mixed:
+        for pair in pairs:
+            check_same_machine(*pair)
+    vs = ref_name + (f" ⚠ mixed machines: {'; '.join(differ)}" if differ else "")
+    key = {"model": r["model"], "split": r["split"], "rung": f"r{r['rung']}", "cond": r["cond"], "vs": vs}
     out = [{**key, **stage_test(r, ref, s, s.label)} for s in GREEDY_STAGES]
+    if by_task(r, SAMPLE_STAGE) and by_task(ref, SAMPLE_STAGE):
+        label = sample_pass_label(int(r["samples"]), float(r["temperature"]))
+        out.append({**key, **stage_test(r, ref, SAMPLE_STAGE, label)})
     if by_task(r, SAMPLED_STAGES[-1]) and by_task(ref, SAMPLED_STAGES[-1]):
         sampled = policy_label(r["policy_temperature"])
         out += [{**key, **stage_test(r, ref, s, f"{sampled} {s.label}")} for s in SAMPLED_STAGES]
@@ -265,17 +369,19 @@ def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series) -> list[dict]:
 
 
 TEST_COLUMNS = ["model", "split", "rung", "cond", "vs", "metric", "unit", "tasks"]
-TEST_COLUMNS += ["value", "ref", "delta", "wins", "losses", "p_value", "mdd"]
+TEST_COLUMNS += ["value", "ref", "delta", "ci", "wins", "losses", "p_value", "mdd"]
 
 
-def paired_tests(df: pd.DataFrame) -> pd.DataFrame:
+def paired_tests(df: pd.DataFrame, allow_mixed: bool = False) -> pd.DataFrame:
     """Every condition against `base` and `sft` (a named arm's also against the default arm's) on the
     same tasks, on every stage (`_comparisons`)."""
     rows = []
     for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
+            if seed_parts(r["cond"])[1] is not None:  # a seed is shown, its condition's mean over seeds is tested
+                continue
             for ref_name, ref in _references(part, r):
-                rows.extend(_comparisons(r, ref_name, ref))
+                rows.extend(_comparisons(r, ref_name, ref, allow_mixed))
     return pd.DataFrame(rows, columns=TEST_COLUMNS)
 
 
@@ -292,6 +398,7 @@ def _test_line(r: pd.Series) -> dict[str, str]:
         "value": num(r["value"]),
         "ref": num(r["ref"]),
         "Δ": num(r["delta"], "+"),
+        "95 % CI of Δ": r["ci"] if isinstance(r["ci"], str) else f"[{num(r['ci'][0], '+')}, {num(r['ci'][1], '+')}]",
         "wins": str(r["wins"]),
         "losses": str(r["losses"]),
         "p": r["p_value"] if isinstance(r["p_value"], str) else f"{r['p_value']:.3g}",
@@ -299,7 +406,7 @@ def _test_line(r: pd.Series) -> dict[str, str]:
     }
 
 
-RIGHT_OF_METRIC = ("left",) * 4 + ("right",) * 8
+RIGHT_OF_METRIC = ("left",) * 4 + ("right",) * 9
 """The paired tests' markdown columns: the comparison and metric left, the numbers right."""
 
 
@@ -318,7 +425,7 @@ def tests_markdown(tests: pd.DataFrame) -> list[str]:
     return lines
 
 
-def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
+def render_markdown(df: pd.DataFrame, plan: dict | None = None, allow_mixed: bool = False) -> str:
     """ladder.md: the smart plan first when there is one (`jacrl.ladder.plan`), then the tables and the tests."""
     lines = [
         "# The Jac RL ladder",
@@ -326,6 +433,7 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
         *(plan_markdown(plan) if plan else []),
         f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks.",
         "",
+        *([SEEDS_LEGEND, ""] if df["cond"].map(lambda c: seed_parts(c)[1] is not None).any() else []),
     ]
     gen = df[df["split"] == "gen"]
     if len(gen):
@@ -340,7 +448,7 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
         lines += [f"## {model} · {split} (n ≤ {n} tasks)", ""]
         for title, t in tables.items():
             lines += [f"{title}:", "", t.to_markdown(), ""]
-    tests = paired_tests(df)
+    tests = paired_tests(df, allow_mixed)
     if len(tests):
         lines += tests_markdown(tests)
     return "\n".join(lines)
@@ -349,7 +457,15 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
 CSV_COLUMNS = ["tag", "model", "split", "rung", "cond", "tasks", "samples", "k", "temperature"]
 CSV_COLUMNS += ["compile_pct", "compile_ci_lo", "compile_ci_hi", "run_pct", "run_ci_lo", "run_ci_hi"]
 CSV_COLUMNS += ["reward_scheme", "reward_mean", "reward_ci_lo", "reward_ci_hi", "pass1", "pass1_pct", "ci_lo", "ci_hi"]
-CSV_COLUMNS += ["passk_pct", "verified_pct", "near_pct", "norm_pct", "policy_temperature", "policy_compile_pct"]
+CSV_COLUMNS += [
+    "sample_pass_pct",
+    "passk_pct",
+    "verified_pct",
+    "near_pct",
+    "norm_pct",
+    "policy_temperature",
+    "policy_compile_pct",
+]
 CSV_COLUMNS += ["policy_run_pct", "policy_reward_mean", "policy_pass_pct", "avg_osim", "avg_idiom"]
 CSV_COLUMNS += ["idiom_delta_vs_base", "trunc_rate", "flagged_pass_share", "isolation"]
 """ladder.csv: the stages in the order a small model moves them, each after its CI; empty = not recorded."""
@@ -433,9 +549,11 @@ def show_ladder(
     csv_out: str | Path,
     png_out: str | Path,
     plan_path: str | Path | None = None,
+    allow_mixed: bool = False,
 ) -> str:
     df = rows_frame(read_jsonl(rows_path))
-    md = render_markdown(df, json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None)
+    plan = json.loads(Path(plan_path).read_text(encoding="utf-8")) if plan_path else None
+    md = render_markdown(df, plan, allow_mixed)
     write_text(md_out, md)
     write_text(csv_out, to_csv(df))
     plot(df, png_out)

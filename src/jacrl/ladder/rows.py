@@ -101,6 +101,8 @@ ROW_KEYS = (
     "compile_pct",
     "run_pct",
     "pass1_pct",
+    "sample_pass_pct",
+    "sample_pass_ci",
     "passk_pct",
     "verified_pct",
     "near_pct",
@@ -125,6 +127,7 @@ ROW_KEYS = (
     "config_hash",
     "config_parts",
     "code_version",
+    "machine",
 )
 """The cell's fields a row carries as they are."""
 
@@ -139,6 +142,7 @@ def ladder_row(cell: dict, base: dict | None) -> dict:
     row["pass1_ci"] = [round(lo, 4), round(hi, 4)]
     row["pass1_by_task"] = {t: v["pass1"] for t, v in sorted(cell["per_task"].items())}
     row["infra_by_task"] = {t: v["infra"] for t, v in sorted(cell["per_task"].items()) if v.get("infra")}
+    row["sample_by_task"] = {t: [v["c"], v["n"]] for t, v in sorted(cell["per_task"].items()) if v.get("n")}
     row["policy_by_task"] = {
         t: [v["policy_c"], v["policy_n"]] for t, v in sorted(cell["per_task"].items()) if v.get("policy_n")
     }

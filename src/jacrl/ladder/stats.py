@@ -1,9 +1,11 @@
 """Confidence intervals, paired tests and their power, from scipy (not hand-rolled).
 
-Binary per-task outcomes (compiles, runs, pass) get the Wilson interval and the exact McNemar
-test; bounded, tied, non-normal per-task scores (the dense reward, a task's sampled pass rate)
-get a percentile bootstrap interval over tasks and a paired sign-flip permutation test on the
-mean difference (docs/design.md#the-pivot says why these).
+Binary per-task outcomes (compiles, runs, pass) get the Wilson interval, the exact McNemar test
+and Newcombe's interval of the paired difference; bounded, tied, non-normal per-task scores (the
+dense reward, a task's sampled pass rate) get a percentile bootstrap interval over tasks, a paired
+sign-flip permutation test on the mean difference and a paired bootstrap interval of that mean
+difference (docs/design.md#the-pivot says why these). Samples of one task are never paired with
+another cell's by index: a task's samples enter as its rate.
 """
 
 from __future__ import annotations
@@ -32,12 +34,19 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
 @dataclass(frozen=True)
 class McNemar:
-    """Exact McNemar test on paired binary outcomes (a = condition, b = reference)."""
+    """Exact McNemar test on paired binary outcomes (a = condition, b = reference), with the 95 %
+    interval of the paired difference a − b in pass rate (`newcombe_paired_interval`)."""
 
     n: int  # paired tasks
     only_a: int  # a passes, b fails
     only_b: int  # b passes, a fails
     p_value: float
+    both: int = 0  # both pass
+    ci: tuple[float, float] = (-1.0, 1.0)  # of (only_a - only_b) / n
+
+    @property
+    def diff(self) -> float:
+        return (self.only_a - self.only_b) / self.n if self.n else 0.0
 
 
 def mcnemar_exact(a: dict[str, bool], b: dict[str, bool]) -> McNemar:
@@ -46,9 +55,35 @@ def mcnemar_exact(a: dict[str, bool], b: dict[str, bool]) -> McNemar:
     common = sorted(set(a) & set(b))
     only_a = sum(1 for t in common if a[t] and not b[t])
     only_b = sum(1 for t in common if b[t] and not a[t])
+    both = sum(1 for t in common if a[t] and b[t])
     discordant = only_a + only_b
     p = 1.0 if discordant == 0 else float(binomtest(only_a, discordant, 0.5).pvalue)
-    return McNemar(len(common), only_a, only_b, p)
+    ci = newcombe_paired_interval(both, only_a, only_b, len(common) - both - discordant)
+    return McNemar(len(common), only_a, only_b, p, both, ci)
+
+
+def newcombe_paired_interval(
+    both: int, only_a: int, only_b: int, neither: int, confidence: float = 0.95
+) -> tuple[float, float]:
+    """Newcombe's (1998) method 10 for the difference of two paired proportions, p_a − p_b =
+    (only_a − only_b) / n: each margin's Wilson interval, squared and added with the correlation
+    of the pair (φ, its numerator shrunk towards 0 by n/2 when positive, as the paper does).
+    Unlike a Wald interval it does not collapse to a point when no task is discordant, and it stays
+    inside [−1, 1]. (−1, 1) for no tasks."""
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return (-1.0, 1.0)
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson_interval(both + only_a, n, confidence)
+    l2, u2 = wilson_interval(both + only_b, n, confidence)
+    margins = (both + only_a) * (neither + only_b) * (both + only_b) * (neither + only_a)
+    num = both * neither - only_a * only_b
+    num = num - n / 2 if num > n / 2 else (num if num < 0 else 0.0)
+    phi = num / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    lo = d - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    hi = d + math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    return (max(-1.0, lo), min(1.0, hi))
 
 
 def wilson_half_width(n: int, p: float = 0.5, confidence: float = 0.95) -> float:
@@ -88,12 +123,16 @@ def min_detectable_difference(
     n: int, discordance: float, power: float = 0.8, alpha: float = 0.05, step: float = 0.005
 ) -> float | None:
     """The smallest difference in pass rate δ that the exact McNemar test on n pairs detects with
-    the given power, when a share `discordance` of tasks is discordant (or δ, if larger: a
-    difference of δ needs at least that much discordance). None when even δ = 1 is not enough."""
+    the given power, when a share `discordance` of tasks is discordant. The churn is held in each
+    direction: under no effect half the observed discordance goes each way (c = discordance / 2),
+    and an effect δ adds δ to one direction (p_a = c + δ, p_b = c), so the discordance grows with
+    the effect. Holding the total discordance fixed instead would have the losses shrink as the
+    gains grow, and promise a smaller mdd than the run can see. None when even the largest δ the
+    churn leaves room for is not enough."""
     bounds = _rejection_bounds(n, alpha)
-    for delta in np.arange(step, 1 + step / 2, step):
-        psi = min(1.0, max(discordance, delta))
-        if mcnemar_power(n, (psi + delta) / 2, (psi - delta) / 2, alpha, bounds) >= power:
+    churn = discordance / 2
+    for delta in np.arange(step, 1 - 2 * churn + step / 2, step):
+        if mcnemar_power(n, churn + delta, churn, alpha, bounds) >= power:
             return round(float(delta), 4)
     return None
 
@@ -127,6 +166,7 @@ class PairedScores:
     mean_diff: float  # mean of a - b over the paired tasks
     sd_diff: float  # sample standard deviation of a - b (what the power calculation needs)
     p_value: float
+    ci: tuple[float, float] | None = None  # paired bootstrap 95 % interval of mean_diff (tasks resampled)
 
 
 def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores:
@@ -138,10 +178,10 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     y = np.array([b[t] for t in common], dtype=float)
     d = x - y
     sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
+    ci = mean_interval(list(d))  # the paired bootstrap: a task's two values are resampled together
     if not d.any() or d.size < 2:  # one task: both of its sign patterns are as extreme, p = 1
-        return PairedScores(
-            len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()) if d.size else 0.0, sd, 1.0
-        )
+        mean = float(d.mean()) if d.size else 0.0
+        return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), mean, sd, 1.0, ci)
     res = permutation_test(  # one sample: scipy's `samples` permutations flip each difference's sign
         (d,),
         lambda u, axis: np.mean(u, axis=axis),
@@ -151,7 +191,7 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
         alternative="two-sided",
         random_state=_rng(),
     )
-    return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()), sd, float(res.pvalue))
+    return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()), sd, float(res.pvalue), ci)
 
 
 def paired_t_power(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:

@@ -15,7 +15,15 @@ import pandas as pd
 from jacrl.evaluation.labels import COLUMNS
 from jacrl.evaluation.metrics import NEAR_PASS
 from jacrl.io import read_jsonl, write_text
-from jacrl.ladder.pivot import CELL_LEGEND, TESTS_LEGEND, paired_tests, pivot_tables, rows_frame, to_csv
+from jacrl.ladder.pivot import (
+    CELL_LEGEND,
+    SEEDS_LEGEND,
+    TESTS_LEGEND,
+    paired_tests,
+    pivot_tables,
+    rows_frame,
+    to_csv,
+)
 from jacrl.ladder.stats import wilson_half_width
 from jacrl.report.html import frame_browse, frame_html, page
 
@@ -26,10 +34,12 @@ LEGEND = (
 )
 
 
-def ladder_html(rows: list[dict]) -> str:
-    """The whole page for a list of ladder rows."""
+def ladder_html(rows: list[dict], allow_mixed: bool = False) -> str:
+    """The whole page for a list of ladder rows (comparisons across machines: `jacrl.ladder.pivot.paired_tests`)."""
     df = rows_frame(rows)
     parts = [f'<p class="note">{escape(LEGEND)}</p>']
+    if "seeds" in df and df["seeds"].notna().any():
+        parts.append(f'<p class="note">{escape(SEEDS_LEGEND)}</p>')
     gen = df[df["split"] == "gen"]
     if len(gen):
         n = int(gen["tasks"].max())
@@ -42,7 +52,7 @@ def ladder_html(rows: list[dict]) -> str:
         parts.append(f"<h2>{escape(model)} · {escape(split)} (n ≤ {n} tasks)</h2>")
         for title, table in tables.items():
             parts += [f"<h3>{escape(title)}</h3>", frame_html(table)]
-    tests = paired_tests(df)
+    tests = paired_tests(df, allow_mixed)
     if len(tests):
         parts += [
             "<h2>Paired comparisons (same tasks)</h2>",
@@ -54,10 +64,10 @@ def ladder_html(rows: list[dict]) -> str:
     return page("The Jac RL ladder", "\n".join(parts), browse=True)
 
 
-def write_ladder_html(rows_path: str | Path, out: str | Path) -> int:
+def write_ladder_html(rows_path: str | Path, out: str | Path, allow_mixed: bool = False) -> int:
     """Render `rows_path` (results/rl_ladder.jsonl) to `out`; returns the number of rows shown."""
     rows = read_jsonl(rows_path)
     if not rows:
         raise ValueError(f"{rows_path}: no ladder rows")
-    write_text(out, ladder_html(rows))
+    write_text(out, ladder_html(rows, allow_mixed))
     return len(rows)

@@ -16,7 +16,7 @@ from statistics import fmean
 
 from jacrl.io import read_jsonl
 from jacrl.ladder.config import condition_parts
-from jacrl.ladder.stats import mcnemar_exact, wilson_interval
+from jacrl.ladder.stats import mcnemar_exact, paired_permutation, wilson_interval
 from jacrl.report.answers import answers_table
 from jacrl.report.cell_read import CellRead, read_cells
 from jacrl.tasks.record import Task, load_tasks
@@ -128,22 +128,35 @@ def _exact(records: dict) -> dict[str, bool]:
 
 
 def paired_tests(cells: list[CellRead]) -> list[str]:
-    """Each comparison (`comparisons`): exact McNemar on the greedy pass of each task, and on the
-    policy samples' pass of each (task, sample) pair where both cells drew them."""
+    """Each comparison (`comparisons`): exact McNemar on the greedy pass of each task with the 95 %
+    interval of the difference (Newcombe), and, where both cells drew policy samples, the paired
+    permutation test on each task's sampled pass rate with its paired bootstrap interval: a task's
+    samples are one unit (its rate), never paired with the other cell's samples by index."""
     out = [
-        "| new | old | greedy: only new / only old of n, p | sampled: only new / only old of n, p |",
+        "| new | old | greedy: only new / only old of n, Δ pp [95 % CI], p "
+        "| sampled pass rate per task: tasks up / down of n, Δ pp [95 % CI], p |",
         "|---|---|---|---|",
     ]
     for a, b in comparisons(cells):
         g = mcnemar_exact(_exact(a.greedy), _exact(b.greedy))
-        line = f"| {a.tag} | {b.tag} | {g.only_a} / {g.only_b} of {g.n}, p = {g.p_value:.3g} | "
+        line = f"| {a.tag} | {b.tag} | {g.only_a} / {g.only_b} of {g.n}, {_pp(g.diff, g.ci)}, p = {g.p_value:.3g} | "
         if a.policy and b.policy:
-            s = mcnemar_exact(_exact(a.policy), _exact(b.policy))
-            line += f"{s.only_a} / {s.only_b} of {s.n}, p = {s.p_value:.3g} |"
+            s = paired_permutation(_rates(a), _rates(b))
+            line += f"{s.higher_a} / {s.higher_b} of {s.n}, {_pp(s.mean_diff, s.ci)}, p = {s.p_value:.3g} |"
         else:
             line += "— |"
         out.append(line)
     return out
+
+
+def _pp(diff: float, ci: tuple[float, float] | None) -> str:
+    shown = f"{100 * diff:+.1f}"
+    return shown if ci is None else f"{shown} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def _rates(c: CellRead) -> dict[str, float]:
+    """Per task, the share of its policy samples that pass."""
+    return {t: passed / drawn for t, (passed, drawn) in _passes(c).items()}
 
 
 def moved_tasks(cells: list[CellRead]) -> list[str]:
@@ -224,7 +237,7 @@ def reading(results: Path, adapters: Path, tasks_path: Path) -> str:
         "### What the answers are: stubs, flagged passes, printed output (greedy)",
         *answers_table(cells, tasks),
         "",
-        "### Did a step of training move it (exact McNemar, two-sided)",
+        "### Did a step of training move it (greedy: exact McNemar; sampled: paired permutation over tasks)",
         *paired_tests(cells),
         "",
         "### Which tasks it moved",

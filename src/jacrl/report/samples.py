@@ -39,6 +39,7 @@ HEADER = (
 SUMMARY_KEYS = (
     "tasks",
     "pass1_pct",
+    "sample_pass_pct",
     "passk_pct",
     "verified_pct",
     "near_pct",
@@ -116,9 +117,8 @@ def sample_row(rec: dict) -> str:
 def samples_html(cell: dict, records: list[dict]) -> str:
     """The page of one cell: its headline numbers, then every completion."""
     tag = cell_tag(cell.get("rung"), cell.get("model"), cell.get("cond"), cell.get("split"))
-    summary = pd.DataFrame(
-        [{summary_header(k, cell): "—" if cell.get(k) is None else cell.get(k) for k in SUMMARY_KEYS}]
-    )
+    shown = [k for k in SUMMARY_KEYS if k != "sample_pass_pct" or cell.get(k) is not None]  # greedy-only: no column
+    summary = pd.DataFrame([{summary_header(k, cell): "—" if cell.get(k) is None else cell.get(k) for k in shown}])
     rows = [sample_row(r) for r in records]
     cols = {name: sorted({_select_value(r, name) for r in records}) for name, _ in SELECTS}
     body = [

@@ -12,7 +12,15 @@ import json
 from typing import Any
 
 from jacrl.config import GRPO_SECTIONS, Config
-from jacrl.ladder.config import ARM_MARK, GRPO_CONDITIONS, OPD_CONDITION, SFT_CONDITIONS, Split, condition_parts
+from jacrl.ladder.config import (
+    ARM_MARK,
+    GRPO_CONDITIONS,
+    OPD_CONDITION,
+    SFT_CONDITIONS,
+    Split,
+    condition_parts,
+    seed_parts,
+)
 from jacrl.rl.config import GRPOConfig
 from jacrl.training.config import LoraConfig, SFTConfig
 
@@ -53,6 +61,9 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
         if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters
             sft = {k: v for k, v in _sft_part(cfg.sft).items() if k != "iters"}
             parts["rft"] = {"rft": cfg.rft.result_settings(), "sft": sft}
+    seed = seed_parts(cond)[1]
+    if seed is not None:  # added to the sections' own seeds; a part of its own, so seeds' cells still compare
+        parts[f"seed {seed}"] = seed
     return parts
 
 
