@@ -34,6 +34,8 @@ rule grpo:
         tasks=layout.rung_tasks("{rung}"),
         init=grpo_init,
         envs=grpo_env_tasks,
+        pool=grpo_pool_tasks,
+        prior=grpo_prior_cell,
     output:
         directory(layout.adapter("{rung}", "{model}", "{cond}")),
     log:
@@ -45,7 +47,7 @@ rule grpo:
     priority: 1
     threads: TRAIN_THREADS
     resources:
-        mem_mb=job_mem_mb("grpo"),
+        mem_mb=grpo_mem_mb,
         runtime=job_runtime("grpo"),
         gpu=lambda wc: gpu_count(wc.model),
     params:

@@ -270,12 +270,11 @@ class Orchestrator:
                 replaced.append(groups[k])
                 groups[k] = g
             extra += new
-            if forwards is not None and more is not None:
+            if forwards is not None and more is not None:  # a replaced prompt's forward is freed at once
+                live = {tuple(self._prompts[g.task.id].token_ids) for g in groups}
                 forwards.by_prompt.update(more.by_prompt)
-        if forwards is not None and replaced:
-            live = {tuple(self._prompts[g.task.id].token_ids) for g in groups}
-            for head in [h for h in forwards.by_prompt if h not in live]:
-                del forwards.by_prompt[head]
+                for head in [h for h in forwards.by_prompt if h not in live]:
+                    del forwards.by_prompt[head]
         return replaced, extra
 
     def _replacements(
