@@ -15,6 +15,7 @@ from jacrl.backends.select import missing_models
 from jacrl.config import ConfigError, load_config
 from jacrl.ladder.config import (
     ADAPTER_CONDITIONS,
+    EI_CONDITIONS,
     GRPO_CONDITIONS,
     SPLITS,
     CellKey,
@@ -220,6 +221,16 @@ def grpo_prior_cell(wc):
         return []
     start = "sft" if condition_parts(wc.cond)[0] == "sft_grpo" else None if on_rft_start(wc) else "base"
     return layout.cell(wc.rung, wc.model, start, "mem") + ".json" if start else []
+
+
+def ei_init(wc):
+    """The adapter expert iteration starts from: sft_ei the rung's SFT adapter, raw_ei none (a fresh LoRA)."""
+    return layout.adapter(wc.rung, wc.model, "sft") if wc.cond == "sft_ei" else []
+
+
+def ei_pool_tasks(wc):
+    """The train pool file when expert iteration samples beyond its rung (its arm's `grpo.pool`)."""
+    return [] if CFG.grpo_run(CFG.ei.arm).grpo.pool == "rung" else [layout.split_tasks("trainpool")]
 
 
 def grpo_job_config(wc):

@@ -49,7 +49,8 @@ def test_reward_timeout_is_gone_with_a_pointer_to_tasks_timeout():
 
 def test_conditions_and_splits_are_one_vocabulary():
     with pytest.raises(
-        ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd'.*got 'grpo'"
+        ConfigError,
+        match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo', 'opd', 'sft_ei' or 'raw_ei'.*got 'grpo'",
     ):
         load_config({"ladder": {"conditions": ["grpo"]}})
     with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
@@ -58,6 +59,14 @@ def test_conditions_and_splits_are_one_vocabulary():
         SPLITS
     )
     assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
+    assert {"sft_ei", "raw_ei"} <= set(CONDITIONS) and not {"sft_ei", "raw_ei"} & set(DEFAULT_CONDITIONS)
+
+
+def test_ei_arm_must_be_a_grpo_arm():
+    with pytest.raises(ConfigError, match="ei.arm 'fast' is not in `grpo_arms` \\(none defined\\)"):
+        load_config({"ei": {"arm": "fast"}})
+    cfg = load_config({"ei": {"arm": "fast"}, "grpo_arms": {"fast": {"grpo": {"iters": 3}}}})
+    assert cfg.ei_job_config()["grpo"]["iters"] == 3 and "arm" not in cfg.ei_job_config()["ei"]
 
 
 def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
@@ -139,7 +148,7 @@ def test_the_root_holds_the_loss_keys_it_reads_at_the_top_level_as_one_section()
         ({"training_mode": "rlx"}, "config key 'training_mode': Input should be 'rl', 'sft' or 'opd' (got 'rlx')"),
         (
             {"rungz": [1]},
-            "allowed keys under the top level: determinism, eval, grpo, grpo_arms, ladder, loss_framework,",
+            "allowed keys under the top level: determinism, ei, eval, grpo, grpo_arms, ladder, loss_framework,",
         ),
         (
             {"rungz": [1]},

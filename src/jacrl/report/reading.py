@@ -25,7 +25,7 @@ from jacrl.tasks.record import Task, load_tasks
 CELL_RE = re.compile(
     r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
 )
-TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base"}
+TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base", "sft_ei": "sft", "raw_ei": "base"}
 """What each condition was trained from: the first comparison read for each of its cells."""
 
 
