@@ -34,7 +34,12 @@ class GRPOConfig(StrictModel):
     lr: float = Field(1e-6, gt=0, description="Learning rate of the LoRA parameters (Adam, constant after warm-up).")
     warmup: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
-    prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
+    prompts_per_step: int = Field(
+        1,
+        ge=1,
+        description="Prompts per step (the source's batch size 1): their groups are sampled in one decode (each "
+        "prompt prefilled once for its group) and trained in one optimiser step; a job's mem_mb follows it.",
+    )
     max_completion: int = Field(
         256, ge=1, description="Completion length cap in tokens (hits are logged as truncations)."
     )

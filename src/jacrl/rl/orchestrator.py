@@ -1,10 +1,12 @@
 """The orchestrator: prompts → groups of completions → rewards → advantages → a train batch.
 
-Each step deals its prompts to the envs by their shares (by default one env over the rung's train
-tasks). A `jac` env's prompts are sampled, a group each, with the backend (keeping the sampling
-logprobs and truncation flags), scored with the reward's batch API, and their group rewards turned
-into advantages; a `demos` env's prompts get their gold completion. The rollouts are filtered and
-built into the padded batch the trainer consumes.
+Each step deals its prompts to the envs by their shares (by default one env over the run's pool,
+`grpo.pool`), each env's tasks drawn as `grpo.draw` says (`jacrl.rl.pool`). A `jac` env's prompts are
+sampled, a group each, in one decode with the backend (keeping the sampling logprobs and truncation
+flags), scored with the reward's batch API (every group scored updates its task's pass-rate posterior);
+a group without spread is replaced by another prompt's group while `grpo.resample_max` allows, and the
+group rewards are turned into advantages; a `demos` env's prompts get their gold completion. The
+rollouts are filtered and built into the padded batch the trainer consumes.
 
 A completion the machine failed (`Score.infra`) teaches nothing: its group's advantages are taken
 over the rest, a group left with fewer than 2 is skipped, and a step whose infra share passes
@@ -113,9 +115,10 @@ class Group:
         return sum(len(c.token_ids) for c in self.completions)
 
 
-def replacement_metrics(drawn: list[Group], trained: list[Group], replaced: list[Group], extra: list[Group]) -> dict:
-    """The step's groups without spread before replacement (the groups first drawn) and after (the groups it
-    trains on), what replacement sampled and spent on groups it then dropped, and the groups per task."""
+def replacement_metrics(drawn: list[Group], replaced: list[Group], extra: list[Group]) -> dict:
+    """The share of the step's first-drawn groups without spread (the share after replacement is
+    `groups/zero_variance_frac`), what replacement sampled and spent on groups it then dropped, and the
+    groups of each task."""
     if not drawn:
         return {}
     share = lambda gs: sum(g.flat for g in gs) / len(gs)  # noqa: E731
@@ -195,6 +198,7 @@ class Orchestrator:
     def step(self, step: int) -> StepData:
         prompts = self.prompts_of(step)
         self.draws.posterior.decay()
+        self._reward_s = 0.0
         t0 = time.perf_counter()
         groups, forwards = self._sample_groups(step, [(env, t) for env, t in prompts if env.kind == "jac"], 0)
         drawn = list(groups)
@@ -212,7 +216,7 @@ class Orchestrator:
         if batch is not None:
             self._warn_unselected_prompt_roles(kept, batch)
         metrics = self._sample_metrics(groups)
-        metrics |= replacement_metrics(drawn, groups, replaced, extra)
+        metrics |= replacement_metrics(drawn, replaced, extra)
         metrics |= {f"env/{env.label}/prompts": float(sum(e is env for e, _ in prompts)) for env in self.envs}
         metrics |= {"samples/kept": float(len(kept)), "time/sample_s": t1 - t0 - self._reward_s}
         metrics["time/reward_s"] = self._reward_s
@@ -223,9 +227,7 @@ class Orchestrator:
     ) -> tuple[list[Group], PromptForwards | None]:
         """One decode of a group per prompt (each prompt prefilled once for its group), scored; round 0
         is the step's own prompts (seeded as before replacement existed), a later one its replacements.
-        Every group scored updates its task's posterior."""
-        if round_ == 0:
-            self._reward_s = 0.0
+        Every group scored updates its task's posterior; the scoring's seconds add to `_reward_s`."""
         if not prompts:
             return [], None
         cfg = self.cfg
