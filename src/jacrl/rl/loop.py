@@ -225,10 +225,9 @@ def _train(
             _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
     except Stopped:  # no output written; the checkpoint and the live metrics stay
         return ckpt.path
-    report = run_report(rows, start, start_from, b, run.tasks, cfg, run.losses) | {"pool": pool_report(orch, rows)}
-    if rows:  # the posterior at the end, in the last step's row
-        rows[-1].update({f"posterior_mean/{task}": p for task, p in report["pool"]["posterior_mean"].items()})
-    write_output(out, b, rows, report)
+    write_output(
+        out, b, rows, final_report(orch, rows, run_report(rows, start, start_from, b, run.tasks, cfg, run.losses))
+    )
     ckpt.remove()
     live.unlink(missing_ok=True)
     return out
@@ -353,6 +352,15 @@ def write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
             f"rate (T {report['grpo']['temperature']:g}) {s['pass_first_20pct']:.2f} → {s['pass_last_20pct']:.2f} "
             "(first → last fifth of the steps)"
         )
+
+
+def final_report(orch: Orchestrator, rows: list[dict], report: dict[str, Any]) -> dict[str, Any]:
+    """`report` (`run_report`) with what the run drew (`pool_report`); the posterior at the end goes into
+    the last step's row too."""
+    pool = pool_report(orch, rows)
+    if rows:
+        rows[-1].update({f"posterior_mean/{task}": p for task, p in pool["posterior_mean"].items()})
+    return {**report, "pool": pool}
 
 
 def pool_report(orch: Orchestrator, rows: list[dict]) -> dict[str, Any]:

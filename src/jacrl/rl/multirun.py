@@ -31,7 +31,7 @@ from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import grpo_options, log_precision, run_report, train_step, write_output
+from jacrl.rl.loop import final_report, grpo_options, log_precision, run_report, train_step, write_output
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.pool import pool_tasks
 from jacrl.rl.trainer import Trainer
@@ -128,5 +128,5 @@ def train_grpo_runs(
     for run, st in zip(runs, states):
         b.restore_training_state(st.state)
         report = run_report(st.rows, 0, str(run.init_adapter), b, run.tasks, run.cfg, run.loss_cfg)
-        write_output(run.out, b, st.rows, report)
+        write_output(run.out, b, st.rows, final_report(st.orch, st.rows, report))
     return [run.out for run in runs]
