@@ -15,6 +15,7 @@ from jacrl.backends.select import missing_models
 from jacrl.config import ConfigError, load_config
 from jacrl.ladder.config import (
     ADAPTER_CONDITIONS,
+    EI_CONDITIONS,
     GRPO_CONDITIONS,
     SPLITS,
     CellKey,
@@ -27,6 +28,7 @@ from jacrl.ladder.plan import PlanSpec, grid
 from jacrl import layout
 from jacrl.models.registry import REGISTRY
 from jacrl.rl.envs import env_task_files
+from jacrl.rl.pool import PoolError, check_pool_ids
 from jacrl.training.tracking import TRACKING_ENV
 from jacrl.workflow.provenance import cell_config, cell_provenance
 from jacrl.workflow.resources import job_resources
@@ -196,6 +198,50 @@ def grpo_env_tasks(wc):
 def multi_env_tasks(wc):
     """The env task files of every run of a grpo_multi job."""
     return sorted({f for cond in MULTI_CONDITIONS for f in env_tasks_of(cond)})
+
+
+def grpo_knobs(wc):
+    """The `grpo` knobs of a GRPO condition's run: the top level's, or its arm's."""
+    return CFG.grpo_run(condition_parts(wc.cond)[1]).grpo
+
+
+def grpo_mem_mb(wc, attempt):
+    """`mem_mb` of a GRPO job, from its own arm's knobs (prompts_per_step, resample_max)."""
+    return grown(job_resources(CFG, wc.model, "grpo", grpo=grpo_knobs(wc))["mem_mb"], attempt)
+
+
+def grpo_pool_tasks(wc):
+    """The train pool file when the run draws beyond its rung (`grpo.pool`); a list naming holdout, valid
+    or unknown tasks is refused here once the splits exist, before any job starts."""
+    pool = grpo_knobs(wc).pool
+    if pool == "rung":
+        return []
+    if not isinstance(pool, str) and Path(layout.split_tasks("trainpool")).exists():
+        try:
+            check_pool_ids(pool, RL)
+        except PoolError as err:
+            raise WorkflowError(f"{wc.cond}: {err}") from None
+    return [layout.split_tasks("trainpool")]
+
+
+def grpo_prior_cell(wc):
+    """The starting policy's mem cell, whose samples at the GRPO temperature seed the pass-rate posterior
+    of a run drawing by learnability: sft_grpo's the rung's SFT cell, raw_grpo's the base's (none on an
+    RFT warm start, whose policy no cell measures)."""
+    if grpo_knobs(wc).draw != "learnability" or not CFG.eval.policy_on("mem") or "mem" not in CFG.ladder.splits:
+        return []
+    start = "sft" if condition_parts(wc.cond)[0] == "sft_grpo" else None if on_rft_start(wc) else "base"
+    return layout.cell(wc.rung, wc.model, start, "mem") + ".json" if start else []
+
+
+def ei_init(wc):
+    """The adapter expert iteration starts from: sft_ei the rung's SFT adapter, raw_ei none (a fresh LoRA)."""
+    return layout.adapter(wc.rung, wc.model, "sft") if wc.cond == "sft_ei" else []
+
+
+def ei_pool_tasks(wc):
+    """The train pool file when expert iteration samples beyond its rung (its arm's `grpo.pool`)."""
+    return [] if CFG.grpo_run(CFG.ei.arm).grpo.pool == "rung" else [layout.split_tasks("trainpool")]
 
 
 def grpo_job_config(wc):

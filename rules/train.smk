@@ -1,5 +1,5 @@
 # Stage 3: training — gold-SFT per rung, then GRPO (each arm) from the SFT adapter or from the base,
-# and on-policy distillation (opd) of the base toward a teacher.
+# on-policy distillation (opd) of the base toward a teacher, and expert iteration (sft_ei, raw_ei).
 
 
 rule sft:
@@ -50,6 +50,8 @@ rule grpo:
         tasks=layout.rung_tasks("{rung}"),
         init=grpo_init,
         envs=grpo_env_tasks,
+        pool=grpo_pool_tasks,
+        prior=grpo_prior_cell,
     output:
         directory(layout.adapter("{rung}", "{model}", "{cond}")),
     log:
@@ -61,7 +63,7 @@ rule grpo:
     priority: 1
     threads: TRAIN_THREADS
     resources:
-        mem_mb=job_mem_mb("grpo"),
+        mem_mb=grpo_mem_mb,
         runtime=job_runtime("grpo"),
         gpu=lambda wc: gpu_count(wc.model),
     params:
@@ -98,6 +100,35 @@ rule opd:
         teacher=opd_teacher,
     script:
         "../scripts/opd.py"
+
+
+# Expert iteration at a GRPO arm's sampled-token budget (`ei:`), from the SFT adapter (sft_ei) or the base (raw_ei).
+rule ei:
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=layout.rung_tasks("{rung}"),
+        init=ei_init,
+        pool=ei_pool_tasks,
+    output:
+        directory(layout.adapter("{rung}", "{model}", "{cond}")),
+    log:
+        "logs/ei/r{rung}/{model}/{cond}.log",
+    benchmark:
+        "benchmarks/ei/r{rung}/{model}/{cond}.tsv"
+    wildcard_constraints:
+        cond=one_of(EI_CONDITIONS),
+    priority: 1
+    threads: TRAIN_THREADS
+    resources:
+        mem_mb=job_mem_mb("rft"),  # samples, then trains: RFT's two phases, without its fuse
+        runtime=job_runtime("rft"),
+        gpu=lambda wc: gpu_count(wc.model),
+    params:
+        model_dir=lambda wc: model_dir(wc.model),
+        spec=lambda wc: model_spec(wc.model).model_dump(mode="json"),
+        config=lambda wc: CFG.ei_job_config(),
+    script:
+        "../scripts/ei.py"
 
 
 # ladder.multi_run: a rung's sft_grpo under every arm in one process over one loaded base model

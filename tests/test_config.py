@@ -91,7 +91,8 @@ def test_one_lora_section_shapes_every_fresh_adapter_and_a_stage_sets_keys_over_
 
 def test_conditions_and_splits_are_one_vocabulary():
     with pytest.raises(
-        ConfigError, match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd'.*got 'grpo'"
+        ConfigError,
+        match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo', 'opd', 'sft_ei' or 'raw_ei'.*got 'grpo'",
     ):
         load_config({"ladder": {"conditions": ["grpo"]}})
     with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
@@ -100,6 +101,14 @@ def test_conditions_and_splits_are_one_vocabulary():
         SPLITS
     )
     assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
+    assert {"sft_ei", "raw_ei"} <= set(CONDITIONS) and not {"sft_ei", "raw_ei"} & set(DEFAULT_CONDITIONS)
+
+
+def test_ei_arm_must_be_a_grpo_arm():
+    with pytest.raises(ConfigError, match="ei.arm 'fast' is not in `grpo_arms` \\(none defined\\)"):
+        load_config({"ei": {"arm": "fast"}})
+    cfg = load_config({"ei": {"arm": "fast"}, "grpo_arms": {"fast": {"grpo": {"iters": 3}}}})
+    assert cfg.ei_job_config()["grpo"]["iters"] == 3 and "arm" not in cfg.ei_job_config()["ei"]
 
 
 def test_the_score_cache_key_ignores_runner_workers_and_the_unused_scheme():
@@ -181,7 +190,7 @@ def test_the_root_holds_the_loss_keys_it_reads_at_the_top_level_as_one_section()
         ({"training_mode": "rlx"}, "config key 'training_mode': Input should be 'rl', 'sft' or 'opd' (got 'rlx')"),
         (
             {"rungz": [1]},
-            "allowed keys under the top level: determinism, eval, grpo, grpo_arms, ladder, lora, loss_framework,",
+            "allowed keys under the top level: determinism, ei, eval, grpo, grpo_arms, ladder, lora, loss_framework,",
         ),
         (
             {"rungz": [1]},
@@ -438,7 +447,6 @@ def test_the_source_grid_over_config_yaml_is_the_sources():
         16,
         "cosine",
     )
-
 
 
 def test_seeds_run_each_trained_condition_once_per_seed_and_leave_one_seed_alone():

@@ -202,3 +202,40 @@ def test_the_plans_job_count_is_the_dags(grid_plans, start):
         "pool" if len(extra) == 2 else "rung",
     )
     assert planned == {rule: n for rule, n in counted.items() if n and rule != "total"}
+
+
+def test_expert_iteration_and_a_learnability_pool_plan_their_inputs(repo):
+    grpo = '{"draw": "learnability", "pool": "trainpool", "prompts_per_step": 2, "max_tokens": 128, "max_seq": 4096}'
+    rc, out = dry_run(
+        repo,
+        "--forceall",
+        "results/cells/r1/tiny/sft_ei/mem.json",
+        "results/cells/r1/tiny/raw_ei/mem.json",
+        "adapters/r1/tiny/sft_grpo",
+        "adapters/r1/tiny/raw_grpo",
+        "--config",
+        f"grpo={grpo}",
+        quiet=(),
+    )
+    assert rc == 0, out
+    rung, pool = "dataset/rl/rungs/r1/train.jsonl", "dataset/rl/trainpool.jsonl"
+    assert job_inputs(out, "ei") == {
+        "adapters/r1/tiny/sft_ei": ["models/tiny", rung, "adapters/r1/tiny/sft", pool],
+        "adapters/r1/tiny/raw_ei": ["models/tiny", rung, pool],
+    }
+    # the posterior's seed: the starting policy's mem cell
+    assert job_inputs(out, "grpo") == {
+        "adapters/r1/tiny/sft_grpo": [
+            "models/tiny",
+            rung,
+            "adapters/r1/tiny/sft",
+            pool,
+            "results/cells/r1/tiny/sft/mem.json",
+        ],
+        "adapters/r1/tiny/raw_grpo": ["models/tiny", rung, pool, "results/cells/r1/tiny/base/mem.json"],
+    }
+
+
+def test_a_pool_of_held_out_tasks_is_refused(repo):
+    rc, out = dry_run(repo, "--forceall", "--config", 'grpo={"pool": "holdout"}')
+    assert rc != 0 and "grpo.pool 'holdout': GRPO never draws from the holdout" in out

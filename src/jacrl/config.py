@@ -39,9 +39,9 @@ from jacrl.losses.term_config import check_same_losses
 from jacrl.models.config import TinyModelConfig
 from jacrl.reward.config import RewardConfig
 from jacrl.rl.config import GRPOArm, GRPOConfig, OPDConfig
-from jacrl.strict import RESULT_FREE, StrictModel, plain_section
+from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel, plain_section
 from jacrl.tasks.config import SplitsConfig, TasksConfig
-from jacrl.training.config import LoraConfig, RFTConfig, SFTConfig
+from jacrl.training.config import EIConfig, LoraConfig, RFTConfig, SFTConfig
 from jacrl.training.tracking import Tracking
 
 LOSS_FRAMEWORK = "loss_framework"
@@ -132,6 +132,11 @@ class Config(StrictModel):
         default_factory=OPDConfig,
         description="The `opd` condition's teacher, steps, learning rate and sampling temperature (on-policy distillation).",
     )
+    ei: EIConfig = Field(
+        default_factory=EIConfig,
+        json_schema_extra=ADDED_LATER,
+        description="The `sft_ei` and `raw_ei` conditions (expert iteration at a GRPO arm's sampled-token budget).",
+    )
     eval: EvalConfig = Field(
         default_factory=EvalConfig, description="How each eval cell samples (pass@1 greedy, pass@k at T)."
     )
@@ -183,6 +188,10 @@ class Config(StrictModel):
             raise ValueError(
                 f"ladder.conditions names {unknown_arms}, whose arm is not in `grpo_arms` "
                 f"({', '.join(self.grpo_arms) or 'none defined'})"
+            )
+        if self.ei.arm is not None and self.ei.arm not in self.grpo_arms:
+            raise ValueError(
+                f"ei.arm {self.ei.arm!r} is not in `grpo_arms` ({', '.join(self.grpo_arms) or 'none defined'})"
             )
         if self.ladder.plan == "smart" and "mem" not in self.ladder.splits:
             raise ValueError("ladder.plan smart needs `mem` in ladder.splits: its smoke gate reads the SFT mem cell")
@@ -325,6 +334,15 @@ class Config(StrictModel):
             **{k: run[k] for k in LOSS_KEYS},
             **self.model_dump(mode="json", include={"threads", "reward"}),
             "grpo": grpo,
+        }
+
+    def ei_job_config(self) -> dict[str, Any]:
+        """The config an expert-iteration job is given: threads, reward, `sft` (its LoRA and SFT loop), `ei`,
+        and the `grpo` of the arm whose budget and sampling it matches."""
+        return {
+            **self.model_dump(mode="json", include={"threads", "reward", "sft"}),
+            "ei": self.ei.model_dump(mode="json", exclude={"arm"}),  # the arm's `grpo` is given here
+            "grpo": self.grpo_run(self.ei.arm).grpo.model_dump(mode="json"),
         }
 
     def opd_job_config(self) -> dict[str, Any]:

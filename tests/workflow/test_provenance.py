@@ -26,6 +26,7 @@ def changed(data: dict, base: dict | None = None) -> set[tuple[str, str]]:
 
 ALL = set(CELLS)
 GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the GRPO loop's knobs and terms
+EI = {c for c in CELLS if c[0] in ("sft_ei", "raw_ei")}
 
 
 @pytest.mark.parametrize(
@@ -52,7 +53,13 @@ GRPO = {c for c in CELLS if c[0] in ("sft_grpo", "raw_grpo", "opd")}  # opd: the
         ({"eval": {"max_tokens": 99}}, ALL),
         ({"eval": {"mem_max_tasks": 3}}, {c for c in CELLS if c[1] == "mem"}),
         ({"eval": {"policy_n": 2, "policy_splits": ["gen"]}}, {c for c in CELLS if c[1] == "gen"}),
-        ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")}),  # opd: its teacher's SFT
+        # opd: its teacher's SFT; expert iteration: its LoRA and SFT loop
+        ({"sft": {"lr": 1e-3}}, {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")} | EI),
+        ({"ei": {"rounds": 2}}, EI),
+        ({"grpo": {"iters": 3}}, GRPO | EI),  # expert iteration samples the GRPO arm's budget
+        ({"grpo": {"pool": "trainpool"}}, GRPO | EI),
+        ({"grpo": {"draw": "learnability", "resample_max": 2, "forget": 0.1}}, GRPO),
+        ({"grpo": {"draw": "uniform", "resample_max": 0, "learnability_floor": 0.01}}, set()),  # added knobs at default
         ({"grpo": {"lr": 1e-3}}, GRPO),
         ({"losses": [{"type": "rl", "kl_tau": 0.5}]}, GRPO),
         ({"orchestrator": {"renderer": "chat_template"}}, GRPO),
@@ -82,9 +89,9 @@ def test_rft_warm_start_enters_raw_grpo_cells_only():
     assert changed({"rft": {"samples": 2}}, RFT_MODEL) == raw
     assert changed({"rft": {"tasks": "pool"}}, RFT_MODEL) == raw  # what RFT sampled from is recorded in the cell
     assert load_config({}).rft.tasks == "rung"
-    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {
-        c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")
-    }  # RFT has its own iters
+    assert changed({"sft": {"iters": 3}}, RFT_MODEL) == {c for c in CELLS if c[0] in ("sft", "sft_grpo", "opd")} | {
+        c for c in EI if c[0] == "sft_ei"
+    }  # RFT and expert iteration have their own iters
     assert changed({"sft": {"lora": {"rank": 4}}}, RFT_MODEL) == {c for c in CELLS if c[0] != "base"}
 
 

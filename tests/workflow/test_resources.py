@@ -144,3 +144,13 @@ def test_kv_heads_are_read_from_the_model_config(tiny_model):
     conf = json.loads((tiny_model / "config.json").read_text())
     shape = model_shape(ModelSpec(name="t", path=str(tiny_model)))
     assert shape.kv_heads == conf.get("num_key_value_heads", conf["num_attention_heads"])
+
+
+def test_a_grpo_jobs_mem_mb_follows_its_arms_prompts_and_replacements(tmp_path):
+    cfg = load_config({"models": [{"name": "m", "path": str(tmp_path / "absent"), "parameters": 500_000_000}]})
+    mem = lambda **kw: job_resources(cfg, "m", "grpo", tmp_path, grpo=cfg.grpo.model_copy(update=kw))["mem_mb"]  # noqa: E731
+    assert mem(prompts_per_step=1) < mem(prompts_per_step=2) < mem(prompts_per_step=4)
+    # a replacement round keeps its prompts' forwards beside the step's: at most as many again
+    assert mem(prompts_per_step=2) < mem(prompts_per_step=2, resample_max=1) < mem(prompts_per_step=2, resample_max=2)
+    assert mem(prompts_per_step=2, resample_max=2) == mem(prompts_per_step=2, resample_max=9)
+    assert job_resources(cfg, "m", "grpo", tmp_path)["mem_mb"] == mem()

@@ -15,9 +15,11 @@ from jacrl.strict import StrictModel
 
 GRPOCondition = Literal["sft_grpo", "raw_grpo"]
 """GRPO from the rung's SFT adapter, or from the base (or its RFT warm start) with a fresh LoRA."""
-Condition = Literal["base", "sft", GRPOCondition, "opd"]
-"""How a cell's model was trained: not at all, gold-SFT, one of the GRPO conditions, or on-policy
-distillation of a fresh LoRA on the base toward a teacher (`opd`)."""
+EICondition = Literal["sft_ei", "raw_ei"]
+"""Expert iteration at a GRPO arm's sampled-token budget, from the rung's SFT adapter or a fresh LoRA on the base."""
+Condition = Literal["base", "sft", GRPOCondition, "opd", EICondition]
+"""How a cell's model was trained: not at all, gold-SFT, one of the GRPO conditions, on-policy
+distillation of a fresh LoRA on the base toward a teacher (`opd`), or expert iteration."""
 Split = Literal["gen", "mem"]
 """gen = the fixed holdout, mem = the rung's own train tasks."""
 Rung = int | Literal["all"]
@@ -27,12 +29,15 @@ CONDITIONS: tuple[Condition, ...] = get_args(Condition)
 GRPO_CONDITIONS: tuple[GRPOCondition, ...] = get_args(GRPOCondition)
 ADAPTER_CONDITIONS: tuple[Condition, ...] = tuple(c for c in CONDITIONS if c != "base")
 """Conditions whose cell evaluates a trained adapter."""
-SFT_CONDITIONS: tuple[Condition, ...] = ("sft", "sft_grpo")
+EI_CONDITIONS: tuple[EICondition, ...] = get_args(EICondition)
+SFT_CONDITIONS: tuple[Condition, ...] = ("sft", "sft_grpo", "sft_ei")
 """Conditions whose adapter is, or starts from, the rung's gold-SFT adapter."""
 SPLITS: tuple[Split, ...] = get_args(Split)
 OPD_CONDITION = "opd"
 """Trained by the GRPO loop under training_mode opd (docs/design.md#loss-framework); not in the default ladder."""
-DEFAULT_CONDITIONS: tuple[Condition, ...] = tuple(c for c in CONDITIONS if c != OPD_CONDITION)
+DEFAULT_CONDITIONS: tuple[Condition, ...] = tuple(
+    c for c in CONDITIONS if c != OPD_CONDITION and c not in EI_CONDITIONS
+)
 
 ARM_MARK = "@"
 """`sft_grpo@tuned`: a GRPO condition run under the named arm `tuned` of `grpo_arms`."""
@@ -86,7 +91,7 @@ def _check_condition(cond: str) -> str:
     if base in CONDITIONS and (arm is None or (base in GRPO_CONDITIONS and re.fullmatch(ARM_NAME, arm))):
         return cond
     raise ValueError(
-        "Input should be 'base', 'sft', 'sft_grpo', 'raw_grpo' or 'opd', or a GRPO condition under an "
+        "Input should be 'base', 'sft', 'sft_grpo', 'raw_grpo', 'opd', 'sft_ei' or 'raw_ei', or a GRPO condition under an "
         "arm of `grpo_arms` (sft_grpo@<arm>, raw_grpo@<arm>)"
     )
 
@@ -137,7 +142,7 @@ class LadderConfig(StrictModel):
         description="Conditions of the full plan: base (no training), sft (gold-SFT), sft_grpo (GRPO from the SFT "
         "adapter), raw_grpo (GRPO from the base or its RFT warm start), and sft_grpo@<arm> / raw_grpo@<arm> for an "
         "arm of `grpo_arms`; and, when listed, opd (a fresh LoRA on the base distilled on-policy toward the "
-        "`opd.teacher_*` teacher).",
+        "`opd.teacher_*` teacher) and sft_ei / raw_ei (expert iteration at a GRPO arm's budget, `ei`).",
     )
     multi_run: bool = Field(
         False,

@@ -21,7 +21,7 @@ from jacrl.report.answers import answers_table
 from jacrl.report.cell_read import CellRead, read_cells
 from jacrl.tasks.record import Task, load_tasks
 
-TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base"}
+TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base", "sft_ei": "sft", "raw_ei": "base"}
 """What each condition was trained from: the first comparison read for each of its cells."""
 
 

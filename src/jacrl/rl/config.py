@@ -14,6 +14,15 @@ from jacrl.reward.config import RewardConfig
 from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 from jacrl.training.config import LoraConfig
 
+POOLS = ("rung", "trainpool")
+"""The named pools GRPO may draw from (`grpo.pool`), beside a list of train pool task ids."""
+HELD_OUT = {
+    "gen": "holdout (the gen cells' tasks)",
+    "holdout": "holdout (the gen cells' tasks)",
+    "valid": "valid split",
+}
+"""Task sets no training run may draw from, by the names a user might give them."""
+
 
 class GRPOConfig(StrictModel):
     """The RL stage: sample a group per prompt, score with the Jac reward, train the enabled terms."""
@@ -31,7 +40,12 @@ class GRPOConfig(StrictModel):
     lr: float = Field(1e-6, gt=0, description="Learning rate of the LoRA parameters (Adam, constant after warm-up).")
     warmup: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (the GRPO group).")
-    prompts_per_step: int = Field(1, ge=1, description="Prompts per step (the source's batch size 1).")
+    prompts_per_step: int = Field(
+        1,
+        ge=1,
+        description="Prompts per step (the source's batch size 1): their groups are sampled in one decode (each "
+        "prompt prefilled once for its group) and trained in one optimiser step; a job's mem_mb follows it.",
+    )
     max_tokens: int = Field(256, ge=1, description="Completion length cap in tokens (hits are logged as truncations).")
     max_seq: int = Field(
         1280,
@@ -116,6 +130,65 @@ class GRPOConfig(StrictModel):
         "the cause and the share; the last checkpoint stays, so `--rerun-incomplete` resumes once the machine is "
         "fixed. Below it those completions are left out of their groups' advantages (docs/design.md#infrastructure-failures).",
     )
+
+    # ---- where the prompts come from and which groups train (jacrl.rl.pool; docs/design.md#the-prompt-pool) ----
+    pool: str | list[str] = Field(
+        "rung",
+        json_schema_extra=ADDED_LATER,
+        description="The tasks the run's prompts are drawn from: `rung` = the rung's train tasks (its `mem` "
+        "tasks); `trainpool` = the whole train pool; or a list of train pool task ids. Never the holdout (`gen`) "
+        "or `valid`: a pool naming them is refused. An env of `orchestrator.train.env` with its own task set "
+        "keeps it.",
+    )
+    draw: Literal["uniform", "learnability"] = Field(
+        "uniform",
+        json_schema_extra=ADDED_LATER,
+        description="How each step's prompts are drawn from the pool. `uniform`: a seeded permutation each epoch "
+        "(every task once an epoch). `learnability`: in proportion to p(1 − p), p the posterior mean of the "
+        "task's pass rate under the current policy (Beta, updated from every group scored), at least "
+        "`learnability_floor`: the draw itself is random, so the posterior's mean is used, not a Thompson sample "
+        "of it (a second draw would only add noise; MoPPS samples because it takes the top tasks).",
+    )
+    learnability_floor: float = Field(
+        0.01,
+        gt=0,
+        le=0.25,
+        json_schema_extra=ADDED_LATER,
+        description="The least weight a task gets under `draw: learnability` (p(1 − p) is at most 0.25): a task "
+        "every sample passes, or fails, is still drawn now and then, so the posterior learns when the policy moves.",
+    )
+    forget: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        json_schema_extra=ADDED_LATER,
+        description="Each step, every task's posterior counts move this share of the way back to the flat prior "
+        "Beta(1, 1) before the step's groups are added: what the policy did long ago weighs less than what it "
+        "does now (0 = never forget).",
+    )
+    resample_max: int = Field(
+        0,
+        ge=0,
+        json_schema_extra=ADDED_LATER,
+        description="The most replacement groups a step samples: a group whose rewards are all equal (it would "
+        "train nothing) is replaced before the training pass by another prompt's group, drawn as `draw` says, "
+        "in rounds of one decode each, until every group has spread or this many were sampled; a step still "
+        "without spread trains on what it has. Their tokens are counted (`samples/replaced_tokens`). 0 = off.",
+    )
+
+    @field_validator("pool")
+    @classmethod
+    def _pool_is_train_tasks(cls, v: str | list[str]) -> str | list[str]:
+        if isinstance(v, list):
+            if not v or len(set(v)) != len(v):
+                raise ValueError(f"grpo.pool as a list must name distinct task ids, got {v}")
+        elif v in HELD_OUT:
+            raise ValueError(f"grpo.pool {v!r}: GRPO never draws from the {HELD_OUT[v]}; use {' or '.join(POOLS)}")
+        elif v not in POOLS:
+            raise ValueError(
+                f"grpo.pool {v!r} is not a pool: use {' or '.join(POOLS)}, or a list of train pool task ids"
+            )
+        return v
 
     def training_reward(self, reward: RewardConfig) -> RewardConfig:
         """The reward this run trains on: `reward`, with this config's `floor_share` where it sets one."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
 from jacrl.rl.orchestrator import Orchestrator
+from jacrl.rl.pool import mem_cell_counts, pool_tasks
 from jacrl.rl.teacher import Teacher, load_teacher
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import Task
@@ -144,6 +145,9 @@ class OnPolicyRun:
     threads: int | None = None
     rl_dir: Path = Path("dataset/rl")
     ckpt_dir: Path | None = None
+    prior_cell: Path | None = None
+    """The starting policy's `mem` cell, whose samples at the GRPO temperature seed each task's pass-rate
+    posterior (`jacrl.rl.pool`); None = every task starts flat."""
 
 
 def train_grpo(
@@ -202,11 +206,17 @@ def _train(
     b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
-    orch, trainer = orchestrator_and_trainer(b, run.tasks, scorer, cfg, run.losses, run.rl_dir, teacher, run.threads)
+    prior = mem_cell_counts(run.prior_cell, cfg.temperature)
+    orch, trainer = orchestrator_and_trainer(
+        b, run.tasks, scorer, cfg, run.losses, run.rl_dir, teacher, run.threads, prior
+    )
+    if saved and "posterior" in saved.state:
+        orch.draws.posterior.restore(saved.state["posterior"])
     cadence = Cadence(cfg.iters, cfg.save_every, start, stop_after)
 
     def after_step(step: int) -> None:
-        cadence.after(step, lambda at: ckpt.save(at, b, rows, {"losses": terms}, reference))
+        state = lambda: {"losses": terms, "posterior": orch.draws.posterior.state()}  # noqa: E731
+        cadence.after(step, lambda at: ckpt.save(at, b, rows, state(), reference))
 
     # followable while it runs; the output's copy is final
     live = ckpt.path.with_name(ckpt.path.name + ".metrics.jsonl")
@@ -216,7 +226,9 @@ def _train(
             _run_steps(orch, trainer, cfg, start, rows, after_step, writer, progress)
     except Stopped:  # no output written; the checkpoint and the live metrics stay
         return ckpt.path
-    write_output(out, b, rows, run_report(rows, start, start_from, b, run.tasks, cfg, run.losses))
+    write_output(
+        out, b, rows, final_report(orch, rows, run_report(rows, start, start_from, b, run.tasks, cfg, run.losses))
+    )
     ckpt.remove()
     live.unlink(missing_ok=True)
     return out
@@ -231,13 +243,15 @@ def orchestrator_and_trainer(
     rl_dir: str | Path,
     teacher: Teacher | None,
     threads: int | None,
+    prior: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[Orchestrator, Trainer]:
-    """The two halves of a step over backend `b`: what samples and scores (with the run's envs), and
-    what trains the enabled terms (with the loaded teacher under training_mode opd)."""
-    envs = build_envs(loss_cfg.orchestrator.train.env, tasks, rl_dir)
-    orch = Orchestrator(
-        tasks, b, scorer, cfg, EnvLossPlans.from_config(loss_cfg), renderer=loss_cfg.orchestrator.renderer, envs=envs
-    )
+    """The two halves of a step over backend `b`: what samples and scores (with the run's envs over
+    `grpo.pool`, its posterior seeded from `prior`), and what trains the enabled terms (with the loaded
+    teacher under training_mode opd)."""
+    pool = pool_tasks(cfg.pool, tasks, rl_dir)
+    envs = build_envs(loss_cfg.orchestrator.train.env, pool, rl_dir)
+    plans = EnvLossPlans.from_config(loss_cfg)
+    orch = Orchestrator(pool, b, scorer, cfg, plans, renderer=loss_cfg.orchestrator.renderer, envs=envs, prior=prior)
     trainer = Trainer(
         b,
         loss_cfg.losses,
@@ -341,6 +355,37 @@ def write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
         )
 
 
+def final_report(orch: Orchestrator, rows: list[dict], report: dict[str, Any]) -> dict[str, Any]:
+    """`report` (`run_report`) with what the run drew (`pool_report`); the posterior at the end goes into
+    the last step's row too."""
+    pool = pool_report(orch, rows)
+    if rows:
+        rows[-1].update({f"posterior_mean/{task}": p for task, p in pool["posterior_mean"].items()})
+    return {**report, "pool": pool}
+
+
+def pool_report(orch: Orchestrator, rows: list[dict]) -> dict[str, Any]:
+    """What the run drew: its pool and draw, each task's groups over the run (replacements included)
+    and its posterior mean at the end, and what replacing groups without spread cost."""
+    draws: dict[str, float] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("draws/"):
+                draws[k.removeprefix("draws/")] = draws.get(k.removeprefix("draws/"), 0.0) + v
+    total = lambda key: sum(r.get(key, 0.0) for r in rows)  # noqa: E731
+    return {
+        "pool": orch.cfg.pool,
+        "draw": orch.cfg.draw,
+        "tasks": len(orch.draws.posterior.alpha),
+        "draws": dict(sorted(draws.items())),
+        "posterior_mean": orch.draws.report(),
+        "groups_replaced": total("groups/replaced"),
+        "groups_resampled": total("groups/resampled"),
+        "replaced_tokens": total("samples/replaced_tokens"),
+        "sampled_tokens": total("samples/sampled_tokens"),
+    }
+
+
 def summarise(rows: list[dict]) -> dict:
     """Mean reward of the first and last 20 % of steps, and the σ=0 / truncation fractions."""
     if not rows:
@@ -353,6 +398,7 @@ def summarise(rows: list[dict]) -> dict:
         "pass_first_20pct": mean(rows[:k], "reward/pass_rate"),
         "pass_last_20pct": mean(rows[-k:], "reward/pass_rate"),
         "zero_variance_frac": mean(rows, "groups/zero_variance_frac"),
+        "zero_variance_frac_drawn": mean(rows, "groups/zero_variance_frac_drawn"),
         "truncated_frac": mean(rows, "samples/truncated_frac"),
         # the last trained step's (a step whose groups all had zero advantage trains nothing)
         "reference_kl_last": next((r["kl/reference"] for r in reversed(rows) if "kl/reference" in r), None),

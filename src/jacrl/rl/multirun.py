@@ -32,8 +32,9 @@ from jacrl.progress import Progress
 from jacrl.reward.batch import Scorer
 from jacrl.rl.config import GRPOConfig
 from jacrl.rl.envs import build_envs
-from jacrl.rl.loop import grpo_options, log_precision, run_report, train_step, write_output
+from jacrl.rl.loop import final_report, grpo_options, log_precision, run_report, train_step, write_output
 from jacrl.rl.orchestrator import Orchestrator
+from jacrl.rl.pool import pool_tasks
 from jacrl.rl.trainer import Trainer
 from jacrl.tasks.record import Task
 
@@ -71,14 +72,15 @@ def _prepare(b: Backend, run: RunSpec, scorer: Scorer, rl_dir: str | Path) -> _R
     b.configure_optimizer(run.cfg.lr, max_grad_norm=run.cfg.max_grad_norm)
     reference = b.adapter_weights(run.init_adapter) if run.cfg.reference == "start" else None
     lc = run.loss_cfg
+    pool = pool_tasks(run.cfg.pool, run.tasks, rl_dir)  # its posterior starts flat: no mem cell is read here
     orch = Orchestrator(
-        run.tasks,
+        pool,
         b,
         scorer,
         run.cfg,
         EnvLossPlans.from_config(lc),
         renderer=lc.orchestrator.renderer,
-        envs=build_envs(lc.orchestrator.train.env, run.tasks, rl_dir),
+        envs=build_envs(lc.orchestrator.train.env, pool, rl_dir),
     )
     trainer = Trainer(
         b,
@@ -127,5 +129,5 @@ def train_grpo_runs(
     for run, st in zip(runs, states):
         b.restore_training_state(st.state)
         report = run_report(st.rows, 0, str(run.init_adapter), b, run.tasks, run.cfg, run.loss_cfg)
-        write_output(run.out, b, st.rows, report)
+        write_output(run.out, b, st.rows, final_report(st.orch, st.rows, report))
     return [run.out for run in runs]

@@ -146,3 +146,24 @@ class RFTConfig(StrictModel):
         if self.fallback_keep is not None and KEEP_LEVELS.index(self.fallback_keep) < KEEP_LEVELS.index(self.keep):
             raise ValueError(f"rft: fallback_keep {self.fallback_keep!r} is stricter than keep {self.keep!r}")
         return self
+
+
+EI_GRPO_KEYS = ("iters", "prompts_per_step", "group_size", "temperature", "top_p", "max_tokens", "pool")
+"""The GRPO arm's knobs an expert-iteration run reads: its budget, its sampling and its pool."""
+
+
+class EIConfig(StrictModel):
+    """Expert iteration (the `sft_ei` and `raw_ei` conditions): rounds of sampling the GRPO pool at the GRPO
+    temperature, keeping the completions that pass, and LoRA-SFT on every one kept so far plus the rung's gold
+    rows, from the rung's SFT adapter (`sft_ei`) or a fresh LoRA on the base (`raw_ei`). It samples as many
+    groups, of as many completions under the same cap, as the GRPO arm it is compared with (`arm`): the same
+    sampled-token budget. The SFT knobs (LoRA, lr, schedule, batch) are `sft`'s."""
+
+    arm: str | None = Field(
+        None,
+        description="The GRPO arm whose budget and sampling it matches: its iters × prompts_per_step groups of "
+        "group_size completions, at its temperature, top_p, max_tokens, from its pool; None = the default arm.",
+    )
+    rounds: int = Field(4, ge=1, description="Sample → keep → SFT rounds the budget is split into.")
+    iters: int = Field(40, ge=1, description="SFT steps after each round's sampling.")
+    seed: int = Field(0, description="Seed of the rounds' prompt order and sampling.")

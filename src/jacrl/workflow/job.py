@@ -201,6 +201,7 @@ def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
         cfg.loss_framework,
         init_adapter=getattr(smk.input, "init", None) or None,
         threads=smk.threads,
+        prior_cell=Path(smk.input.prior) if getattr(smk.input, "prior", None) else None,
     )
     special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(smk.params.model_dir))
     return run, cfg.grpo.training_reward(cfg.reward), special

@@ -14,6 +14,7 @@ from typing import Any
 from jacrl.config import GRPO_SECTIONS, Config
 from jacrl.ladder.config import (
     ARM_MARK,
+    EI_CONDITIONS,
     GRPO_CONDITIONS,
     OPD_CONDITION,
     SFT_CONDITIONS,
@@ -22,7 +23,7 @@ from jacrl.ladder.config import (
     seed_parts,
 )
 from jacrl.rl.config import GRPOConfig
-from jacrl.training.config import LoraConfig, SFTConfig
+from jacrl.training.config import EI_GRPO_KEYS, LoraConfig, SFTConfig
 
 
 def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, Any]:
@@ -56,6 +57,14 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
         parts[f"grpo{mark}"] = {**{k: everything[k] for k in GRPO_SECTIONS}, "grpo": grpo, "trainer": trainer}
     if base == OPD_CONDITION:
         parts.update(_opd_parts(cfg, model))
+    if base in EI_CONDITIONS:  # its sampling and budget are its arm's GRPO's; its SFT loop `sft`'s but iters
+        arm_grpo = cfg.grpo_run(cfg.ei.arm).grpo.result_settings()
+        loop = {k: v for k, v in cfg.sft.result_settings().items() if k not in ("iters", "epochs")}
+        parts["ei"] = {
+            "ei": cfg.ei.result_settings(),
+            "grpo": {k: v for k, v in arm_grpo.items() if k in EI_GRPO_KEYS},
+            "sft": loop,  # sft_ei's starting adapter adds the whole `sft` part
+        }
     if base == "raw_grpo":
         parts[f"grpo fresh LoRA{mark}"] = _fresh_lora_part(run.grpo.lora)
         if spec.warm_start == "rft":  # RFT trains with the `sft` knobs but its own iters

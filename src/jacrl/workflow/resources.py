@@ -18,7 +18,8 @@
                   logits (rows × completion × vocab × 12 bytes; 4 for a shared prompt's rows, whose
                   gradient is taken in place); padded rows (SFT, RFT) are rows × seq tokens
                   with seq² scores each; a GRPO step's rows share their group's prompt (the
-                  torch backend runs it once): per prompt its tokens and their scores, per row
+                  torch backend runs it once): per prompt kept (the step's `prompts_per_step`, and
+                  a replacement round's beside them: `kept_prompts`) its tokens and their scores, per row
                   its completion's tokens, their scores against the whole sequence, and its
                   copy of the prompt's KV cache; and the reference pass's kept prompt caches
                   (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
@@ -60,6 +61,7 @@ from jacrl.backends.sampling import DECODE_CACHE_BYTES, MAX_BATCH_ROWS
 
 if TYPE_CHECKING:
     from jacrl.config import Config
+    from jacrl.rl.config import GRPOConfig
 
 BASE_MB = 1500
 """Python, torch, transformers and jaclang loaded, before any model, with room to spare (what a
@@ -220,16 +222,23 @@ def training_bytes(
     return hidden + scores + cache + logits
 
 
+def kept_prompts(g: GRPOConfig) -> int:
+    """The most prompts whose forwards a GRPO step keeps at once: its `prompts_per_step`, and while a
+    replacement round samples (`resample_max`), that round's prompts beside them (at most as many)."""
+    return g.prompts_per_step + min(g.prompts_per_step, g.resample_max)
+
+
 def runtime_min(spec: ModelSpec, kind: RuleKind) -> int:
     """Wall-time limit (minutes) of a `kind` job."""
     return spec.runtime.get(kind, DEFAULT_RUNTIME_MIN[kind])
 
 
-def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
-    """(rows per forward, longest sequence, completion tokens) of a `kind` job under `cfg`:
-    upper bounds from the sections the rule reads (SFT's completion is bounded by its max_seq)."""
+def job_tokens(cfg: Config, kind: RuleKind, grpo: GRPOConfig | None = None) -> tuple[int, int, int]:
+    """(rows per forward, longest sequence, completion tokens) of a `kind` job under `cfg` (a GRPO job's
+    knobs: `grpo`, its arm's; default the top level's): upper bounds from the sections the rule reads
+    (SFT's completion is bounded by its max_seq)."""
     if kind == "grpo":
-        g = cfg.grpo
+        g = grpo or cfg.grpo
         return g.prompts_per_step * g.group_size, g.max_seq, g.max_tokens
     if kind in ("sft", "rft"):
         s = cfg.sft
@@ -239,13 +248,17 @@ def job_tokens(cfg: Config, kind: RuleKind) -> tuple[int, int, int]:
     return MAX_BATCH_ROWS, cfg.grpo.max_seq + e.max_tokens, e.max_tokens
 
 
-def job_resources(cfg: Config, name: str, kind: RuleKind, root: str | Path = ".") -> dict[str, int]:
-    """The `resources:` of a `kind` job of model `name`: mem_mb, runtime (minutes) and gpu."""
+def job_resources(
+    cfg: Config, name: str, kind: RuleKind, root: str | Path = ".", grpo: GRPOConfig | None = None
+) -> dict[str, int]:
+    """The `resources:` of a `kind` job of model `name` (a GRPO job under `grpo`, its arm's knobs; default
+    the top level's): mem_mb, runtime (minutes) and gpu."""
     spec = cfg.model(name)
-    rows, seq, completion = job_tokens(cfg, kind)
-    prompts = cfg.grpo.prompts_per_step if kind == "grpo" else 0
-    copy = kind == "grpo" and cfg.grpo.sampler == "merged"
-    cast = kind == "grpo" and cfg.grpo.autocast
+    g = grpo or cfg.grpo
+    rows, seq, completion = job_tokens(cfg, kind, g)
+    prompts = kept_prompts(g) if kind == "grpo" else 0
+    copy = kind == "grpo" and g.sampler == "merged"
+    cast = kind == "grpo" and g.autocast
     return {
         "mem_mb": mem_mb(spec, kind, rows, seq, completion, root, prompts, copy, cast),
         "runtime": runtime_min(spec, kind),
