@@ -42,7 +42,7 @@ def test_rounds_sample_the_arms_prompts_once_each(iters, per, rounds):
 
 def test_expert_iteration_spends_the_arms_budget_and_trains_on_what_passes(tiny_model, tmp_path):
     grpo = GRPOConfig(iters=3, prompts_per_step=2, group_size=4, max_tokens=8, max_seq=256, temperature=1.0)
-    sft = SFTConfig(iters=2, lr=1e-3, rank=4, scale=4.0, max_seq=512)
+    sft = SFTConfig(iters=2, lr=1e-3, lora={"rank": 4, "scale": 4.0}, max_seq=512)
     run = EIRun(model_spec(tiny_model, "torch"), TASKS, tmp_path / "ei", EIConfig(rounds=2, iters=2), grpo, sft)
     out = train_ei(run, WhitespaceScorer())
     report = json.loads((out / "ei_report.json").read_text())
