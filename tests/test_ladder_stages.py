@@ -32,7 +32,7 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 RUNGS = ["1", "2", "4"]
 CONFIG = {
     "threads": 1,
-    "splits": {"holdout_size": 1, "valid_size": 0},
+    "splits": {"holdout_size": 1},
     "rungs": [1, 2, 4],
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),

@@ -29,11 +29,12 @@ def test_default_plan_has_every_stage(repo):
     rc, out = dry_run(repo, "--forceall")
     assert rc == 0, out
     jobs = job_counts(out)
-    # rungs 1, 3, all × one model; 4 conditions × 2 splits; base gen computed once, copied nowhere
+    # rungs 1, 3, all × one model; 4 conditions × 3 splits; base gen and val computed once, copied nowhere
     assert jobs["build_tasks"] == 1 and jobs["splits"] == 1 and jobs["rung"] == 3
+    assert jobs["build_valid_tasks"] == 1 and jobs["valid_split"] == 1
     assert jobs["tiny_model"] == 1 and jobs["sft"] == 3 and jobs["grpo"] == 6
-    # one eval job per adapter (both splits, one model load), one per rung's base mem cell
-    assert jobs["eval_base_gen"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
+    # one eval job per adapter (every split, one model load), one per rung's base mem cell
+    assert jobs["eval_base_gen"] == 1 and jobs["eval_base_val"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
     assert jobs["rl_ladder"] == 1 and jobs["show_ladder"] == 1
 
 
@@ -44,7 +45,7 @@ def test_every_rung_reads_the_one_shared_base_gen_cell(repo):
     assert rc == 0, out
     [cells] = job_inputs(out, "rl_ladder").values()
     shared = "results/cells/shared/tiny/base/gen.json"
-    assert cells.count(shared) == 3 and len(cells) == 24
+    assert cells.count(shared) == 3 and cells.count(shared.replace("gen", "val")) == 3 and len(cells) == 36
     assert not [c for c in cells if "/base/gen" in c and c != shared]
     assert job_inputs(out, "report_samples") == {
         "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]
@@ -88,19 +89,28 @@ def test_each_condition_starts_from_its_own_model(repo, models, raw_base, rft_ta
 
     def outputs(cond):
         return ", ".join(
-            stem.format(cond, f) for f in ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl")
+            stem.format(cond, f"{s}.{ext}") for ext in ("json", "samples.jsonl") for s in ("gen", "mem", "val")
         )
 
-    holdout = "dataset/rl/holdout.jsonl"
-    assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, "adapters/r1/tiny/raw_grpo"]
-    assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, "adapters/r1/tiny/sft_grpo"]
+    holdout, valid = "dataset/rl/holdout.jsonl", "dataset/rl/valid.jsonl"
+    assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, valid, "adapters/r1/tiny/raw_grpo"]
+    assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, valid, "adapters/r1/tiny/sft_grpo"]
 
 
 def test_one_cell_plans_only_its_dependencies(repo):
     rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft/mem.json")
     assert rc == 0, out
     jobs = job_counts(out)
-    assert set(jobs) == {"build_tasks", "splits", "rung", "tiny_model", "sft", "eval"}
+    assert set(jobs) == {
+        "build_tasks",
+        "build_valid_tasks",
+        "splits",
+        "valid_split",
+        "rung",
+        "tiny_model",
+        "sft",
+        "eval",
+    }
     assert jobs["rung"] == 1 and jobs["sft"] == 1 and jobs["eval"] == 1
 
 
@@ -117,8 +127,9 @@ def test_selectors_narrow_the_grid(repo):
     [
         (
             'splits={"holdot_size": 3}',
-            "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size, valid_size",
+            "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size",
         ),
+        ('splits={"valid_size": 4}', "splits.valid_size is gone: the valid split is built from its own drivers"),
         ("threads=lots", "config key 'threads'"),
         ('grpo={"group_size": 1}', "config key 'grpo.group_size'"),
     ],
@@ -135,6 +146,7 @@ def test_source_grid_plans_quickly(repo):
     # 6 rungs × 2 models × 4 conditions × 2 splits: an adapter's two cells in one job, each model's base gen
     # cell computed once for all rungs
     assert jobs["eval"] == 6 * 2 * 3 and jobs["eval_base"] == 6 * 2 and jobs["eval_base_gen"] == 2
+    assert "eval_base_val" not in jobs
 
 
 def test_two_arms_train_and_evaluate_in_their_own_folders(repo):
@@ -176,7 +188,9 @@ def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
     # rung 1's SFT and its cells, the gate; the curve and GRPO come once the checkpoints have run
     assert jobs == {
         "build_tasks": 1,
+        "build_valid_tasks": 1,
         "splits": 1,
+        "valid_split": 1,
         "rung": 1,
         "tiny_model": 1,
         "sft": 1,
@@ -190,7 +204,36 @@ def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
     assert "checkpoint smoke:\n    input: results/cells/r1/tiny/sft/mem.json\n    output: results/smoke.json" in out
 
 
-MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen")
+def test_the_smart_plans_elbow_reads_the_val_cells_never_gen(repo, tmp_path):
+    """Past a passed smoke gate (its output and what it read stand in a fresh folder), the elbow
+    checkpoint's inputs are every rung's sft val and mem cells: no gen cell."""
+    for stub in (
+        *(f"dataset/rl/{f}.jsonl" for f in ("tasks", "holdout", "trainpool", "valid", "valid_build/tasks")),
+        "dataset/rl/splits.md",
+        "dataset/rl/rungs/r1/train.jsonl",
+        *(f"{d}/stub" for d in ("dataset/rl/templates", "dataset/rl/refbodies", "models/tiny", "adapters/r1/tiny/sft")),
+        *(f"dataset/rl/valid_build/{d}/stub" for d in ("templates", "refbodies")),
+        *(f"results/cells/r1/tiny/sft/{s}.{ext}" for s in ("gen", "mem", "val") for ext in ("json", "samples.jsonl")),
+        "results/smoke.json",
+    ):
+        (tmp_path / stub).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stub).write_text("[]\n")
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "results/plan.json", "-n", "--config", 'ladder={"plan": "smart"}'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    elbow = re.search(r"^checkpoint elbow:\n *input: (.*)$", out, re.MULTILINE)
+    assert elbow, out
+    sft = [f"results/cells/r{r}/tiny/sft/{s}.json" for r in ("1", "3", "all") for s in ("mem", "val")]
+    assert elbow[1].split(", ") == ["results/smoke.json", *sft]
+
+
+MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen", "eval_base_val")
 
 
 @pytest.mark.parametrize("extra", [(), (RFT_TINY,), (RFT_TINY, 'rft={"tasks": "pool"}')])
@@ -211,7 +254,7 @@ def test_the_plans_job_count_is_the_dags(repo, extra):
     assert rc == 0, out
     planned = {rule: n for rule, n in job_counts(out).items() if rule in MODEL_RULES}
     counted = model_jobs(
-        grid(["1", "3", "all"], ["tiny"], conds, ["gen", "mem"]),
+        grid(["1", "3", "all"], ["tiny"], conds, ["gen", "mem", "val"]),
         {"tiny"} if extra else set(),
         "pool" if len(extra) == 2 else "rung",
     )

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = {
     "threads": 1,
-    "splits": {"holdout_size": 1, "valid_size": 0},
+    "splits": {"holdout_size": 1},
     "rungs": [2],
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),

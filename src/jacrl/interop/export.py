@@ -85,7 +85,7 @@ shown as a `# TODO: write the body` line, and answers with the body in a ```jac 
 |---|---|
 {sizes}
 
-`holdout` is the evaluation set; `trainpool` the training pool; `valid` a small validation set;
+`holdout` is the evaluation set; `trainpool` the training pool; `valid` the validation split (drivers of its own, source-disjoint from both; the ladder's choices read it);
 `r1`, `r3`, `rall`, ... are the nested training rungs (each holds the one before it; `rall` is the
 whole train pool).
 

@@ -26,6 +26,7 @@ from jacrl.ladder.stats import (
     wilson_half_width,
     wilson_interval,
 )
+from jacrl.layout import SHARED_SPLITS
 
 ABSENT = "n/r"
 """What a row built before cells recorded per-task stages shows for them: not recorded, not zero."""
@@ -218,8 +219,8 @@ def _references(part: pd.DataFrame, r: pd.Series) -> list[tuple[str, pd.Series]]
     for name in names:
         rows = part[part["cond"] == name]
         same = rows[rows["rung"] == r["rung"]]
-        if name == "base" and r["split"] == "gen" and not len(same):
-            same = rows  # the base gen cell is the same for every rung
+        if name == "base" and r["split"] in SHARED_SPLITS and not len(same):
+            same = rows  # the base gen (val) cell is the same for every rung
         if len(same):
             refs.append((name, same.iloc[0]))
     return refs
@@ -324,7 +325,8 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
         "# The Jac RL ladder",
         "",
         *(plan_markdown(plan) if plan else []),
-        f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks.",
+        f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks, `val` = the valid "
+        "split (the ladder's choices read it).",
         "",
     ]
     gen = df[df["split"] == "gen"]

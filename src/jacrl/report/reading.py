@@ -19,11 +19,12 @@ from statistics import fmean
 from jacrl.io import read_jsonl
 from jacrl.ladder.config import condition_parts
 from jacrl.ladder.stats import mcnemar_exact, wilson_interval
+from jacrl.layout import SHARED_SPLITS
 from jacrl.report.answers import answers_table
 from jacrl.tasks.record import Task, load_tasks
 
 CELL_RE = re.compile(
-    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
+    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem|val)\.samples\.jsonl$"
 )
 TRAINED_FROM = {"sft": "base", "sft_grpo": "sft", "raw_grpo": "base"}
 """What each condition was trained from: the first comparison read for each of its cells."""
@@ -144,7 +145,7 @@ def comparisons(cells: list[CellRead]) -> list[tuple[CellRead, CellRead]]:
         if old is not None:
             pairs.append((a, old))
         if arm is not None or base == "raw_grpo":
-            default = _cell_like(cells, a, "sft_grpo", any_rung=a.split == "gen")
+            default = _cell_like(cells, a, "sft_grpo", any_rung=a.split in SHARED_SPLITS)
             if default is not None:
                 pairs.append((a, default))
     return pairs
