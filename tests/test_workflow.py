@@ -208,7 +208,8 @@ def test_the_smart_plans_elbow_reads_the_val_cells_never_gen(repo, tmp_path):
     """Past a passed smoke gate (its output and what it read stand in a fresh folder), the elbow
     checkpoint's inputs are every rung's sft val and mem cells: no gen cell."""
     for stub in (
-        *(f"dataset/rl/{f}.jsonl" for f in ("tasks", "holdout", "trainpool", "valid", "valid_build/tasks")),
+        # in the order the jobs write them: no file older than what it was made from
+        *(f"dataset/rl/{f}.jsonl" for f in ("tasks", "valid_build/tasks", "holdout", "trainpool", "valid")),
         "dataset/rl/splits.md",
         "dataset/rl/rungs/r1/train.jsonl",
         *(f"{d}/stub" for d in ("dataset/rl/templates", "dataset/rl/refbodies", "models/tiny", "adapters/r1/tiny/sft")),
