@@ -325,8 +325,7 @@ def render_markdown(df: pd.DataFrame, plan: dict | None = None) -> str:
         "# The Jac RL ladder",
         "",
         *(plan_markdown(plan) if plan else []),
-        f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks, `val` = the valid "
-        "split (the ladder's choices read it).",
+        f"Cells: {CELL_LEGEND} `gen` = the fixed holdout, `mem` = the rung's own train tasks.",
         "",
     ]
     gen = df[df["split"] == "gen"]
