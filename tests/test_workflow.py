@@ -260,3 +260,45 @@ def test_the_plans_job_count_is_the_dags(repo, extra):
         "pool" if len(extra) == 2 else "rung",
     )
     assert planned == {rule: n for rule, n in counted.items() if n and rule != "total"}
+
+
+@pytest.mark.slow
+def test_the_valid_split_is_built_from_its_own_drivers_and_refuses_a_shared_source(repo, tmp_path):
+    """The tasks stage for real on the fixture corpus (three drivers, 12 tasks) and its valid driver
+    (2 tasks): the valid split is the valid drivers' tasks, the holdout and the train pool hold every
+    other task, and a valid driver that reuses a source of the corpus fails the split naming both files."""
+    import json
+    import shutil
+
+    from fixtures.tiny import FIXTURES
+
+    (tmp_path / "drivers/mixed").mkdir(parents=True)
+    for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
+        shutil.copy(driver, tmp_path / "drivers/mixed" / driver.name)
+    shutil.copytree(FIXTURES / "valid", tmp_path / "valid")
+    tasks = f'tasks={{"drivers": "{tmp_path}/drivers", "valid_drivers": "{tmp_path}/valid"}}'
+    targets = ("dataset/rl/holdout.jsonl", "dataset/rl/trainpool.jsonl", "dataset/rl/valid.jsonl")
+
+    def run():
+        cmd = [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "--cores", "2", *targets, "--config", tasks]
+        cmd += ['splits={"holdout_size": 1}']
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = {
+        s: [json.loads(line)["id"] for line in (tmp_path / t).read_text().splitlines()] for s, t in zip("htv", targets)
+    }
+    assert ids["v"] == ["fx_tally_draw", "fx_tally_read"]
+    assert len(ids["h"]) + len(ids["t"]) == 12 and not set(ids["v"]) & set(ids["h"] + ids["t"])
+    summary = (tmp_path / "dataset/rl/splits.md").read_text()
+    assert "valid 2 (of 2 from its own drivers, 0 dropped)" in summary and "valid sources: tally_marks" in summary
+    clash = (tmp_path / "valid/mixed/tally_marks.jac").read_text().replace("source: tally_marks", "source: rle_codec")
+    (tmp_path / "valid/mixed/tally_marks.jac").write_text(clash)
+    proc = run()
+    assert proc.returncode != 0
+    assert re.search(
+        r"valid/mixed/tally_marks\.jac:\d+: valid task fx_tally_\w+ shares its source 'rle_codec' with "
+        r"\S*drivers/mixed/rle_codec\.jac:\d+",
+        proc.stdout + proc.stderr,
+    ), proc.stdout + proc.stderr

@@ -69,8 +69,9 @@ def built(tmp_path_factory) -> Path:
     (work / "drivers" / "mixed").mkdir(parents=True)
     for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
         shutil.copy(driver, work / "drivers" / "mixed" / driver.name)
+    shutil.copytree(FIXTURES / "valid", work / "valid")
     # merged over the bundled config.yaml, whose relative paths are taken from the workflow's folder
-    config = {**CONFIG, "tasks": {"drivers": str(work / "drivers")}}
+    config = {**CONFIG, "tasks": {"drivers": str(work / "drivers"), "valid_drivers": str(work / "valid")}}
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     snakemake(work, "--cores", "2", "report_items")
     snakemake(work, "--report", "report.html")
