@@ -30,6 +30,7 @@ include: "rules/report.smk"
 localrules:
     all,
     splits,
+    valid_split,
     rung,
     rl_ladder,
     show_ladder,

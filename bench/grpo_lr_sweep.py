@@ -11,8 +11,11 @@ The model is the config's first (its builtin's folder, precision and checkpointi
 rung's (`--rung`, default all); `--sft-adapter` starts from an adapter already trained (the ladder's own)
 instead of training one.
 
-The probe is the `mem` cell's tasks (the rung's first `eval.mem_max_tasks`), decoded greedily at
-`eval.max_tokens` and scored by the Jac reward: mean dense reward, compile / run / pass rates. It is
+The probe is the valid split (dataset/rl/valid.jsonl, the `val` cells' tasks: drivers of their own,
+source-disjoint from the holdout and the train pool; its first `--probe` tasks, default all of them): a
+rate chosen on the tasks it trained on, or on the holdout the ladder reports, would be chosen on what it
+is later judged by. Decoded greedily at `eval.max_tokens` and scored by the Jac reward: mean dense
+reward, compile / run / pass rates. It is
 run on the SFT adapter too (the `lr 0` row), so each arm is read against where it started; the
 training log gives the reward per step and the KL to the reference. Each arm also prints the share
 of probe completions that changed from the SFT adapter's (a learning rate that moves nothing in K
@@ -38,7 +41,7 @@ from jacrl.backends.cpu import cpu_info  # noqa: E402
 from jacrl.backends.select import load_model  # noqa: E402
 from jacrl.config import Config, load_config_file  # noqa: E402
 from jacrl.io import write_text  # noqa: E402
-from jacrl.layout import rung_tasks  # noqa: E402
+from jacrl.layout import rung_tasks, split_tasks  # noqa: E402
 from jacrl.reward.batch import RewardScorer  # noqa: E402
 from jacrl.rl.loop import OnPolicyRun, train_grpo  # noqa: E402
 from jacrl.tasks.record import Task, read_tasks  # noqa: E402
@@ -123,21 +126,21 @@ def row(name: str, p: dict, start: dict, curve: dict | None) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", nargs="+", default=["configs/smollm2-cpu.yaml"])
-    p.add_argument("--rung", default="all", help="the rung whose tasks GRPO trains on and the probe reads")
+    p.add_argument("--rung", default="all", help="the rung whose tasks GRPO trains on")
     p.add_argument("--sft-iters", type=int, default=20, help="gold-SFT steps of the starting adapter")
     p.add_argument("--sft-adapter", type=Path, default=None, help="start from this adapter instead of training one")
     p.add_argument("--iters", type=int, default=8, help="GRPO steps per learning rate")
     p.add_argument(
         "--lrs", type=float, nargs="*", default=[5e-5, 2e-4, 8e-4], help="none: the SFT adapter and its probe only"
     )
-    p.add_argument("--probe", type=int, default=None, help="probe tasks (default: eval.mem_max_tasks)")
+    p.add_argument("--probe", type=int, default=None, help="the valid split's first N tasks probed (default: all)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("bench/out/grpo_lr"))
     a = p.parse_args()
     cfg = merged_config(a.config)
     model = cfg.models[0]
     tasks = read_tasks(rung_tasks(a.rung))
-    probe_tasks = tasks[: a.probe or cfg.eval.mem_max_tasks]
+    probe_tasks = read_tasks(split_tasks("valid"))[: a.probe]
     sft = a.sft_adapter or a.out / "sft"
     t0 = time.perf_counter()
     sft_new = not sft.exists()
@@ -149,7 +152,7 @@ def main() -> int:
     print(
         f"cpu: {cpu_info().describe()}, {os.cpu_count()} cores; SFT {a.sft_iters} steps "
         f"({f'{sft_s} s' if sft_new else 'reused'}); GRPO {a.iters} steps × group {cfg.grpo.group_size} × {cfg.grpo.prompts_per_step} prompt, "
-        f"T {cfg.grpo.temperature}; probe {len(probe_tasks)} tasks greedy",
+        f"T {cfg.grpo.temperature}; probe {len(probe_tasks)} valid tasks greedy",
         flush=True,
     )
     print(

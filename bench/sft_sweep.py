@@ -1,12 +1,12 @@
-"""Short sweeps that size a real model's ladder: gold-SFT learning rate / rank by the holdout's gold
+"""Short sweeps that size a real model's ladder: gold-SFT learning rate / rank by the valid split's gold
 NLL, then the GRPO temperature by what a group of samples from the chosen adapter gives GRPO.
 
     .venv/bin/python bench/sft_sweep.py sft --lrs 2e-4 5e-4 1e-3 [--ranks 16] [--iters 16] [--batch 4]
     .venv/bin/python bench/sft_sweep.py grpo --adapter bench/out/sft_sweep/lr5e-04-r16 --temps 0.5 0.8 1.0
 
 `sft`: per (lr, rank), gold-SFT on rung all (`--iters` steps of `--batch`, cosine, warm-up 2) from the
-same seed, then the NLL of 16 holdout gold answers (source-disjoint from training: what SFT is
-for); the adapters stay in bench/out/sft_sweep/. `grpo`: per temperature, `--group` samples of
+same seed, then the NLL of 16 valid gold answers (source-disjoint from training, what SFT is for, and
+from the holdout the ladder reports on, so the choice is not made on the table's tasks); the adapters stay in bench/out/sft_sweep/. `grpo`: per temperature, `--group` samples of
 each of `--tasks` rung tasks, scored by the real reward: mean reward, pass rate, and the share of
 groups whose rewards differ (a group whose rewards are all equal gives GRPO no gradient).
 Each run prints one table row as it finishes; everything runs in this process, one thing at a time.
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 RUNG = "dataset/rl/rungs/rall/train.jsonl"
-HOLDOUT = "dataset/rl/holdout.jsonl"
+VALID = "dataset/rl/valid.jsonl"
 OUT = Path("bench/out/sft_sweep")
 
 
@@ -32,11 +32,11 @@ def spec(model: str):
     return ModelSpec(name="sweep", path=model, backend="torch", dtype="auto")
 
 
-def holdout_nll(backend, n: int = 16) -> float:
+def valid_nll(backend, n: int = 16) -> float:
     from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.sft import sft_examples
 
-    tasks = read_tasks(HOLDOUT)[:n]
+    tasks = read_tasks(VALID)[:n]
     ex = sft_examples(backend, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
     return float(-np.concatenate([backend.logprobs([e.prompt_ids], [e.completion_ids])[0] for e in ex]).mean())
 
@@ -49,13 +49,13 @@ def sweep_sft(a: argparse.Namespace) -> None:
 
     tasks = read_tasks(RUNG)
     print(
-        "| lr | rank | steps × batch | train loss first → last 4 | holdout gold NLL | s/step |\n|---|---|---|---|---|---|"
+        "| lr | rank | steps × batch | train loss first → last 4 | valid gold NLL | s/step |\n|---|---|---|---|---|---|"
     )
     base_nll = None
     for rank in a.ranks:
         for lr in a.lrs:
             b = load_model(spec(a.model), threads=a.threads)
-            base_nll = base_nll if base_nll is not None else holdout_nll(b)
+            base_nll = base_nll if base_nll is not None else valid_nll(b)
             examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
             cfg = SFTConfig(
                 iters=a.iters,
@@ -72,7 +72,7 @@ def sweep_sft(a: argparse.Namespace) -> None:
             b.save_adapter(OUT / f"lr{lr:.0e}-r{rank}")
             tail = statistics.mean(losses[-4:])
             print(
-                f"| {lr:g} | {rank} | {a.iters} × {a.batch} | {losses[0]:.3f} → {tail:.3f} | {holdout_nll(b):.4f} "
+                f"| {lr:g} | {rank} | {a.iters} × {a.batch} | {losses[0]:.3f} → {tail:.3f} | {valid_nll(b):.4f} "
                 f"(base {base_nll:.4f}) | {dt:.1f} |",
                 flush=True,
             )

@@ -88,8 +88,8 @@ def bundled(path):
     return p.relative_to(Path.cwd()) if p.is_relative_to(Path.cwd()) else p
 
 
-def driver_files():
-    root = bundled(CFG.tasks.drivers)
+def driver_files(folder):
+    root = bundled(folder)
     return sorted(str(p) for p in root.rglob("*.jac") if not any(s.startswith(".") for s in p.relative_to(root).parts))
 
 
@@ -272,11 +272,11 @@ def opd_teacher_inputs(wc):
 
 
 def base_cell_tasks(wc):
-    """A rung's base cell reads its split's tasks; there is no rung base gen cell (the shared one)."""
-    if wc.split == "gen":
+    """A rung's base cell reads its split's tasks; there is no rung base gen or val cell (the shared ones)."""
+    if wc.split in layout.SHARED_SPLITS:
         raise WorkflowError(
-            f"the base model's gen cell does not depend on the rung; every rung reads "
-            f"{layout.cell(wc.rung, wc.model, 'base', 'gen')}.json"
+            f"the base model's {wc.split} cell does not depend on the rung; every rung reads "
+            f"{layout.cell(wc.rung, wc.model, 'base', wc.split)}.json"
         )
     return [layout.cell_tasks(wc.rung, wc.split)]
 

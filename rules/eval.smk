@@ -11,8 +11,8 @@ rule eval_base_gen:
         model=lambda wc: model_input(wc.model),
         tasks=[layout.split_tasks("holdout")],
     output:
-        cells=[layout.shared_base_gen("{model}") + ".json"],
-        samples=[layout.shared_base_gen("{model}") + ".samples.jsonl"],
+        cells=[layout.shared_base("{model}", "gen") + ".json"],
+        samples=[layout.shared_base("{model}", "gen") + ".samples.jsonl"],
     log:
         "logs/eval/shared/{model}/base/gen.log",
     benchmark:
@@ -29,6 +29,22 @@ rule eval_base_gen:
         cells=lambda wc: [cell_params("shared", wc.model, "base", "gen")],
     script:
         "../scripts/eval_cell.py"
+
+
+# The base model on the valid split, likewise once for every rung.
+use rule eval_base_gen as eval_base_val with:
+    input:
+        model=lambda wc: model_input(wc.model),
+        tasks=[layout.split_tasks("valid")],
+    output:
+        cells=[layout.shared_base("{model}", "val") + ".json"],
+        samples=[layout.shared_base("{model}", "val") + ".samples.jsonl"],
+    log:
+        "logs/eval/shared/{model}/base/val.log",
+    benchmark:
+        "benchmarks/eval/shared/{model}/base/val.tsv"
+    params:
+        cells=lambda wc: [cell_params("shared", wc.model, "base", "val")],
 
 
 # The base model on a rung's own tasks (mem): one cell.
@@ -94,7 +110,7 @@ rule rl_ladder:
         root=lambda wc, output: str(Path(output[0]).with_name("cells")),
         expected=expected_cells(),
         rungs=[str(r) for r in CFG.rungs],
-        selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen cell is filed under each
+        selected=CFG.ladder_rungs,  # the rungs this run selects: the shared base gen and val cells are filed under each
     script:
         "../scripts/rl_ladder.py"
 

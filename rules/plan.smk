@@ -1,7 +1,8 @@
 # The smart plan (`ladder.plan: smart`), as two checkpoints: nothing of a stage is planned before
 # the checkpoint ahead of it has run (src/jacrl/ladder/plan.py decides; docs/design.md#the-smart-plan).
 #   smoke: gold-SFT on the smallest rung passes its own train tasks, or the run stops here
-#   elbow: base and sft on every rung → each model's elbow → GRPO cells at the elbow + one raw control
+#   elbow: base and sft on every rung → each model's elbow, read from the sft val (and mem) cells, never
+#          gen → GRPO cells at the elbow + one raw control
 
 from jacrl.ladder.rows import rung_sort_key
 
@@ -27,7 +28,7 @@ checkpoint smoke:
 
 checkpoint elbow:
     input:
-        after_the_gate([k for k in curve_keys() if k.cond == "sft"]),
+        after_the_gate([k for k in curve_keys() if k.cond == "sft" and k.split != "gen"]),
     output:
         PLAN,
     log:

@@ -1,9 +1,9 @@
-# Stage 1: drivers → tasks → splits → nested rungs.
+# Stage 1: drivers → tasks → splits → nested rungs; the valid drivers → the valid split beside them.
 
 
 rule build_tasks:
     input:
-        driver_files(),
+        driver_files(CFG.tasks.drivers),
     output:
         tasks=layout.split_tasks("tasks"),
         templates=directory(f"{RL}/templates"),
@@ -22,14 +22,29 @@ rule build_tasks:
         "../scripts/build_tasks.py"
 
 
+# The valid split's own drivers, built apart: a change to them rebuilds neither the holdout nor the
+# train pool, nor any cell but the `val` ones.
+use rule build_tasks as build_valid_tasks with:
+    input:
+        driver_files(CFG.tasks.valid_drivers),
+    output:
+        tasks=f"{layout.VALID_BUILD}/tasks.jsonl",
+        templates=directory(f"{layout.VALID_BUILD}/templates"),
+        refbodies=directory(f"{layout.VALID_BUILD}/refbodies"),
+    log:
+        "logs/build_valid_tasks.log",
+    benchmark:
+        "benchmarks/build_valid_tasks.tsv"
+    params:
+        cfg=CFG.tasks.model_dump(mode="json", exclude={"valid_drivers"}) | {"drivers": str(CFG.tasks.valid_drivers)},
+
+
 rule splits:
     input:
         layout.split_tasks("tasks"),
     output:
         holdout=layout.split_tasks("holdout"),
         trainpool=layout.split_tasks("trainpool"),
-        valid=layout.split_tasks("valid"),
-        summary=f"{RL}/splits.md",
     log:
         "logs/splits.log",
     benchmark:
@@ -40,6 +55,25 @@ rule splits:
         cfg=CFG.splits.model_dump(mode="json"),
     script:
         "../scripts/splits.py"
+
+
+rule valid_split:
+    input:
+        tasks=layout.split_tasks("tasks"),
+        valid=f"{layout.VALID_BUILD}/tasks.jsonl",
+    output:
+        valid=layout.split_tasks("valid"),
+        summary=f"{RL}/splits.md",
+    log:
+        "logs/valid_split.log",
+    benchmark:
+        "benchmarks/valid_split.tsv"
+    resources:
+        mem_mb=1000,
+    params:
+        cfg=CFG.splits.model_dump(mode="json"),
+    script:
+        "../scripts/valid_split.py"
 
 
 rule rung:

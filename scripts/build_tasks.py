@@ -1,4 +1,4 @@
-# Rule build_tasks: drivers → tasks.jsonl + templates/ + refbodies/.
+# Rules build_tasks / build_valid_tasks: a drivers folder (`cfg.drivers`) → tasks.jsonl + templates/ + refbodies/.
 from pathlib import Path
 
 from jacrl.progress import summary

@@ -1,4 +1,4 @@
-# Rules eval / eval_base / eval_base_gen: a job's cells (one per split) — generate every cell, drop the model,
+# Rules eval / eval_base / eval_base_gen / eval_base_val: a job's cells (one per split) — generate every cell, drop the model,
 # then score every completion and aggregate — one model load, one set of reward fork servers.
 import gc
 import json

@@ -9,8 +9,18 @@ from pathlib import Path
 import pytest
 
 SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
-LOCAL_RULES = {"all", "splits", "rung", "rl_ladder", "show_ladder", "smoke", "elbow"}
-CLUSTER_RULES = {"build_tasks", "tiny_model", "sft", "grpo", "eval", "eval_base", "eval_base_gen"}
+LOCAL_RULES = {"all", "splits", "valid_split", "rung", "rl_ladder", "show_ladder", "smoke", "elbow"}
+CLUSTER_RULES = {
+    "build_tasks",
+    "build_valid_tasks",
+    "tiny_model",
+    "sft",
+    "grpo",
+    "eval",
+    "eval_base",
+    "eval_base_gen",
+    "eval_base_val",
+}
 
 
 def plan(cwd, *args):

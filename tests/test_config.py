@@ -27,7 +27,21 @@ def test_unknown_key_names_key_and_allowed_ones():
     with pytest.raises(ConfigError) as err:
         load_config({"splits": {"holdot_size": 3}})
     msg = str(err.value)
-    assert "splits.holdot_size" in msg and "holdout_size" in msg and "valid_size" in msg
+    assert "splits.holdot_size" in msg and "holdout_size" in msg and "decontam_threshold" in msg
+
+
+def test_the_old_valid_size_key_names_the_valid_drivers_in_one_line():
+    with pytest.raises(ConfigError) as err:
+        load_config({"splits": {"valid_size": 4}})
+    [line] = str(err.value).splitlines()[1:]
+    assert "splits.valid_size is gone" in line and "tasks.valid_drivers" in line
+
+
+def test_the_smart_plan_needs_the_val_cells():
+    with pytest.raises(
+        ConfigError, match="ladder.plan smart needs `val` in ladder.splits: its elbow reads the SFT val"
+    ):
+        load_config({"ladder": {"plan": "smart", "splits": ["gen", "mem"]}})
 
 
 def test_unknown_top_level_key():
@@ -95,7 +109,7 @@ def test_conditions_and_splits_are_one_vocabulary():
         match=r"ladder.conditions.0.*'base', 'sft', 'sft_grpo', 'raw_grpo', 'opd', 'sft_ei' or 'raw_ei'.*got 'grpo'",
     ):
         load_config({"ladder": {"conditions": ["grpo"]}})
-    with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen' or 'mem'"):
+    with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen', 'mem' or 'val'"):
         load_config({"eval": {"policy_splits": ["train"]}})
     assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS) and load_config({}).ladder.splits == list(
         SPLITS

@@ -3,7 +3,8 @@ the smart plan's run took 4.5 min beside another job, 26 min on cores held by a 
 the smart plan end to end, its gate stopping a run, staged commands filling one table, and a
 second GRPO arm beside the default one without overwriting it.
 
-The workflow runs on the three fixture drivers (12 tasks: a 4-task holdout, rungs 1, 2 and 4).
+The workflow runs on the three fixture drivers (12 tasks: a 4-task holdout, rungs 1, 2 and 4) and
+the fixture valid driver (2 tasks).
 Gold-SFT at these settings memorises rung 1 and not the larger rungs; nothing passes the holdout.
 """
 
@@ -32,7 +33,7 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 RUNGS = ["1", "2", "4"]
 CONFIG = {
     "threads": 1,
-    "splits": {"holdout_size": 1, "valid_size": 0},
+    "splits": {"holdout_size": 1},
     "rungs": [1, 2, 4],
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),
@@ -42,7 +43,7 @@ CONFIG = {
     "eval": {"n": 0, "k": 1, "policy_n": 0, "max_tokens": 160, "threads": 1},
 }
 TARGETS = ("results/rl_ladder.jsonl", "results/ladder.md")
-MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen")
+MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen", "eval_base_val")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(7200)]  # on loaded cores one run took 26 min
 
@@ -52,7 +53,8 @@ def workdir(tmp_path_factory, name: str, **overrides) -> Path:
     (work / "drivers" / "mixed").mkdir(parents=True)
     for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
         shutil.copy(driver, work / "drivers" / "mixed" / driver.name)
-    config = {**CONFIG, **overrides, "tasks": {"drivers": str(work / "drivers")}}
+    shutil.copytree(FIXTURES / "valid", work / "valid")
+    config = {**CONFIG, **overrides, "tasks": {"drivers": str(work / "drivers"), "valid_drivers": str(work / "valid")}}
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return work
 
@@ -115,9 +117,8 @@ def smart(tmp_path_factory):
 def test_the_smart_plan_runs_grpo_only_at_the_elbow_it_chose(smart):
     work, console = smart
     plan = json.loads((work / "results/plan.json").read_text())
-    # the rule restated for this curve: nothing passes the holdout, and on 4 holdout tasks no paired test
-    # reaches p < 0.05 (its smallest p is 2/16), so every gen stage is flat and mem decides: the first
-    # rung whose SFT does not memorise its own tasks
+    # the rule restated for this curve: on 2 valid tasks no paired test reaches p < 0.05, so every val
+    # stage is flat and mem decides: the first rung whose SFT does not memorise its own tasks
     assert all(cell(work, r, "sft", "gen")["pass1"] == 0 for r in RUNGS)
     mem = {r: cell(work, r, "sft", "mem") for r in RUNGS}
     assert mem["1"]["pass1"] == mem["1"]["tasks"]  # the gate passed

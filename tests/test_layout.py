@@ -21,8 +21,15 @@ def test_a_rule_pattern_and_a_library_path_come_from_one_function():
     assert (
         layout.cell(3, "tiny", "base", "gen")
         == layout.cell(10, "tiny", "base", "gen")
-        == layout.shared_base_gen("tiny")
+        == layout.shared_base("tiny", "gen")
     )
+    assert (
+        layout.cell(3, "tiny", "base", "val")
+        == layout.shared_base("tiny", "val")
+        == "results/cells/shared/tiny/base/val"
+    )
+    assert layout.cell(3, "tiny", "sft", "val") == "results/cells/r3/tiny/sft/val"
+    assert layout.cell_tasks(3, "val") == layout.split_tasks("valid") == "dataset/rl/valid.jsonl"
     assert layout.cell(3, "tiny", "sft", "mem") == "results/cells/r3/tiny/sft/mem"
     assert layout.cell_tasks(3, "mem") == layout.rung_tasks(3) and layout.cell_tasks(3, "gen") == layout.split_tasks(
         "holdout"

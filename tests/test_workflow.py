@@ -27,11 +27,12 @@ def job_counts(text: str) -> dict[str, int]:
 
 def test_default_plan_has_every_stage(default_plan):
     jobs = job_counts(default_plan)
-    # rungs 1, 3, all × one model; 4 conditions × 2 splits; base gen computed once, copied nowhere
+    # rungs 1, 3, all × one model; 4 conditions × 3 splits; base gen and val computed once, copied nowhere
     assert jobs["build_tasks"] == 1 and jobs["splits"] == 1 and jobs["rung"] == 3
+    assert jobs["build_valid_tasks"] == 1 and jobs["valid_split"] == 1
     assert jobs["tiny_model"] == 1 and jobs["sft"] == 3 and jobs["grpo"] == 6
-    # one eval job per adapter (both splits, one model load), one per rung's base mem cell
-    assert jobs["eval_base_gen"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
+    # one eval job per adapter (every split, one model load), one per rung's base mem cell
+    assert jobs["eval_base_gen"] == 1 and jobs["eval_base_val"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
     assert jobs["rl_ladder"] == 1 and jobs["show_ladder"] == 1
 
 
@@ -42,7 +43,7 @@ def test_every_rung_reads_the_one_shared_base_gen_cell(repo):
     assert rc == 0, out
     [cells] = job_inputs(out, "rl_ladder").values()
     shared = "results/cells/shared/tiny/base/gen.json"
-    assert cells.count(shared) == 3 and len(cells) == 24
+    assert cells.count(shared) == 3 and cells.count(shared.replace("gen", "val")) == 3 and len(cells) == 36
     assert not [c for c in cells if "/base/gen" in c and c != shared]
     assert job_inputs(out, "report_samples") == {
         "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]
@@ -55,7 +56,7 @@ def test_a_rung_base_gen_cell_points_at_the_shared_one(repo):
 
 
 RFT_TINY = 'models=[{"name": "tiny", "builtin": "tiny", "warm_start": "rft"}]'
-MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen")
+MODEL_RULES = ("sft", "rft", "grpo", "eval", "eval_base", "eval_base_gen", "eval_base_val")
 CONDITIONS = ["base", "sft", "sft_grpo", "sft_grpo@tuned", "raw_grpo"]
 WARM_STARTS = {"base": (), "rft-rung": (RFT_TINY,), "rft-pool": (RFT_TINY, 'rft={"tasks": "pool"}')}
 """Where raw_grpo starts: the base model, or an RFT warm start trained on the rung or on the pool."""
@@ -95,19 +96,28 @@ def test_each_condition_starts_from_its_own_model(grid_plans, start, raw_base, r
 
     def outputs(cond):
         return ", ".join(
-            stem.format(cond, f) for f in ("gen.json", "mem.json", "gen.samples.jsonl", "mem.samples.jsonl")
+            stem.format(cond, f"{s}.{ext}") for ext in ("json", "samples.jsonl") for s in ("gen", "mem", "val")
         )
 
-    holdout = "dataset/rl/holdout.jsonl"
-    assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, "adapters/r1/tiny/raw_grpo"]
-    assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, "adapters/r1/tiny/sft_grpo"]
+    holdout, valid = "dataset/rl/holdout.jsonl", "dataset/rl/valid.jsonl"
+    assert cells[outputs("raw_grpo")] == [raw_base, holdout, tasks, valid, "adapters/r1/tiny/raw_grpo"]
+    assert cells[outputs("sft_grpo")] == ["models/tiny", holdout, tasks, valid, "adapters/r1/tiny/sft_grpo"]
 
 
 def test_one_cell_plans_only_its_dependencies(repo):
     rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft/mem.json")
     assert rc == 0, out
     jobs = job_counts(out)
-    assert set(jobs) == {"build_tasks", "splits", "rung", "tiny_model", "sft", "eval"}
+    assert set(jobs) == {
+        "build_tasks",
+        "build_valid_tasks",
+        "splits",
+        "valid_split",
+        "rung",
+        "tiny_model",
+        "sft",
+        "eval",
+    }
     assert jobs["rung"] == 1 and jobs["sft"] == 1 and jobs["eval"] == 1
 
 
@@ -124,8 +134,9 @@ def test_selectors_narrow_the_grid(repo):
     [
         (
             'splits={"holdot_size": 3}',
-            "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size, valid_size",
+            "unknown config key 'splits.holdot_size'; allowed keys under splits: decontam_threshold, holdout_size",
         ),
+        ('splits={"valid_size": 4}', "splits.valid_size is gone: the valid split is built from its own drivers"),
         ("threads=lots", "config key 'threads'"),
         ('grpo={"group_size": 1}', "config key 'grpo.group_size'"),
     ],
@@ -174,7 +185,9 @@ def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
     # rung 1's SFT and its cells, the gate; the curve and GRPO come once the checkpoints have run
     assert jobs == {
         "build_tasks": 1,
+        "build_valid_tasks": 1,
         "splits": 1,
+        "valid_split": 1,
         "rung": 1,
         "tiny_model": 1,
         "sft": 1,
@@ -188,6 +201,36 @@ def test_the_smart_plan_first_plans_only_what_its_smoke_gate_reads(repo):
     assert "checkpoint smoke:\n    input: results/cells/r1/tiny/sft/mem.json\n    output: results/smoke.json" in out
 
 
+def test_the_smart_plans_elbow_reads_the_val_cells_never_gen(repo, tmp_path):
+    """Past a passed smoke gate (its output and what it read stand in a fresh folder), the elbow
+    checkpoint's inputs are every rung's sft val and mem cells: no gen cell."""
+    for stub in (
+        # in the order the jobs write them: no file older than what it was made from
+        *(f"dataset/rl/{f}.jsonl" for f in ("tasks", "valid_build/tasks", "holdout", "trainpool", "valid")),
+        "dataset/rl/splits.md",
+        "dataset/rl/rungs/r1/train.jsonl",
+        *(f"{d}/stub" for d in ("dataset/rl/templates", "dataset/rl/refbodies", "models/tiny", "adapters/r1/tiny/sft")),
+        *(f"dataset/rl/valid_build/{d}/stub" for d in ("templates", "refbodies")),
+        *(f"results/cells/r1/tiny/sft/{s}.{ext}" for s in ("gen", "mem", "val") for ext in ("json", "samples.jsonl")),
+        "results/smoke.json",
+    ):
+        (tmp_path / stub).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / stub).write_text("[]\n")
+    proc = subprocess.run(
+        [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "results/plan.json", "-n", "--config", 'ladder={"plan": "smart"}'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    elbow = re.search(r"^checkpoint elbow:\n *input: (.*)$", out, re.MULTILINE)
+    assert elbow, out
+    sft = [f"results/cells/r{r}/tiny/sft/{s}.json" for r in ("1", "3", "all") for s in ("mem", "val")]
+    assert elbow[1].split(", ") == ["results/smoke.json", *sft]
+
+
 @pytest.mark.parametrize("start", list(WARM_STARTS))
 def test_the_plans_job_count_is_the_dags(grid_plans, start):
     """plan.json's model jobs (smart and full grid) come from jacrl.ladder.plan.model_jobs: it must
@@ -197,7 +240,7 @@ def test_the_plans_job_count_is_the_dags(grid_plans, start):
     planned = {rule: n for rule, n in job_counts(grid_plans[start]).items() if rule in MODEL_RULES}
     extra = WARM_STARTS[start]
     counted = model_jobs(
-        grid(["1", "3", "all"], ["tiny"], CONDITIONS, ["gen", "mem"]),
+        grid(["1", "3", "all"], ["tiny"], CONDITIONS, ["gen", "mem", "val"]),
         {"tiny"} if extra else set(),
         "pool" if len(extra) == 2 else "rung",
     )
@@ -239,3 +282,45 @@ def test_expert_iteration_and_a_learnability_pool_plan_their_inputs(repo):
 def test_a_pool_of_held_out_tasks_is_refused(repo):
     rc, out = dry_run(repo, "--forceall", "--config", 'grpo={"pool": "holdout"}')
     assert rc != 0 and "grpo.pool 'holdout': GRPO never draws from the holdout" in out
+
+
+@pytest.mark.slow
+def test_the_valid_split_is_built_from_its_own_drivers_and_refuses_a_shared_source(repo, tmp_path):
+    """The tasks stage for real on the fixture corpus (three drivers, 12 tasks) and its valid driver
+    (2 tasks): the valid split is the valid drivers' tasks, the holdout and the train pool hold every
+    other task, and a valid driver that reuses a source of the corpus fails the split naming both files."""
+    import json
+    import shutil
+
+    from fixtures.tiny import FIXTURES
+
+    (tmp_path / "drivers/mixed").mkdir(parents=True)
+    for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
+        shutil.copy(driver, tmp_path / "drivers/mixed" / driver.name)
+    shutil.copytree(FIXTURES / "valid", tmp_path / "valid")
+    tasks = f'tasks={{"drivers": "{tmp_path}/drivers", "valid_drivers": "{tmp_path}/valid"}}'
+    targets = ("dataset/rl/holdout.jsonl", "dataset/rl/trainpool.jsonl", "dataset/rl/valid.jsonl")
+
+    def run():
+        cmd = [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "--cores", "2", *targets, "--config", tasks]
+        cmd += ['splits={"holdout_size": 1}']
+        return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = {
+        s: [json.loads(line)["id"] for line in (tmp_path / t).read_text().splitlines()] for s, t in zip("htv", targets)
+    }
+    assert ids["v"] == ["fx_tally_draw", "fx_tally_read"]
+    assert len(ids["h"]) + len(ids["t"]) == 12 and not set(ids["v"]) & set(ids["h"] + ids["t"])
+    summary = (tmp_path / "dataset/rl/splits.md").read_text()
+    assert "valid 2 (of 2 from its own drivers, 0 dropped)" in summary and "valid sources: tally_marks" in summary
+    clash = (tmp_path / "valid/mixed/tally_marks.jac").read_text().replace("source: tally_marks", "source: rle_codec")
+    (tmp_path / "valid/mixed/tally_marks.jac").write_text(clash)
+    proc = run()
+    assert proc.returncode != 0
+    assert re.search(
+        r"valid/mixed/tally_marks\.jac:\d+: valid task fx_tally_\w+ shares its source 'rle_codec' with "
+        r"\S*drivers/mixed/rle_codec\.jac:\d+",
+        proc.stdout + proc.stderr,
+    ), proc.stdout + proc.stderr

@@ -195,6 +195,10 @@ class Config(StrictModel):
             )
         if self.ladder.plan == "smart" and "mem" not in self.ladder.splits:
             raise ValueError("ladder.plan smart needs `mem` in ladder.splits: its smoke gate reads the SFT mem cell")
+        if self.ladder.plan == "smart" and "val" not in self.ladder.splits:
+            raise ValueError(
+                "ladder.plan smart needs `val` in ladder.splits: its elbow reads the SFT val cells (never gen)"
+            )
         if self.opd.teacher_model is not None and self.opd.teacher_model not in names:
             raise ValueError(f"opd.teacher_model {self.opd.teacher_model!r} is not in `models` ({', '.join(names)})")
         opd_listed = OPD_CONDITION in self.ladder.conditions

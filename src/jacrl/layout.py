@@ -15,6 +15,11 @@ RL = "dataset/rl"
 """The built task files: every task, the splits and the rungs."""
 SPLIT_FILES = ("tasks", "holdout", "trainpool", "valid")
 """The task files directly under `RL`, by name."""
+VALID_BUILD = f"{RL}/valid_build"
+"""The valid drivers' tasks as built (tasks.jsonl, templates/, refbodies/), before decontamination."""
+SHARED_SPLITS = ("gen", "val")
+"""The splits whose tasks are the same at every rung (the holdout, the valid split): the base model's
+cell of one is computed once, and every rung reads it."""
 RESULTS = "results"
 CELLS = f"{RESULTS}/cells"
 PLAN = f"{RESULTS}/plan.json"
@@ -48,20 +53,20 @@ def adapter(rung: object, model: object, cond: object) -> str:
 
 
 def cell(rung: object, model: object, cond: object, split: object) -> str:
-    """A ladder slot's cell, without its suffix (`.json`, `.samples.jsonl`). The base model's gen cell
-    does not depend on the rung: every rung reads the one shared cell (`shared_base_gen`)."""
-    if cond == "base" and split == "gen":
-        return shared_base_gen(model)
+    """A ladder slot's cell, without its suffix (`.json`, `.samples.jsonl`). The base model's gen and val
+    cells do not depend on the rung: every rung reads the one shared cell (`shared_base`)."""
+    if cond == "base" and split in SHARED_SPLITS:
+        return shared_base(model, split)
     return f"{CELLS}/r{rung}/{model}/{cond}/{split}"
 
 
-def shared_base_gen(model: object) -> str:
-    return f"{CELLS}/shared/{model}/base/gen"
+def shared_base(model: object, split: object) -> str:
+    return f"{CELLS}/shared/{model}/base/{split}"
 
 
 def cell_tasks(rung: object, split: str) -> str:
-    """A cell's tasks: the holdout (gen) or the rung's train tasks (mem)."""
-    return split_tasks("holdout") if split == "gen" else rung_tasks(rung)
+    """A cell's tasks: the holdout (gen), the valid split (val) or the rung's train tasks (mem)."""
+    return {"gen": split_tasks("holdout"), "val": split_tasks("valid")}.get(split) or rung_tasks(rung)
 
 
 def rft_model(model: object, rung: object | None) -> str:

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 CONFIG = {
     "threads": 1,
-    "splits": {"holdout_size": 1, "valid_size": 0},
+    "splits": {"holdout_size": 1},
     "rungs": [2],
     "models": [{"name": "tiny", "builtin": "tiny"}],
     "tiny": TEST_TINY.model_dump(mode="json"),
@@ -69,8 +69,9 @@ def built(tmp_path_factory) -> Path:
     (work / "drivers" / "mixed").mkdir(parents=True)
     for driver in sorted((FIXTURES / "drivers").rglob("*.jac")):
         shutil.copy(driver, work / "drivers" / "mixed" / driver.name)
+    shutil.copytree(FIXTURES / "valid", work / "valid")
     # merged over the bundled config.yaml, whose relative paths are taken from the workflow's folder
-    config = {**CONFIG, "tasks": {"drivers": str(work / "drivers")}}
+    config = {**CONFIG, "tasks": {"drivers": str(work / "drivers"), "valid_drivers": str(work / "valid")}}
     (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     snakemake(work, "--cores", "2", "report_items")
     snakemake(work, "--report", "report.html")

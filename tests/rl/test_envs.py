@@ -119,6 +119,8 @@ def test_env_ids_name_a_producer_and_a_task_set():
     for bad, message in [
         ("math-env", "must start with what produces"),
         ("jac:holdout", "never trains"),
+        ("demos:valid", "the valid split is where the ladder's choices are made and never trains"),
+        ("jac:dataset/rl/valid.jsonl", "never trains"),
         ("demos:somewhere", "a split"),
     ]:
         with pytest.raises(pydantic.ValidationError, match=message):

@@ -66,3 +66,4 @@ def test_the_source_grid_plans_each_models_cells(plans):
     # 6 rungs × 2 models × 4 conditions × 2 splits: an adapter's two cells in one job, each model's base gen
     # cell computed once for all rungs
     assert jobs["eval"] == 6 * 2 * 3 and jobs["eval_base"] == 6 * 2 and jobs["eval_base_gen"] == 2
+    assert "eval_base_val" not in jobs

@@ -78,7 +78,7 @@ Each row is one task: a complete, deterministic Jac (jaclang 0.16.7) program wit
 shown as a `# TODO: write the body` line, and answers with the body in a ```jac block."""
 """The card's YAML header (configs, licence) and what a task is."""
 
-CARD_ROWS = """`holdout` is the evaluation set; `trainpool` the training pool; `valid` a small validation set;
+CARD_ROWS = """`holdout` is the evaluation set; `trainpool` the training pool; `valid` the validation split (drivers of its own, source-disjoint from both; the ladder's choices read it);
 `r1`, `r3`, `rall`, ... are the nested training rungs (each holds the one before it; `rall` is the
 whole train pool).
 

@@ -163,7 +163,8 @@ class JacTasksetConfig(vf.TasksetConfig):
 
     task: JacTaskConfig = JacTaskConfig()
     split: str = "holdout"
-    """holdout (evaluate on it), trainpool, valid, or a rung (r1, r3, rall, ...: train on it)."""
+    """holdout or valid (evaluate on it; choices are made on valid), trainpool or a rung (r1, r3, rall, ...:
+    train on it)."""
     tasks: Path | None = None
     """A task file to load instead of the split."""
     tasks_dir: Path = Path("dataset/rl")

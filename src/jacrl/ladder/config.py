@@ -20,8 +20,9 @@ EICondition = Literal["sft_ei", "raw_ei"]
 Condition = Literal["base", "sft", GRPOCondition, "opd", EICondition]
 """How a cell's model was trained: not at all, gold-SFT, one of the GRPO conditions, on-policy
 distillation of a fresh LoRA on the base toward a teacher (`opd`), or expert iteration."""
-Split = Literal["gen", "mem"]
-"""gen = the fixed holdout, mem = the rung's own train tasks."""
+Split = Literal["gen", "mem", "val"]
+"""gen = the fixed holdout (the table's), mem = the rung's own train tasks, val = the valid split (every
+choice the ladder makes: the smart plan's elbow, a learning-rate sweep)."""
 Rung = int | Literal["all"]
 """A train-set size: the first N tasks of the train pool, or 'all' of it."""
 
@@ -123,7 +124,7 @@ class SmartPlanConfig(StrictModel):
         description="The smoke gate: gold-SFT on the smallest selected rung must pass at least this share of its own "
         "train tasks (greedy pass@1 on `mem`) for every selected model, else the run stops there.",
     )
-    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level of the elbow rule's paired test on `gen`.")
+    alpha: float = Field(0.05, gt=0, lt=1, description="Significance level of the elbow rule's paired test on `val`.")
 
 
 class LadderConfig(StrictModel):
@@ -153,7 +154,9 @@ class LadderConfig(StrictModel):
     models: list[str] | None = Field(None, description="Names of `models` to run (None = all configured models).")
     rungs: list[Rung] | None = Field(None, description="Subset of the top-level `rungs` to run (None = all).")
     splits: list[Split] = Field(
-        default_factory=lambda: list(SPLITS), description="gen = the holdout, mem = the rung's own train tasks."
+        default_factory=lambda: list(SPLITS),
+        description="gen = the holdout, mem = the rung's own train tasks, val = the valid split (the smart plan "
+        "needs it: its elbow is placed on val, never on gen).",
     )
     seeds: list[int] = Field(
         default_factory=lambda: [0],

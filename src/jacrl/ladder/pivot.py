@@ -26,6 +26,7 @@ from jacrl.ladder.stats import (
     wilson_half_width,
     wilson_interval,
 )
+from jacrl.layout import SHARED_SPLITS
 from jacrl.workflow.machine import check_same_machine, machine_differences
 
 ABSENT = "n/r"
@@ -307,8 +308,8 @@ def _references(part: pd.DataFrame, r: pd.Series) -> list[tuple[str, pd.Series]]
     for name in names:
         rows = part[part["cond"] == name]
         same = rows[rows["rung"] == r["rung"]]
-        if name == "base" and r["split"] == "gen" and not len(same):
-            same = rows  # the base gen cell is the same for every rung
+        if name == "base" and r["split"] in SHARED_SPLITS and not len(same):
+            same = rows  # the base gen (val) cell is the same for every rung
         if len(same):
             refs.append((name, same.iloc[0]))
     return refs

@@ -8,7 +8,9 @@ the blind grid (docs/design.md#the-smart-plan).
 The workflow runs stage 0 and stage 1 as Snakemake checkpoints (rules/plan.smk); this module
 decides: whether the gate passes, where the elbow is and why, which cells stage 2 adds, and how
 many model jobs that is against the full grid. The decision goes to `results/plan.json` and the
-head of `results/ladder.md`.
+head of `results/ladder.md`. Every choice reads the `val` cells (the valid split: drivers of their
+own, source-disjoint from the holdout and the train pool) and `mem`; `gen`, the holdout, is never
+read here: it is the table's, read once.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from jacrl.ladder.rows import read_cell, rung_sort_key
 from jacrl.ladder.stats import mcnemar_exact, paired_permutation, wilson_interval
 
 ELBOW_RULE = (
-    "The elbow of a model's SFT curve. On gen (the same holdout tasks at every rung), stage by stage — greedy "
+    "The elbow of a model's SFT curve, placed on val, never on gen. On val (the valid split: the same tasks at every "
+    "rung, from drivers of their own, source-disjoint from the holdout and the train pool), stage by stage — greedy "
     "pass@1, then runs, then compiles, then the mean dense reward (a small model moves the early stages long "
     "before it passes) — the first stage that is not flat decides: the smallest rung not significantly below "
-    "the best rung on it (two-sided paired test on the holdout tasks, p ≥ alpha: exact McNemar on a binary "
+    "the best rung on it (two-sided paired test on the valid tasks, p ≥ alpha: exact McNemar on a binary "
     "stage, the paired permutation test on the mean reward; the best rung has the highest value, the smallest "
     "such rung on ties). A stage is flat when no rung is significantly below the best (so it does not show where "
     "more data stops helping; e.g. nothing passes), or when the cells do not record it. When every stage is "
@@ -41,7 +44,9 @@ ELBOW_RULE = (
 )
 ELBOW_STAGES = (("pass1", "greedy pass@1"), ("runs", "greedy runs"), ("compiles", "greedy compiles"))
 ELBOW_STAGES += (("reward", "greedy mean reward"),)
-"""The gen stages the elbow is read on, in order: (per-task key in the cells, label)."""
+"""The val stages the elbow is read on, in order: (per-task key in the cells, label)."""
+CHOICE_SPLIT = "val"
+"""The split every choice of the plan reads (with `mem`); the holdout (`gen`) is the table's alone."""
 
 
 class SmokeGateFailed(RuntimeError):
@@ -102,7 +107,7 @@ class Elbow:
     rung: str
     split: str
     reason: str
-    metric: str  # the stage that placed it: one of ELBOW_STAGES' labels on gen, or `sft mem pass@1`
+    metric: str  # the stage that placed it: one of ELBOW_STAGES' labels on val, or `sft mem pass@1`
 
 
 def _pct(cell: dict) -> str:
@@ -133,18 +138,18 @@ def _paired_p(key: str, a: dict[str, float], b: dict[str, float]) -> float:
     return mcnemar_exact({t: bool(v) for t, v in a.items()}, {t: bool(v) for t, v in b.items()}).p_value
 
 
-def elbow_on_stage(gen: dict[str, dict], key: str, label: str, alpha: float) -> tuple[str | None, str]:
-    """(the elbow rung on one gen stage, or None when the stage is flat or unrecorded; why)."""
-    values = {r: stage_values(c, key) for r, c in gen.items()}
+def elbow_on_stage(val: dict[str, dict], key: str, label: str, alpha: float) -> tuple[str | None, str]:
+    """(the elbow rung on one val stage, or None when the stage is flat or unrecorded; why)."""
+    values = {r: stage_values(c, key) for r, c in val.items()}
     if any(v is None for v in values.values()):
         return None, f"{label} is not recorded in these cells"
     mean = {r: sum(v.values()) / max(len(v), 1) for r, v in values.items()}
-    best = max(gen, key=lambda r: (mean[r], -list(gen).index(r)))
+    best = max(val, key=lambda r: (mean[r], -list(val).index(r)))
     p = {r: _paired_p(key, v, values[best]) for r, v in values.items()}
-    below = [r for r in gen if mean[r] < mean[best] and p[r] < alpha]
+    below = [r for r in val if mean[r] < mean[best] and p[r] < alpha]
     if not below:
         return None, f"{label} is flat (no rung significantly below the best, r{best} at {_shown(key, values[best])})"
-    elbow = next(r for r in gen if r not in below)
+    elbow = next(r for r in val if r not in below)
     return elbow, (
         f"{label}: r{elbow} ({_shown(key, values[elbow])}) is the smallest rung not significantly below the best, "
         f"r{best} ({_shown(key, values[best])}; p = {p[elbow]:.3g} ≥ {alpha:g}); "
@@ -183,15 +188,17 @@ def choose_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smok
 
 
 def _curve_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smoke_min: float) -> Elbow:
-    """Where the SFT curve stops rising: gen stage by stage, else mem's first unmemorised rung."""
-    gen = dict(sorted(sft.get("gen", {}).items(), key=lambda kv: rung_sort_key(kv[0])))
-    flat = ["gen is not among ladder.splits"] if not gen else []
-    for key, label in ELBOW_STAGES if gen else ():
-        rung, why = elbow_on_stage(gen, key, label, alpha)
+    """Where the SFT curve stops rising: val stage by stage, else mem's first unmemorised rung."""
+    if "gen" in sft:
+        raise ValueError(f"{model}: the elbow is given gen cells; it reads val and mem only (gen is the table's)")
+    val = dict(sorted(sft.get(CHOICE_SPLIT, {}).items(), key=lambda kv: rung_sort_key(kv[0])))
+    flat = ["val is not among ladder.splits"] if not val else []
+    for key, label in ELBOW_STAGES if val else ():
+        rung, why = elbow_on_stage(val, key, label, alpha)
         if rung is not None:
-            return Elbow(model, rung, "gen", "gen: " + "; ".join([*flat, why]), label)
+            return Elbow(model, rung, CHOICE_SPLIT, "val: " + "; ".join([*flat, why]), label)
         flat.append(why)
-    flat = ["gen: " + "; ".join(flat)] if gen else flat
+    flat = ["val: " + "; ".join(flat)] if val else flat
     flat_text = "; ".join(flat)
     mem = dict(sorted(sft["mem"].items(), key=lambda kv: rung_sort_key(kv[0])))
     short = [r for r, c in mem.items() if c["pass1"] < smoke_min * c["tasks"]]
@@ -209,7 +216,7 @@ def _curve_elbow(model: str, sft: dict[str, dict[str, dict]], alpha: float, smok
 def model_jobs(cells: list[CellKey], rft_models: set[str], rft_tasks: str) -> dict[str, int]:
     """The jobs that run a model to build `cells`, per rule, as rules/*.smk plans them: one SFT per
     rung and model, one GRPO per adapter, one eval job per adapter (all its splits), one per rung
-    for the base model's mem cell, one base gen cell per model, and RFT warm starts for raw_grpo
+    for the base model's mem cell, one base gen and one base val cell per model, and RFT warm starts for raw_grpo
     of `rft_models` (per rung, or one per model with `rft.tasks: pool`)."""
     trained = {(k.rung, k.model, k.cond) for k in cells if k.cond != "base"}
     kind = {t: condition_parts(t[2])[0] for t in trained}
@@ -224,6 +231,7 @@ def model_jobs(cells: list[CellKey], rft_models: set[str], rft_tasks: str) -> di
         "eval": trained,
         "eval_base": {(k.rung, k.model) for k in cells if k.cond == "base" and k.split == "mem"},
         "eval_base_gen": {k.model for k in cells if k.cond == "base" and k.split == "gen"},
+        "eval_base_val": {k.model for k in cells if k.cond == "base" and k.split == "val"},
     }
     counts = {rule: len(v) for rule, v in jobs.items()}
     return {**counts, "total": sum(counts.values())}
@@ -256,6 +264,7 @@ def smart_plan(spec: PlanSpec, smoke: list[dict], sft: dict[str, dict[str, dict[
     (the curve, then GRPO at the elbows and the raw control), and its model jobs against the full
     grid of the same conditions on every rung. `sft[model][split][rung]` are the sft cells."""
     elbows = [choose_elbow(m, sft[m], spec.alpha, spec.smoke_min) for m in spec.models]
+    val_tasks = sorted({int(c["tasks"]) for m in spec.models for c in sft[m].get(CHOICE_SPLIT, {}).values()})
     cells = grid(spec.rungs, spec.models, ["base", "sft"], spec.splits)
     for e in elbows:
         cells += grid([e.rung], [e.model], spec.at_elbow, spec.splits)
@@ -264,6 +273,7 @@ def smart_plan(spec: PlanSpec, smoke: list[dict], sft: dict[str, dict[str, dict[
     return {
         "plan": "smart",
         "rule": ELBOW_RULE,
+        "decided_on": {"split": CHOICE_SPLIT, "tasks": val_tasks, "also": "mem", "never": "gen"},
         "smoke": smoke,
         "elbows": [asdict(e) for e in elbows],
         "grpo": {"at_elbow": spec.at_elbow, "raw_grpo_at": spec.raw_rung},
@@ -286,6 +296,17 @@ def write_smart_plan(spec: PlanSpec, smoke_path: str | Path, sft_paths: list[str
     return plan
 
 
+def _decided_on(plan: dict[str, Any]) -> str:
+    d = plan.get("decided_on")
+    if d is None:  # a plan.json written before the valid split existed
+        return "gen, the holdout (this plan predates the valid split: its elbow was chosen on the tables' own tasks)."
+    n = " or ".join(str(t) for t in d["tasks"]) or "no"
+    return (
+        f"`{d['split']}`, the valid split ({n} tasks, source-disjoint from the holdout and the train pool), and "
+        f"`{d['also']}`; `{d['never']}`, the holdout, is read only by the tables below."
+    )
+
+
 def plan_markdown(plan: dict[str, Any]) -> list[str]:
     """The plan as the head of ladder.md: the gate, the rule, each elbow and why, the jobs saved."""
     smart, full = plan["jobs"]["smart"], plan["jobs"]["full"]
@@ -298,6 +319,7 @@ def plan_markdown(plan: dict[str, Any]) -> list[str]:
         "then GRPO only at each model's elbow and one raw control.",
         "",
         f"- Smoke gate: {gate} (needs ≥ {100 * plan['smoke'][0]['smoke_min']:.0f} %).",
+        f"- Decided on: {_decided_on(plan)}",
         f"- Elbow rule: {plan['rule']}",
     ]
     lines += [

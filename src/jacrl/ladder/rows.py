@@ -15,6 +15,7 @@ from pathlib import Path
 from jacrl.io import write_jsonl
 from jacrl.ladder.config import SPLITS, condition_order
 from jacrl.ladder.stats import wilson_interval
+from jacrl.layout import SHARED_SPLITS
 
 SHARED = "shared"
 """The rung under which a cell that does not depend on the rung is filed (the base model's gen cell)."""
@@ -187,11 +188,11 @@ def build_rows(cells: list[dict]) -> list[dict]:
 
     def base_for(c: dict) -> dict | None:
         same_rung = seen.get(cell_tag(c["rung"], c["model"], "base", c["split"]))
-        if same_rung is not None or c["split"] == "mem":
+        if same_rung is not None or c["split"] not in SHARED_SPLITS:
             return same_rung
-        # the base gen cell is the same for every rung: any rung's copy will do
+        # the base gen (val) cell is the same for every rung: any rung's copy will do
         return next(
-            (b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == "gen"), None
+            (b for b in cells if b["model"] == c["model"] and b["cond"] == "base" and b["split"] == c["split"]), None
         )
 
     order = lambda c: (c["model"], SPLITS.index(c["split"]), rung_sort_key(c["rung"]), condition_order(c["cond"]))  # noqa: E731

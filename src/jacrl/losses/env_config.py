@@ -33,8 +33,9 @@ ENV_KINDS = ("jac", "demos")
 """What produces an env's rollouts: `jac` samples the policy and scores it with the Jac reward;
 `demos` takes the tasks' gold completions, teacher-forced (an imitation env: echo trains on them)."""
 
-TRAIN_SPLITS = ("trainpool", "valid")
-"""Splits an env may draw tasks from (the holdout is the `gen` evaluation and never trains)."""
+TRAIN_SPLITS = ("trainpool",)
+"""Splits an env may draw tasks from (the holdout is the `gen` evaluation and the valid split the `val` one, where
+the ladder's choices are made: neither ever trains)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class EnvSource:
     kind: str
     """`jac` or `demos` (ENV_KINDS)."""
     tasks: str | None
-    """None = the run's own train tasks (the rung's); a split (`trainpool`, `valid`); a rung (`r3`,
+    """None = the run's own train tasks (the rung's); the split `trainpool`; a rung (`r3`,
     `rall`); or a JSONL file of task records (a path ending in `.jsonl`)."""
 
     def task_file(self, rl_dir: str | Path = "dataset/rl") -> Path | None:
@@ -68,6 +69,8 @@ def parse_env_id(value: str) -> EnvSource:
         return EnvSource(kind, None)
     if tasks == "holdout" or tasks.endswith("holdout.jsonl"):
         raise ValueError(f"env id {value!r}: the holdout is the gen evaluation's and never trains")
+    if tasks == "valid" or tasks.endswith("valid.jsonl"):
+        raise ValueError(f"env id {value!r}: the valid split is where the ladder's choices are made and never trains")
     if tasks in TRAIN_SPLITS or re.fullmatch(r"r(\d+|all)", tasks) or tasks.endswith(".jsonl"):
         return EnvSource(kind, tasks)
     raise ValueError(

@@ -11,7 +11,7 @@ from pathlib import Path
 from jacrl.io import read_jsonl
 
 CELL_RE = re.compile(
-    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem)\.samples\.jsonl$"
+    r"(?:r(?P<rung>[^/]+)|shared)/(?P<model>[^/]+)/(?P<cond>[^/]+)/(?P<split>gen|mem|val)\.samples\.jsonl$"
 )
 
 

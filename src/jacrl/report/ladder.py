@@ -30,7 +30,7 @@ from jacrl.report.html import frame_browse, frame_html, page
 LEGEND = (
     f"The tables: {CELL_LEGEND} flagged = share of passes whose body carries a reward audit flag · ⚠ = scored under "
     f"weak or mixed sandbox isolation. near-pass: runs, output similarity ≥ {NEAR_PASS:g}, not exact. "
-    "gen = the fixed holdout, mem = the rung's own train tasks."
+    "gen = the fixed holdout, mem = the rung's own train tasks, val = the valid split (the ladder's choices read it)."
 )
 
 

@@ -17,6 +17,7 @@ from statistics import fmean
 from jacrl.io import read_jsonl
 from jacrl.ladder.config import condition_parts
 from jacrl.ladder.stats import mcnemar_exact, paired_permutation, wilson_interval
+from jacrl.layout import SHARED_SPLITS
 from jacrl.report.answers import answers_table
 from jacrl.report.cell_read import CellRead, read_cells
 from jacrl.tasks.record import Task, load_tasks
@@ -107,7 +108,7 @@ def comparisons(cells: list[CellRead]) -> list[tuple[CellRead, CellRead]]:
         if old is not None:
             pairs.append((a, old))
         if arm is not None or base == "raw_grpo":
-            default = _cell_like(cells, a, "sft_grpo", any_rung=a.split == "gen")
+            default = _cell_like(cells, a, "sft_grpo", any_rung=a.split in SHARED_SPLITS)
             if default is not None:
                 pairs.append((a, default))
     return pairs

@@ -2,7 +2,8 @@
 
 Parses every driver (markers, source tag, determinism screen), runs each gold program twice,
 checks that every hole is load-bearing (an empty body must change the output or fail), and
-prints a per-family table plus the corpus targets when PATH is the whole drivers folder.
+prints a per-family table plus the corpus targets when PATH is the whole drivers folder (the valid
+split's targets when it is the valid drivers' folder, `tasks.valid_drivers`).
 Programs run on the reward's fork servers, like the task build (`jac=True`: one `jac run`
 process per program, a second opinion at many times the cost: docs/design.md#measured-facts).
 """
@@ -11,16 +12,20 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from jacrl.progress import Progress
 from jacrl.tasks.build import parse_all, run_gold_checks
+from jacrl.tasks.config import TasksConfig
 from jacrl.tasks.drivers import Driver, Hole
 from jacrl.tasks.gold import Runner, gold_runner
 
 # Corpus-wide targets: enough tasks for a holdout of 100+, spread so no family dominates it.
 MIN_TASKS, MIN_FAMILIES, MAX_FAMILY_SHARE, MIN_SOURCES, MIN_OSP_SHARE = 400, 12, 0.12, 5, 0.55
+# The valid split's: enough tasks and families that a choice made on it is not one family's.
+VALID_MIN_TASKS, VALID_MIN_FAMILIES = 60, 10
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,14 @@ def corpus_targets(table: pd.DataFrame) -> list[Target]:
     ]
 
 
+def valid_targets(table: pd.DataFrame) -> list[Target]:
+    total = int(table["tasks"].sum())
+    return [
+        Target(f"valid tasks >= {VALID_MIN_TASKS}", total >= VALID_MIN_TASKS, str(total)),
+        Target(f"valid families >= {VALID_MIN_FAMILIES}", len(table) >= VALID_MIN_FAMILIES, str(len(table))),
+    ]
+
+
 def mutation_problems(drivers: list[Driver], expected: dict, timeout: float, jobs: int, runner: Runner) -> list[str]:
     """A hole is load-bearing when the program with an empty body fails or prints differently."""
     cases = [(d, h) for d in drivers if d.path in expected for h in d.holes]
@@ -120,8 +133,9 @@ def check(
         whole_corpus = len(table) > 1
     failed_targets = []
     if whole_corpus and not table.empty:
-        print("\ncorpus targets:")
-        for t in corpus_targets(table):
+        valid = Path(path).resolve() == TasksConfig().valid_drivers.resolve()
+        print("\nvalid split targets:" if valid else "\ncorpus targets:")
+        for t in valid_targets(table) if valid else corpus_targets(table):
             print(f"  [{'ok' if t.ok else 'FAIL'}] {t.name}: {t.detail}")
             if not t.ok:
                 failed_targets.append(t)
@@ -130,5 +144,5 @@ def check(
         for p in sorted(problems):
             print(f"  {p}")
         return 1
-    print("\nall drivers ok" + ("" if not failed_targets else f"; {len(failed_targets)} corpus target(s) not met"))
+    print("\nall drivers ok" + ("" if not failed_targets else f"; {len(failed_targets)} target(s) not met"))
     return 0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from jacrl.strict import RESULT_FREE, StrictModel
+from jacrl.strict import ADDED_LATER, RESULT_FREE, StrictModel
 from jacrl.tasks.record import DEFAULT_TIMEOUT
 
 
@@ -15,6 +15,13 @@ class TasksConfig(StrictModel):
     """Where the drivers live and the timeouts of building and scoring tasks."""
 
     drivers: Path = Field(Path("dataset/drivers"), description="Folder of driver programs, one sub-folder per family.")
+    valid_drivers: Path = Field(
+        Path("dataset/valid"),
+        json_schema_extra=ADDED_LATER,
+        description="Folder of the validation split's driver programs (same layout as `drivers`, sources no other "
+        "split uses): their tasks, decontaminated against the holdout and the train pool, are the `valid` split, "
+        "which every choice of the ladder reads (its `val` cells).",
+    )
     timeout: float = Field(
         DEFAULT_TIMEOUT,
         gt=0,
@@ -37,7 +44,8 @@ class TasksConfig(StrictModel):
 
 
 class SplitsConfig(StrictModel):
-    """How the tasks are split into the holdout, the train pool and the validation set."""
+    """How the tasks of `tasks.drivers` are split into the holdout and the train pool, and how the validation
+    split (`tasks.valid_drivers`) is decontaminated against both."""
 
     holdout_size: int = Field(
         30,
@@ -45,12 +53,20 @@ class SplitsConfig(StrictModel):
         description="Minimum number of holdout tasks after decontamination. Whole sources are held out (smallest first, "
         "round-robin over families), so the result can exceed this by less than one source.",
     )
-    valid_size: int = Field(
-        4, ge=0, description="Tasks taken from the end of the interleaved train pool for validation."
-    )
     decontam_threshold: float = Field(
         0.85,
         gt=0,
         le=1,
-        description="Drop a holdout task whose gold body is at least this difflib-similar to any training body.",
+        description="Drop a holdout task whose gold body is at least this difflib-similar to any training body, and "
+        "a validation task at least this similar to any holdout or training body.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_valid_size(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "valid_size" in data:
+            raise ValueError(
+                "splits.valid_size is gone: the valid split is built from its own drivers (tasks.valid_drivers, "
+                "dataset/valid), source-disjoint from the holdout and the train pool"
+            )
+        return data

@@ -1,9 +1,12 @@
-"""Task records → holdout / train pool / valid, and the nested rungs.
+"""Task records → holdout / train pool, the valid split beside them, and the nested rungs.
 
 The holdout is chosen by whole sources (so it is source-disjoint from training), covers every
 family, and is decontaminated against the training bodies. The train pool is interleaved
 round-robin over families, so the first N tasks of a small rung already mix families; rung N
-is the first N of the pool, which makes the rungs nested by construction.
+is the first N of the pool, which makes the rungs nested by construction. The valid split comes
+from drivers of its own (`tasks.valid_drivers`): never part of the tasks the holdout is chosen
+from, so it leaves the holdout and the train pool as they are; its sources and ids must appear in
+neither, and a task near-copying a holdout or train-pool body is dropped as the holdout's are.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jacrl.tasks.record import Task
 
@@ -20,12 +23,17 @@ def _stable_key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+Drop = tuple[str, str, float]
+"""(the dropped task's id, the id of the body it is closest to, their similarity)."""
+
+
 @dataclass
 class Splits:
     holdout: list[Task]
     trainpool: list[Task]
-    valid: list[Task]
-    dropped: list[tuple[str, str, float]] = field(default_factory=list)  # (holdout id, train id, similarity)
+    valid: list[Task] = field(default_factory=list)
+    dropped: list[Drop] = field(default_factory=list)  # holdout tasks close to a train-pool body
+    valid_dropped: list[Drop] = field(default_factory=list)  # valid tasks close to a holdout or train-pool body
 
 
 class SplitError(ValueError):
@@ -77,11 +85,9 @@ def interleave(tasks: list[Task]) -> list[Task]:
     return out
 
 
-def decontaminate(
-    holdout: list[Task], train: list[Task], threshold: float
-) -> tuple[list[Task], list[tuple[str, str, float]]]:
-    """Drop each holdout task whose gold body is at least `threshold`-similar to a training body;
-    a dropped task is reported with its most similar training task."""
+def decontaminate(holdout: list[Task], train: list[Task], threshold: float) -> tuple[list[Task], list[Drop]]:
+    """Drop each task of `holdout` whose gold body is at least `threshold`-similar to a body of `train`;
+    a dropped task is reported with its most similar task of `train`."""
     # One matcher per training body (its analysis is cached as seq2); the cheap upper bounds
     # real_quick_ratio >= quick_ratio >= ratio skip the quadratic ratio for almost every pair.
     matchers = []
@@ -106,7 +112,8 @@ def decontaminate(
     return kept, dropped
 
 
-def make_splits(tasks: list[Task], holdout_size: int, valid_size: int, decontam_threshold: float) -> Splits:
+def make_splits(tasks: list[Task], holdout_size: int, decontam_threshold: float) -> Splits:
+    """The holdout and the train pool of `tasks` (the valid split is added by `with_valid`)."""
     if not tasks:
         raise SplitError("no tasks to split")
     target = holdout_size
@@ -120,13 +127,32 @@ def make_splits(tasks: list[Task], holdout_size: int, valid_size: int, decontam_
         if choose_holdout_sources(tasks, bigger) == held:
             break  # no family has a source left to hold out
         target = bigger
-    if valid_size >= len(rest):
-        raise SplitError(f"valid_size={valid_size} leaves no training tasks (only {len(rest)} outside the holdout)")
-    trainpool, valid = (rest[: len(rest) - valid_size], rest[len(rest) - valid_size :]) if valid_size else (rest, [])
     missing = sorted({t.family for t in tasks} - {t.family for t in kept})
     if missing:
         raise SplitError(f"after decontamination the holdout covers no task of families {missing}")
-    return Splits(holdout=kept, trainpool=trainpool, valid=valid, dropped=dropped)
+    return Splits(holdout=kept, trainpool=rest, dropped=dropped)
+
+
+def with_valid(splits: Splits, candidates: list[Task], tasks: list[Task], decontam_threshold: float) -> Splits:
+    """`splits` with its valid split: `candidates` (the valid drivers' tasks) whose sources and ids none of
+    `tasks` (every task the holdout and train pool were cut from) uses, decontaminated against the
+    holdout and the train pool; in the candidates' order."""
+    if not candidates:
+        raise SplitError("no valid tasks: the valid split needs drivers of its own (tasks.valid_drivers)")
+    used = {t.source: t for t in tasks}
+    ids = {t.id: t for t in tasks}
+    for c in candidates:
+        clash = used.get(c.source) or ids.get(c.id)
+        if clash is not None:
+            what = f"source {c.source!r}" if c.source in used else f"id {c.id!r}"
+            raise SplitError(
+                f"{c.driver}:{c.line}: valid task {c.id} shares its {what} with {clash.driver}:{clash.line}; "
+                "the valid split's sources and ids must be its own"
+            )
+    kept, dropped = decontaminate(candidates, splits.holdout + splits.trainpool, decontam_threshold)
+    if not kept:
+        raise SplitError(f"decontamination dropped every one of the {len(candidates)} valid tasks")
+    return replace(splits, valid=kept, valid_dropped=dropped)
 
 
 def rung_tasks(trainpool: list[Task], rung: str | int) -> list[Task]:

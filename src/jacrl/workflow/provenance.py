@@ -45,6 +45,8 @@ def cell_config(cfg: Config, model: str, cond: str, split: Split) -> dict[str, A
         f"model {model}": {**spec.result_settings(), **built},
         f"eval {split}": cfg.eval.cell_settings(split),
     }
+    if split == "val":  # the valid split's own drivers: a val cell's tasks, and no other cell's
+        parts["valid"] = {"valid_drivers": cfg.tasks.valid_drivers.as_posix()}
     if cfg.determinism == "strict":  # absent by default, so the default's cells keep their hashes
         parts["determinism"] = cfg.determinism
     if base in SFT_CONDITIONS:
