@@ -216,3 +216,15 @@ def test_the_plans_job_count_is_the_dags(repo, extra):
         "pool" if len(extra) == 2 else "rung",
     )
     assert planned == {rule: n for rule, n in counted.items() if n and rule != "total"}
+
+
+def test_two_seeds_train_each_condition_per_seed_from_its_own_sft(repo):
+    rc, out = dry_run(repo, "--forceall", "--config", 'ladder={"seeds": [0, 1]}', quiet=())
+    assert rc == 0, out
+    tasks = "dataset/rl/rungs/r3/train.jsonl"
+    grpo = job_inputs(out, "grpo")
+    assert grpo["adapters/r3/tiny/sft_grpo.s1"] == ["models/tiny", tasks, "adapters/r3/tiny/sft.s1"]
+    assert grpo["adapters/r3/tiny/raw_grpo.s0"] == ["models/tiny", tasks]
+    assert job_counts(out)["sft_seed"] == 6 and job_counts(out)["grpo"] == 12 and "sft" not in job_counts(out)
+    rc, one = dry_run(repo, "--forceall", quiet=())
+    assert rc == 0 and ".s0" not in one and "adapters/r3/tiny/sft_grpo\n" in one  # one seed: today's paths
