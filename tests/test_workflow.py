@@ -325,3 +325,15 @@ def test_the_valid_split_is_built_from_its_own_drivers_and_refuses_a_shared_sour
         r"\S*drivers/mixed/rle_codec\.jac:\d+",
         proc.stdout + proc.stderr,
     ), proc.stdout + proc.stderr
+
+
+def test_two_seeds_train_each_condition_per_seed_from_its_own_sft(repo):
+    rc, out = dry_run(repo, "--forceall", "--config", 'ladder={"seeds": [0, 1]}', quiet=())
+    assert rc == 0, out
+    tasks = "dataset/rl/rungs/r3/train.jsonl"
+    grpo = job_inputs(out, "grpo")
+    assert grpo["adapters/r3/tiny/sft_grpo.s1"] == ["models/tiny", tasks, "adapters/r3/tiny/sft.s1"]
+    assert grpo["adapters/r3/tiny/raw_grpo.s0"] == ["models/tiny", tasks]
+    assert job_counts(out)["sft_seed"] == 6 and job_counts(out)["grpo"] == 12 and "sft" not in job_counts(out)
+    rc, one = dry_run(repo, "--forceall", quiet=())
+    assert rc == 0 and ".s0" not in one and "adapters/r3/tiny/sft_grpo\n" in one  # one seed: today's paths
