@@ -176,9 +176,10 @@ def test_a_resumed_learnability_run_draws_what_an_uninterrupted_one_does(tiny_mo
     train_grpo(run(tmp_path / "killed"), FlatFor({"short-1"}), stop_after=3, progress=False)
     resumed = train_grpo(run(tmp_path / "killed"), FlatFor({"short-1"}), progress=False)
     whole = train_grpo(run(tmp_path / "whole"), FlatFor({"short-1"}), progress=False)
-    draws = lambda out: [
-        {k: v for k, v in r.items() if k.startswith("draws/")} for r in read_metrics(out / "metrics.jsonl")
-    ]  # noqa: E731
+
+    def draws(out):
+        return [{k: v for k, v in r.items() if k.startswith("draws/")} for r in read_metrics(out / "metrics.jsonl")]
+
     assert draws(resumed) == draws(whole)
     pools = [json.loads((out / "grpo_report.json").read_text())["pool"] for out in (resumed, whole)]
     assert pools[0]["posterior_mean"] == pools[1]["posterior_mean"] and pools[0]["draw"] == "learnability"
