@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from fixtures.models import model_spec
 from text_reward import TASKS, whitespace_share
 
 from jacrl.backends.base import LoraSpec
@@ -13,9 +14,11 @@ from jacrl.backends.select import load_backend
 from jacrl.config import ConfigError, load_config
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.rl.config import GRPOConfig
+from jacrl.rl.loop import OnPolicyRun, train_grpo
 from jacrl.rl.orchestrator import Orchestrator
 from jacrl.rl.pool import PassPosterior, PoolError, mem_cell_counts, pool_tasks, task_at, weighted_draw
 from jacrl.tasks.record import write_tasks
+from jacrl.training.metrics import read_metrics
 
 
 def test_posterior_is_seeded_forgets_toward_flat_and_adds_each_group():
@@ -161,3 +164,22 @@ def test_a_step_still_without_spread_trains_on_what_it_has(backend):
 def test_replacement_off_samples_nothing_more(backend):
     m = orchestrator(backend, {"short-1"}).step(0).metrics
     assert m["groups/replaced"] == 0 and m["groups/zero_variance_frac"] == 0.5
+
+
+def test_a_resumed_learnability_run_draws_what_an_uninterrupted_one_does(tiny_model, tmp_path):
+    cfg = GRPOConfig(
+        iters=4, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=6, max_seq=256, lora_rank=4,
+        lora_scale=4.0, save_every=2, seed=3, draw="learnability", resample_max=1, forget=0.2,
+    )  # fmt: skip
+    losses = load_config({}).loss_framework
+    run = lambda out: OnPolicyRun(model_spec(tiny_model, "torch"), TASKS, out, cfg, losses, threads=2)  # noqa: E731
+    train_grpo(run(tmp_path / "killed"), FlatFor({"short-1"}), stop_after=3, progress=False)
+    resumed = train_grpo(run(tmp_path / "killed"), FlatFor({"short-1"}), progress=False)
+    whole = train_grpo(run(tmp_path / "whole"), FlatFor({"short-1"}), progress=False)
+
+    def draws(out):
+        return [{k: v for k, v in r.items() if k.startswith("draws/")} for r in read_metrics(out / "metrics.jsonl")]
+
+    assert draws(resumed) == draws(whole)
+    pools = [json.loads((out / "grpo_report.json").read_text())["pool"] for out in (resumed, whole)]
+    assert pools[0]["posterior_mean"] == pools[1]["posterior_mean"] and pools[0]["draw"] == "learnability"
