@@ -168,8 +168,8 @@ def test_replacement_off_samples_nothing_more(backend):
 
 def test_a_resumed_learnability_run_draws_what_an_uninterrupted_one_does(tiny_model, tmp_path):
     cfg = GRPOConfig(
-        iters=4, lr=1e-3, group_size=4, prompts_per_step=2, max_completion=6, max_seq=256, lora_rank=4,
-        lora_scale=4.0, save_every=2, seed=3, draw="learnability", resample_max=1, forget=0.2,
+        iters=4, lr=1e-3, group_size=4, prompts_per_step=2, max_tokens=6, max_seq=256,
+        lora={"rank": 4, "scale": 4.0}, save_every=2, seed=3, draw="learnability", resample_max=1, forget=0.2,
     )  # fmt: skip
     losses = load_config({}).loss_framework
     run = lambda out: OnPolicyRun(model_spec(tiny_model, "torch"), TASKS, out, cfg, losses, threads=2)  # noqa: E731
