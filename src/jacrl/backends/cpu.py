@@ -116,6 +116,17 @@ def onednn_may_serve(device: str) -> bool:
     return device == "cpu" and torch.backends.mkldnn.is_available() and not is_strict()
 
 
+def onednn_reorders(dtype: object) -> bool:
+    """Whether oneDNN can lay out a `dtype` weight for its linear kernels on this CPU: float32 always; bf16
+    only where oneDNN has a bf16 path (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). An AVX2-only CPU (AMD EPYC
+    Zen 3) refuses the reorder outright, so its bf16 decodes keep the plain `linear`."""
+    import torch
+
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
+
+
 @contextmanager
 def bf16_fpmath(on: bool = True) -> Iterator[None]:
     """Inside the block (where `on`) PyTorch sends float32 matmuls on the CPU to oneDNN with bf16

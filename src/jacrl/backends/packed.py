@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from jacrl.backends.cpu import SMALL_MODEL_PARAMS, onednn_may_serve
+from jacrl.backends.cpu import SMALL_MODEL_PARAMS, onednn_may_serve, onednn_reorders
 
 
 def packs(device: str, n_params: int) -> bool:
@@ -29,8 +29,8 @@ def packs(device: str, n_params: int) -> bool:
 
 def pack(linears: Any, rows: int) -> Any:
     """`x ↦ x @ W.T + b` of one `nn.Linear` or of several side by side (their outputs concatenated:
-    one matmul for q | k | v), the weight reordered for oneDNN for `rows`-row inputs where the
-    weights are float32 or bf16 on a CPU with oneDNN, else a plain `linear` of the joined weight.
+    one matmul for q | k | v), the weight reordered for oneDNN for `rows`-row inputs where oneDNN
+    lays out the weights' dtype on this CPU (`onednn_reorders`), else a plain `linear` of the joined weight.
     A LoRA layer among them is packed with its active adapters folded in (`_joined`). No gradient."""
     import torch
 
@@ -42,7 +42,7 @@ def pack(linears: Any, rows: int) -> Any:
             [b.weight.new_zeros(b.out_features) if b.bias is None else b.bias.detach() for _, b in linears]
         )
     onednn = weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-    if not onednn or weight.dtype not in (torch.float32, torch.bfloat16):
+    if not onednn or not onednn_reorders(weight.dtype):
         return partial(torch.nn.functional.linear, weight=weight, bias=bias)
     return partial(_packed_forward, torch.ops.mkldnn._reorder_linear_weight(weight, rows), bias)
 
