@@ -25,9 +25,10 @@ from pathlib import Path
 
 from grpo_step import peak_mb, reset_peak
 
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import release_free_heap, resident_mb
-from jacrl.backends.select import BackendOptions, load_backend
+from jacrl.backends.select import load_backend
 from jacrl.config import load_config_file
 from jacrl.evaluation.cell import draw_cell
 from jacrl.tasks.record import read_tasks

@@ -26,7 +26,7 @@ are printed and the reads use their mean), variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
 `compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
-step with unpacked weights (`BackendOptions.pack_decode = False`: the sampler before the fast decode step),
+step with unpacked weights (`BackendOptions.step = plain`: the sampler before the fast decode step),
 `+unshared` prefilling the sampler apart and forwarding the prompt again for training
 (`BackendOptions.share_prompts = False`: the step before the two shared the prompt's forward).
 OpenMP's wait policy is read when torch loads: run the bench once per setting (the workflow's jobs
@@ -132,7 +132,7 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
         raise SystemExit(
             f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked, +unshared"
         )
-    ways = {"pack_decode": False if "unpacked" in flags else None, "share_prompts": "unshared" not in flags}
+    ways = {"step": "plain" if "unpacked" in flags else "auto", "share_prompts": "unshared" not in flags}
     loop.grpo_options = lambda model, cfg: replace(grpo_options(model, cfg), **ways)  # this process's GRPO jobs
     update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)

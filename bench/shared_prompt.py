@@ -28,7 +28,7 @@ import torch
 from engines import cpu_model, thread_policy
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 from jacrl.tasks.record import read_tasks
 
 
@@ -46,7 +46,7 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    backend.options = replace(backend.options, prompt_rows=path == "shared")
+    backend.options = replace(backend.options, score="auto" if path == "shared" else "repeated")
     if path in ("shared", "cache"):  # groups rows by prompt
         score = backend._token_logprobs
     else:

@@ -12,8 +12,8 @@ import torch
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends import fast_decode as fd
 from jacrl.backends.base import Draw
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.packed import pack, packed_linears
-from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_backend import TorchBackend
 
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
@@ -23,8 +23,8 @@ DRAWS = [
 ]
 
 
-def _decoded(b, packed: bool, shared: bool = True):
-    b.options = replace(b.options, pack_decode=packed, shared_prefix=shared)
+def _decoded(b, packed: bool):
+    b.options = replace(b.options, step="packed" if packed else "plain")
     return b.generate_draws(PROMPTS, DRAWS, progress=False)
 
 
@@ -73,18 +73,12 @@ def test_streamed_rows_prefilled_and_decoded_packed_decode_as_unpacked(tiny_mode
     prefill = fd.FastDecoder.prefill
     monkeypatch.setattr(fd.FastDecoder, "prefill", lambda self, p: (calls.append(1), prefill(self, p))[1])
     greedy = [DRAWS[0]]
-    b.options = replace(b.options, pack_decode=False)
+    b.options = replace(b.options, step="plain")
     plain = b.generate_draws(PROMPTS, greedy, progress=False)
     assert not calls
-    b.options = replace(b.options, pack_decode=True)
+    b.options = replace(b.options, step="packed")
     _same(b.generate_draws(PROMPTS, greedy, progress=False), plain, 1e-4)
     assert len(calls) == len(PROMPTS)
-
-
-def test_packed_static_rows_decode_as_unpacked(tiny_model):
-    """One row per prompt (greedy eval cells) keeps transformers' step, its linear layers packed."""
-    b = load_backend(tiny_model, "torch", threads=2)
-    _same(_decoded(b, True, shared=False), _decoded(b, False, shared=False), 1e-4)
 
 
 def test_a_model_with_an_unmerged_adapter_goes_through_transformers(tiny_model):

@@ -7,7 +7,7 @@ import torch
 
 from jacrl.backends import SamplingParams
 from jacrl.backends import shared_prefix as sp
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.torch_backend import TorchBackend
 
 WIDTH, ROWS, KV_HEADS, HEADS, D, MAX_NEW = 300, 4, 2, 6, 16, 8

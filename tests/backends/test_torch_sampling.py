@@ -9,23 +9,16 @@ from dataclasses import replace
 import pytest
 import torch
 from fixtures.models import randomised_lora
+from static_reference import static_decode
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import Draw, TokenLogprobs
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 
 # different lengths: the shared caches are left-padded, and the padding must be masked
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
 SAMPLED = SamplingParams(temperature=0.9, max_tokens=16, seed=5)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=5)
-
-
-def _draws(b, shared: bool):
-    b.options = replace(b.options, shared_prefix=shared)
-    try:
-        return b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(4, SAMPLED)], progress=False)
-    finally:
-        b.options = replace(b.options, shared_prefix=True)
 
 
 def _trained_policy(tiny_model):
@@ -47,15 +40,22 @@ def _nll(t: TokenLogprobs):
     return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
 
 
-def test_shared_prefix_decode_equals_the_per_row_static_cache(tiny_model):
+@pytest.mark.parametrize("draws", [[Draw(1, GREEDY), Draw(4, SAMPLED)], [Draw(1, GREEDY)], [Draw(1, SAMPLED)]])
+def test_every_decode_path_samples_what_the_per_row_static_cache_does(tiny_model, draws):
+    """The prompts' one caches (several rows a prompt, or one with `decode: groups`) and the stream's
+    slots (one row a prompt) give the retired static cache's tokens (`static_reference`)."""
     b = load_backend(tiny_model, "torch", threads=2)
-    shared, per_row = _draws(b, True), _draws(b, False)
-    for d in range(2):
-        for i in range(len(PROMPTS)):
-            assert [c.token_ids for c in shared[d][i]] == [c.token_ids for c in per_row[d][i]], (d, i)
-            for a, c in zip(shared[d][i], per_row[d][i], strict=True):
-                assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
-    assert len({tuple(c.token_ids) for c in shared[1][1]}) > 1, "the sampled rows of a prompt differ"
+    per_row = static_decode(b, PROMPTS, draws)
+    for decode in ("auto", "groups"):
+        b.options = replace(b.options, decode=decode)
+        shared = b.generate_draws(PROMPTS, draws, progress=False)
+        for d in range(len(draws)):
+            for i in range(len(PROMPTS)):
+                assert [c.token_ids for c in shared[d][i]] == [ids for ids, _ in per_row[d][i]], (decode, d, i)
+                for a, (_, lps) in zip(shared[d][i], per_row[d][i], strict=True):
+                    assert a.logprobs == pytest.approx(lps, abs=1e-4)
+    if len(draws) > 1:
+        assert len({tuple(c.token_ids) for c in shared[1][1]}) > 1, "the sampled rows of a prompt differ"
 
 
 def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
@@ -121,36 +121,11 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
     b = load_backend(tiny_model, "torch", threads=2)
     draws = [Draw(1, GREEDY), Draw(4, SAMPLED)]
     eager = b.generate_draws(PROMPTS, draws, progress=False)
-    b.options = replace(b.options, compile_decode=True)
+    b.options = replace(b.options, step="compiled")
     for _ in range(2):  # the second decode reuses the first's graphs
         compiled = b.generate_draws(PROMPTS, draws, progress=False)
         for d in range(2):
             _same(compiled[d], eager[d])
-
-
-def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(tiny_model, monkeypatch):
-    """Greedy eval rows (one per prompt) stop being decoded as they end: every row's tokens and
-    log-probs are what decoding every row to the longest one's end gives, sampled rows included."""
-    from jacrl.backends import static_rows
-
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.options = replace(b.options, shared_prefix=False)  # sampled rows on the static cache too
-    prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
-    draws = [Draw(1, GREEDY), Draw(2, SAMPLED)]
-    decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
-    monkeypatch.setattr(static_rows, "NARROW_SHARE", 2.0)  # never narrow: every row to the end
-    plain = decoded()
-    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for d in plain for p in d for c in p])
-    whole = decoded()
-    narrowed = []
-    monkeypatch.setattr(static_rows, "NARROW_SHARE", 0.25)
-    monkeypatch.setattr(static_rows.StaticRows, "narrow", _spy(static_rows.StaticRows.narrow, narrowed))
-    cut = decoded()
-    assert len(narrowed) >= 2 and narrowed == sorted(narrowed, reverse=True), narrowed
-    lengths = {len(c.token_ids) for d in whole for p in d for c in p}
-    assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
-    for d in range(len(draws)):
-        _same(cut[d], whole[d])
 
 
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
@@ -164,10 +139,10 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     randomised_lora(b, seed=0, scale=0.5)  # the bare tiny model's greedy rows are all alike
     prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
     decoded = lambda: b.generate_draws(prompts, [Draw(1, params)], progress=False)  # noqa: E731
-    b.options = replace(b.options, stream_rows=False)
+    b.options = replace(b.options, decode="groups")
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for p in decoded()[0] for c in p])
     batch = decoded()
-    b.options, b.max_batch_rows = replace(b.options, stream_rows=True), 3
+    b.options, b.max_batch_rows = replace(b.options, decode="auto"), 3
     released = []
     release = row_stream.RowCache.release
     monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))

@@ -24,9 +24,9 @@ from fixtures.models import randomised_lora, weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import TokenLogprobs
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
 from jacrl.backends.rows import BUCKET_OVERHEAD_ROWS, length_buckets
-from jacrl.backends.select import BackendOptions
 
 
 # ---- Rows that share a prompt ------------------------------------------------------------------

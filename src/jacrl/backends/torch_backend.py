@@ -22,6 +22,7 @@ from jacrl.backends.base import (
     TokenRows,
     TrainingState,
 )
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.cpu import (
     float32_through_onednn,
     set_threads,
@@ -33,7 +34,6 @@ from jacrl.backends.model_files import require_model_dir, safetensors_parameters
 from jacrl.backends.sampling import (
     MAX_BATCH_ROWS,
 )
-from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_sampling import TorchSampling
 from jacrl.backends.torch_scoring import TorchScoring
 

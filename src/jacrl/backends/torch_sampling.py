@@ -27,7 +27,6 @@ from jacrl.backends.reference_prompts import PromptKV
 from jacrl.backends.row_stream import Prefill, RowCache, RowStream, slot_bytes
 from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowChooser, RowLayout, SeededDraw
 from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
-from jacrl.backends.static_rows import StaticRows
 from jacrl.progress import Progress
 
 SMALL_DECODE_ROWS = 16
@@ -75,7 +74,7 @@ class TorchSampling:
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        if rows == 1 and self.options.stream_rows:
+        if rows == 1 and self.options.decode == "auto":
             d = next(k for k, draw in enumerate(draws) if draw.n)
             out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], progress)]
             return out
@@ -162,9 +161,7 @@ class TorchSampling:
         lm = self._causal_lm()
         prompts, width = len(lengths), lengths[-1]
         prefilled = slot_bytes(lm.config, sum(lengths), self.dtype.itemsize)
-        if rows > 1 and self.options.shared_prefix:
-            return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
-        return prefilled + slot_bytes(lm.config, prompts * rows * (width + max_tokens), self.dtype.itemsize)
+        return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
 
     def _sample(
         self,
@@ -190,12 +187,8 @@ class TorchSampling:
                 caches, logits = self._prefill(model, prompts)
         self._room_to_pack()
         with torch.inference_mode():
-            fast = None
-            if rows > 1 and self.options.shared_prefix:
-                fast = self._fast_decoder(lm, n)
-                step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
-            else:
-                step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, cache_kwarg(lm))
+            fast = self._fast_decoder(lm, n)
+            step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
             del caches  # copied into the step's own cache
             packed = packed_linears(model, n) if packing and fast is None else nullcontext()
             with self._decode_threads(n), packed:
@@ -255,19 +248,20 @@ class TorchSampling:
         lm = causal_lm_of(model)
         kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
         lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        through = compiled_next_logits() if self.options.compile_decode else next_logits
+        compiled = self.options.step == "compiled"
+        through = compiled_next_logits() if compiled else next_logits
 
         def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        return SharedRows(
-            kv, lens, fast or transformers_step, narrows=self.options.narrow_shared and not self.options.compile_decode
-        )
+        return SharedRows(kv, lens, fast or transformers_step, narrows=self.options.decode != "whole" and not compiled)
 
-    def _decode(
-        self, logits: Any, step: StaticRows | SharedRows, max_tokens: int, choose: RowChooser
-    ) -> tuple[Any, Any]:
+    def _groups(self, rows: int) -> bool:
+        """Whether a call of `rows` rows a prompt decodes over each prompt's one cache."""
+        return rows > 1 or self.options.decode != "auto"
+
+    def _decode(self, logits: Any, step: SharedRows, max_tokens: int, choose: RowChooser) -> tuple[Any, Any]:
         """Every row's tokens and their log-probs, to each row's end or `max_tokens`. The step stops
         decoding rows as they end (its `to_keep`); the chooser still sees every row (an ended row's
         logits are not read: its token is EOS from then on, and a row's random draws do not depend on
@@ -321,10 +315,8 @@ class TorchSampling:
         the fast decode step where the model has one (`jacrl.backends.fast_decode`): where that is
         the default for this model and device, or where `pack_decode` asks for it; never under
         `compile_decode`, which compiles transformers' own step."""
-        if self.options.compile_decode:
-            return False
-        pack = self.options.pack_decode
-        return packs(self.device, self._params()) if pack is None else pack
+        step = self.options.step
+        return packs(self.device, self._params()) if step == "auto" else step == "packed"
 
     def _make_copy(self) -> None:
         """`sampler: merged`, at the first sampling with an unmerged adapter: a copy of the policy with the

@@ -94,7 +94,9 @@ class TorchScoring:
         from jacrl.backends import prompt_rows
 
         return (
-            self.options.gradient_checkpointing and self.options.prompt_rows and prompt_rows.serves(self._causal_lm())
+            self.options.gradient_checkpointing
+            and self.options.score == "auto"
+            and prompt_rows.serves(self._causal_lm())
         )
 
     @contextmanager
@@ -244,7 +246,7 @@ class TorchScoring:
 
         from jacrl.backends import prompt_rows
 
-        if not (self.options.prompt_rows and prompt_rows.serves(lm)):
+        if not (self.options.score == "auto" and prompt_rows.serves(lm)):
             kw = {cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
             return log_probs(at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature), targets, dists)
         start = prompt.keys[0].shape[2]

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import Backend, LoraSpec
-from jacrl.backends.config import ModelSpec
+from jacrl.backends.config import BackendOptions, ModelSpec
 from jacrl.backends.heap import log_memory, peak_resident_mb, resident_mb
-from jacrl.backends.select import BackendOptions, load_model
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig, check_resume_compatible, dump_losses
 from jacrl.losses.plan import EnvLossPlans
