@@ -7,7 +7,7 @@ The sampler as GRPO runs it (the policy's LoRA folded into a bf16 copy, the prom
 cache), one 1404-token holdout prompt (`--tasks`: another set's nearest), group 8 at T 0.6, `--tokens` forced — or, with `--ends`, rows that
 end at EOS as GRPO's do (then start from a trained `--adapter`, e.g. adapters/r3/smollm2/sft: a fresh
 LoRA's rows run to the cap). The ways:
-`fast` — the written-out step with packed weights (`jacrl.backends.fast_decode`, the default on CPU);
+`fast` — the written-out step with packed weights (`jacrl.backends.decode.steps`, the default on CPU);
 `transformers` — transformers' layers with our attention, weights unpacked (`step: plain`);
 `compiled` — the same through `torch.compile` (`step: compiled`; its first decode compiles, timed apart);
 `whole` — `fast` with every row decoded to the longest one's end (`decode: whole`: before rows

@@ -115,14 +115,10 @@ def measure(gen, a: argparse.Namespace) -> dict:
 
 
 def forced_backend(model: Path, **kw):
-    """Our torch backend on `model` that decodes every row to `max_tokens`: an id the model never
-    reaches stands for EOS."""
+    """Our torch backend on `model` that decodes every row to `max_tokens` (`ends: cap`)."""
     from jacrl.backends.torch_backend import TorchBackend
 
-    class Forced(TorchBackend):
-        eos_token_ids = property(lambda self: {49151})
-
-    return Forced(model, threads=kw.pop("threads", None), options=BackendOptions(**kw))
+    return TorchBackend(model, threads=kw.pop("threads", None), options=BackendOptions(ends="cap", **kw))
 
 
 def thread_policy() -> str:

@@ -11,7 +11,7 @@ job, after the model is dropped.
 
 Two trees side by side: run it once with each tree's `src/` first on PYTHONPATH, the first with `--ids-out`,
 the second with `--same-as` the first's file (how many greedy answers came out the same). A streamed
-cell logs where its time went (`row_stream.StreamTime`: prefills and decode steps).
+cell logs where its time went (`decode.loop.StreamTime`: prefills and decode steps).
 """
 
 from __future__ import annotations

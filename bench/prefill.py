@@ -34,7 +34,7 @@ def main() -> int:
     a = p.parse_args()
     import torch
 
-    from jacrl.backends.fast_decode import FastDecoder
+    from jacrl.backends.decode.steps import FastDecoder
     from jacrl.backends.torch_backend import TorchBackend
 
     prompt = pick_prompt(a.model, a.tokens)

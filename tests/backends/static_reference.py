@@ -14,8 +14,9 @@ from torch.nn.functional import pad
 from transformers import DynamicCache, StaticCache
 
 from jacrl.backends.base import Draw, check_draws
+from jacrl.backends.decode.loop import TokenChooser
 from jacrl.backends.hf import cache_kwarg
-from jacrl.backends.sampling import RowChooser, RowLayout, SeededDraw
+from jacrl.backends.sampling import RowLayout, SeededDraw
 
 
 def static_decode(backend: Any, prompts: list[str], draws: list[Draw]) -> list[list[list[tuple[list[int], list]]]]:
@@ -45,10 +46,11 @@ def static_decode(backend: Any, prompts: list[str], draws: list[Draw]) -> list[l
                 for f in ("keys", "values")
             )
             layer.update(keys, values)
-        choose = RowChooser(layout, [SeededDraw.for_prompts(d.params, range(len(ids))) for d in draws], len(ids))
+        choose = TokenChooser(layout, [SeededDraw.for_prompts(d.params, range(len(ids))) for d in draws])
+        places = [(i, r) for i in range(len(ids)) for r in range(rows)]
         step_logits, tokens, logps = torch.cat(logits).repeat_interleave(rows, dim=0), [], []
         for t in range(max_tokens):
-            tok, lp = choose(step_logits)
+            tok, lp = choose(step_logits, places, [True] * len(places))  # every row to the end
             tokens.append(tok)
             logps.append(lp)
             mask[:, width + t] = 1

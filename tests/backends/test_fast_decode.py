@@ -1,5 +1,5 @@
 """Decodes through packed linear layers (`jacrl.backends.packed`) and the written-out decode step
-(`jacrl.backends.fast_decode`) sample what transformers' own step samples, and leave the model as
+(`jacrl.backends.decode.steps`) sample what transformers' own step samples, and leave the model as
 they found it."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
-from jacrl.backends import fast_decode as fd
 from jacrl.backends.base import Draw
 from jacrl.backends.config import BackendOptions
+from jacrl.backends.decode import steps as fd
 from jacrl.backends.packed import pack, packed_linears
 from jacrl.backends.torch_backend import TorchBackend
 
@@ -55,15 +55,14 @@ def test_the_fast_prefill_gives_transformers_keys_values_and_logits(tiny_model, 
     b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype=dtype))
     prompt, lm = b.encode(PROMPTS[1]), b._causal_lm()
     with torch.inference_mode():
-        [cache], logits = b._prefill(b.model, [prompt])
+        [theirs] = b._prefill(b.model, [prompt])
         decoder = fd.FastDecoder.of(lm, 4)
         fast = decoder.prefill(prompt)
     tol = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=2e-2, atol=2e-2)}[dtype]
-    theirs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
-    for mine, them in zip((*fast.keys, *fast.values), theirs, strict=True):
+    for mine, them in zip((*fast.keys, *fast.values), (*theirs.keys, *theirs.values), strict=True):
         assert mine.shape == them.shape == (1, lm.config.num_key_value_heads, len(prompt), decoder.head_dim)
         torch.testing.assert_close(mine, them, **tol)
-    torch.testing.assert_close(fast.logits, logits, **tol)
+    torch.testing.assert_close(fast.logits, theirs.logits, **tol)
 
 
 def test_streamed_rows_prefilled_and_decoded_packed_decode_as_unpacked(tiny_model, monkeypatch):

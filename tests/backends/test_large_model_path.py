@@ -14,7 +14,7 @@ from jacrl.backends import LoraSpec, SamplingParams, load_backend, torch_samplin
 from jacrl.backends import torch_backend as tb
 from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.config import BackendOptions
-from jacrl.backends.fast_decode import FastDecoder
+from jacrl.backends.decode.steps import FastDecoder
 from jacrl.backends.packed import pack
 
 PROMPT = "node Room { has name: str; } walker Visit {"

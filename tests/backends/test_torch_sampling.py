@@ -1,9 +1,10 @@
-"""`jacrl.backends.torch_sampling`, the torch backend's decode: a prompt's rows decoded over its one
+"""`jacrl.backends.torch_sampling` and `jacrl.backends.decode`, the torch backend's decode: a prompt's rows decoded over its one
 KV cache give what the per-row static cache gives, and the merged sampling copy (`sampler: merged`) samples what the
 trained policy would, refolded after every optimiser step and set aside while the adapter is off."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
@@ -132,7 +133,7 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
 def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_does(tiny_model, monkeypatch, params):
     """Prompts beyond the slots wait for a row to end and take its slot (the last live slot moved into
     a freed one): every row's tokens and log-probs are what one batch of every row gives."""
-    from jacrl.backends import row_stream
+    from jacrl.backends.decode import cache, loop
 
     b = load_backend(tiny_model, "torch", threads=2)
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
@@ -144,14 +145,15 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     batch = decoded()
     b.options, b.max_batch_rows = replace(b.options, decode="auto"), 3
     released = []
-    release = row_stream.RowCache.release
-    monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))
-    streams = []
-    run = row_stream.RowStream.run
-    monkeypatch.setattr(row_stream.RowStream, "run", lambda self, *a: (streams.append(self), run(self, *a))[1])
+    release = cache.SlotCache.narrow
+    monkeypatch.setattr(cache.SlotCache, "narrow", lambda self, slot: (released.append(slot), release(self, slot)))
+    streams = {}
+    admit = loop.Stream.admit
+    monkeypatch.setattr(loop.Stream, "admit", lambda self: (streams.setdefault(id(self), self), admit(self))[1])
     streamed = decoded()
-    assert len(released) == len(prompts) and any(s < 2 for s in released[:-3]), released
-    [spent] = [s.time for s in streams]  # a row is fed once a token after its first (from its prefill)
+    # every row but the call's last frees its slot as it ends
+    assert len(released) == len(prompts) - 1 and any(s < 2 for s in released[:-3]), released
+    [spent] = [s.time for s in streams.values()]  # a row is fed once a token after its first (from its prefill)
     assert spent.prefills == len(prompts) and spent.rows == sum(len(c.token_ids) - 1 for p in streamed[0] for c in p)
     assert spent.steps >= max(len(c.token_ids) for p in streamed[0] for c in p) - 1 and spent.prefill_s > 0
     lengths = {len(c.token_ids) for p in batch[0] for c in p}
@@ -174,19 +176,19 @@ def _end_at_a_varied_token(b, monkeypatch, rows: list[list[int]]) -> None:
 def test_a_row_cache_frees_a_slot_by_moving_the_last_live_one_into_it():
     from transformers import LlamaConfig
 
-    from jacrl.backends.row_stream import RowCache
+    from jacrl.backends.decode.cache import SlotCache
 
     config = LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=2)
-    cache = RowCache(config, slots=3, capacity=6, dtype=torch.float32, device="cpu")
+    cache = SlotCache(config, slots=3, capacity=6, dtype=torch.float32, device="cpu")
     for n in (2, 4, 3):
         cache.live += 1
         cache.lens[cache.live - 1] = n
         for t in (*cache.keys, *cache.values):
             t[cache.live - 1, :, :n] = float(n)
-    cache.release(0)
+    cache.narrow(0)
     assert cache.live == 2 and cache.lens[:2].tolist() == [3, 4]
     assert bool((cache.keys[1][0, :, :3] == 3.0).all()) and bool((cache.values[0][1, :, :4] == 4.0).all())
-    cache.release(1)  # the last live slot: nothing moves
+    cache.narrow(1)  # the last live slot: nothing moves
     assert cache.live == 1 and cache.lens[0] == 3
 
 
@@ -195,10 +197,10 @@ def test_a_row_cache_attends_each_query_head_over_its_key_head_up_to_each_rows_l
     and the one it writes now, whatever the other rows' lengths."""
     from transformers import LlamaConfig
 
-    from jacrl.backends.row_stream import RowCache
+    from jacrl.backends.decode.cache import SlotCache
 
     config = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1)
-    cache = RowCache(config, slots=3, capacity=9, dtype=torch.float32, device="cpu")
+    cache = SlotCache(config, slots=3, capacity=9, dtype=torch.float32, device="cpu")
     gen = torch.Generator().manual_seed(0)
     cache.keys[0].normal_(generator=gen)
     cache.values[0].normal_(generator=gen)
@@ -226,7 +228,7 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
     """A GRPO group's rows stop being decoded over their prompt's cache as they end (each prompt
     keeping as many rows as its most still decoding): every row's tokens and log-probs are what
     decoding every row to the longest one's end gives, for one prompt's group and for several."""
-    from jacrl.backends import shared_prefix
+    from jacrl.backends.decode.cache import PrefixCache
 
     b = load_backend(tiny_model, "torch", threads=2)
     cases = [
@@ -235,11 +237,11 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
     ]
     decoded = lambda: [b.generate_draws(p, d, progress=False) for p, d in cases]  # noqa: E731
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for case in decoded() for d in case for p in d for c in p])
-    with monkeypatch.context() as m:
-        m.setattr(shared_prefix.SharedRows, "to_keep", lambda self, ended: None)  # every row to the end
-        whole = decoded()
+    b.options = replace(b.options, decode="whole")  # every row to the end
+    whole = decoded()
     narrowed = []
-    monkeypatch.setattr(shared_prefix.SharedRows, "narrow", _spy(shared_prefix.SharedRows.narrow, narrowed))
+    monkeypatch.setattr(PrefixCache, "narrow", _spy(PrefixCache.narrow, narrowed))
+    b.options = replace(b.options, decode="auto")
     cut = decoded()
     assert len(narrowed) >= 3, narrowed
     assert len({len(c.token_ids) for case in whole for d in case for p in d for c in p}) >= 3, "rows end apart"
@@ -249,18 +251,32 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
 
 
 def test_each_prompt_keeps_as_many_rows_as_its_most_still_decoding():
-    from jacrl.backends.shared_prefix import PrefixKV, SharedRows
+    from jacrl.backends.decode.cache import PromptKV
+    from jacrl.backends.decode.loop import Groups
 
-    layer = type("Layer", (), {"keys": torch.zeros(1, 1, 3, 2), "values": torch.zeros(1, 1, 3, 2)})()
-    caches = [type("Cache", (), {"layers": [layer]})() for _ in range(3)]
-    rows = SharedRows(PrefixKV.of(caches, [3, 3, 3], 4, 5), torch.zeros(12, dtype=torch.long), None, narrows=True)
+    prompt = PromptKV((torch.zeros(1, 1, 3, 2),), (torch.zeros(1, 1, 3, 2),), None)
+    rows = Groups([prompt] * 3, 4, 5, None, narrows=True)
     T, F = True, False
-    assert rows.to_keep(torch.tensor([F] * 12)) is None
+    assert rows.retire([F] * 12) is None
     # prompt 0: rows 0, 2 live; prompt 1: row 7 live (then its first ended row, 4); prompt 2 ended: dropped
-    keep = rows.to_keep(torch.tensor([F, T, F, T, T, T, T, F, T, T, T, T]))
-    assert keep.tolist() == [0, 2, 7, 4]
-    rows.narrow(keep)
+    assert rows.retire([F, T, F, T, T, T, T, F, T, T, T, T]) == [0, 2, 7, 4]
     assert rows.kv.rows_per_prompt == 2 and rows.kv.keys[0].shape[0] == 2 and rows.kv.own_keys[0].shape[0] == 4
-    assert rows.to_keep(torch.tensor([F, F, T, T])).tolist() == [0, 1]  # prompt 1 ended: dropped
+    assert rows.retire([F, F, T, T]) == [0, 1]  # prompt 1 ended: dropped
     rows.narrows = False
-    assert rows.to_keep(torch.tensor([F, T, T, T])) is None
+    assert rows.retire([F, T]) is None
+
+
+def test_a_call_names_its_decode_path_once(tiny_model, caplog):
+    """One log line a call says which rows and step it took (a call of several decoding calls, once)."""
+    b = load_backend(tiny_model, "torch", threads=2)
+    with caplog.at_level(logging.INFO, logger="jacrl.backends.decode.plan"):
+        b.generate_draws(PROMPTS, [Draw(1, GREEDY)], progress=False)
+        b.max_batch_rows = 4  # a call of a prompt's 3 rows each: three decoding calls
+        b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(2, SAMPLED)], progress=False)
+        b.options = replace(b.options, step="packed", decode="whole")
+        b.generate_draws(PROMPTS[:1], [Draw(4, SAMPLED)], progress=False)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("decode:")] == [
+        "decode: stream, plain step, 3 slots",
+        "decode: groups, plain step, 3 prompts × 3 rows in 3 calls",
+        "decode: groups, fast step, 1 prompts × 4 rows in 1 call, every row to the end",
+    ]

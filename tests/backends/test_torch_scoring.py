@@ -25,7 +25,8 @@ from fixtures.models import randomised_lora, weighted_backward
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import TokenLogprobs
 from jacrl.backends.config import BackendOptions
-from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
+from jacrl.backends.decode.cache import PromptKV
+from jacrl.backends.reference_prompts import ReferencePrompts
 from jacrl.backends.rows import BUCKET_OVERHEAD_ROWS, length_buckets
 
 

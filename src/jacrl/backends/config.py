@@ -32,6 +32,7 @@ RuleKind = Literal["sft", "grpo", "rft", "eval"]
 DecodeWay = Literal["auto", "groups", "whole"]
 StepWay = Literal["auto", "packed", "plain", "compiled"]
 ScoreWay = Literal["auto", "repeated"]
+Ends = Literal["eos", "cap"]
 Builtin = Literal["tiny", "smollm2", "qwen-coder-1.5b", "qwen-coder-0.5b"]
 BUILTIN_MODEL_DIRS: dict[Builtin, str] = {name: f"models/{name}" for name in get_args(Builtin)}
 """Where each builtin model's rule writes it (`rule tiny_model`; `rule registry_model` for the
@@ -252,6 +253,9 @@ class BackendOptions:
     """How rows after a shared prompt are scored. `auto`: their attention over the prompt in one kernel
     call where `prompt_rows` serves the model; `repeated`: on a cache that repeats the prompt per row, as
     every other model is scored (what `bench/shared_prompt.py` compares)."""
+    ends: Ends = "eos"
+    """Where a sampled row ends: at an end token, or (`cap`) only at its token cap, no token ending it
+    (a bench timing rows of a fixed length: `bench/grpo_step.py --force-length`, `bench/engines.py`)."""
 
     @classmethod
     def of(

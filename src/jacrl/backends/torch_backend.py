@@ -85,6 +85,11 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         return self.tokenizer
 
     @property
+    def eos_token_ids(self) -> set[int]:
+        """The tokens that end a row: none under `options.ends: cap` (every row runs to its cap)."""
+        return set() if self.options.ends == "cap" else super().eos_token_ids
+
+    @property
     def _n_layers(self) -> int:
         return int(self._causal_lm().config.num_hidden_layers)
 

@@ -1,6 +1,6 @@
-"""The torch backend's sampling: the merged sampling copy and the decode paths (one row a prompt
-streamed through cache slots, a prompt's rows over its one cache, or a static cache of every row),
-each step through the fast decode step where the model has one.
+"""The torch backend's sampling: the merged sampling copy, and each call's decode through
+`jacrl.backends.decode` (its plan, its prompts' prefills, the one loop), each step through the fast
+decode step where the model has one.
 
 `TorchSampling` is a part of `TorchBackend` (jacrl.backends.torch_backend), which owns the model: it
 holds the sampling side's state (`init_sampling`) and reads the backend's model, options and the
@@ -16,17 +16,17 @@ from typing import Any
 
 from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams, check_draws
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS
+from jacrl.backends.decode.cache import PromptKV, SlotCache, config_kv_bytes
+from jacrl.backends.decode.loop import Groups, Prefill, Stream, TokenChooser, decode
+from jacrl.backends.decode.plan import DecodePlan
+from jacrl.backends.decode.steps import FastDecoder, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.devices import resolve_dtype
-from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.heap import HEADROOM_MB, release_free_heap
 from jacrl.backends.hf import cache_kwarg, causal_lm_of
 from jacrl.backends.lora_format import PEFT_PREFIX
 from jacrl.backends.model_files import safetensors_parameters
-from jacrl.backends.packed import packed_linears, packs
-from jacrl.backends.reference_prompts import PromptKV
-from jacrl.backends.row_stream import Prefill, RowCache, RowStream, slot_bytes
-from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowChooser, RowLayout, SeededDraw
-from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
+from jacrl.backends.packed import packed_linears
+from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowLayout, SeededDraw
 from jacrl.progress import Progress
 
 SMALL_DECODE_ROWS = 16
@@ -61,81 +61,76 @@ class TorchSampling:
         progress: bool = True,
         keep: PromptForwards | None = None,
     ) -> list[list[list[Completion]]]:
-        """Prompts are decoded together, up to `max_batch_rows` rows at a time.
-
-        Prompts are grouped by length (little padding), left-padded, prefilled once and their KV
-        cache copied once per row of every draw. Each (prompt, draw) keeps its own generator
-        seeded `seed + i`, so what a prompt gets does not depend on which prompts share its batch.
-        With `keep`, a prompt of several rows is prefilled through the policy as the training
-        backward runs it and its forward goes into `keep` (`sample_for_training`).
+        """Prompts are decoded together, up to `max_batch_rows` rows at a time, as the call's plan says
+        (`decode.plan`): one row a prompt streamed through cache slots, several over each prompt's one
+        cache in calls of prompts of similar length. Each (prompt, draw) keeps its own generator seeded
+        `seed + i`, so what a prompt gets does not depend on which prompts share its batch. With `keep`,
+        a prompt of several rows is prefilled through the policy as the training backward runs it and
+        its forward goes into `keep` (`sample_for_training`).
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        if rows == 1 and self.options.decode == "auto":
+        plan = DecodePlan.of(self.options, self.device, self._params(), rows)
+        if plan.rows == "stream":
             d = next(k for k, draw in enumerate(draws) if draw.n)
-            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], progress)]
+            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], plan, progress)]
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        chunks = list(self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens))
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
-        for chunk in self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens):
+        for n, chunk in enumerate(chunks):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep)
+            calls = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
+            size = f"{len(prompts)} prompts × {rows} rows in {calls}" if n == 0 else None
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep, plan, size)
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
-                    span = layout.rows(j, d)
-                    out[d][i] = [self._finish(a, b) for a, b in zip(ids[span], lps[span])]
+                    span = layout.rows(0, d)
+                    out[d][i] = [self._finish(a, b) for a, b in zip(ids[j][span], lps[j][span])]
             bar.update(len(chunk) * rows)
         bar.close()
         return out
 
-    def _stream(self, prompts: list[list[int]], draw: Draw, progress: bool) -> list[Completion]:
-        """One row per prompt, the prompts streamed through the slots of one `RowCache`
-        (`jacrl.backends.row_stream`): as many slots as `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
+    def _stream(self, prompts: list[list[int]], draw: Draw, plan: DecodePlan, progress: bool) -> list[Completion]:
+        """One row per prompt, the prompts streamed through the slots of one `SlotCache`: as many slots as
+        `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
         import torch
 
         model = self._sampling_model()
         lm = causal_lm_of(model)
         max_tokens, capacity = draw.params.max_tokens, max(map(len, prompts)) + draw.params.max_tokens
-        per_slot = slot_bytes(lm.config, capacity, lm.dtype.itemsize)
+        per_slot = config_kv_bytes(lm.config, capacity, lm.dtype.itemsize)
         slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
         bar = Progress(total=len(prompts), desc=f"sample ({self.name})", unit="seq", disable=not progress)
-
-        def through_transformers(kv: RowCache, tokens: Any, positions: Any) -> Any:
-            with decoding_with(lm):
-                return next_logits(model, kv, tokens, positions)
-
         with torch.inference_mode():
-            cache = RowCache(lm.config, slots, capacity, lm.dtype, self.device)
-            self._room_to_pack()
-            fast = self._fast_decoder(lm, slots)
-            seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
-            prefill = self._stream_prefill(model, fast)
-            stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
+            cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.device)
+            self._room_to_pack(plan)
+            fast = self._fast_decoder(lm, slots, plan)
+            plan.log(fast is not None, f"{slots} slots")
+            choose = TokenChooser(RowLayout((1,)), [SeededDraw.for_prompts(draw.params, range(len(prompts)))])
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-            packed = packed_linears(model, slots) if self._packs() and fast is None else nullcontext()
+            step = fast or self._transformers_step(model, plan)
+            stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order)
+            packed = packed_linears(model, slots) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
-                ids, lps = stream.run(prompts, order, lambda _: bar.update(1))
+                ids, lps = decode(stream, 1, choose, self.eos_token_ids, max_tokens, lambda _: bar.update(1))
         bar.close()
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
-        return [self._finish(a, b) for a, b in zip(ids, lps)]
+        return [self._finish(ids[i][0], lps[i][0]) for i in range(len(prompts))]
 
     def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
         """A streamed prompt's prefill: through the decode's packed weights where it has them (faster
-        than the plain ones for a prompt's many tokens too: docs/design.md#backends), else through
+        than the plain ones for a prompt's many tokens too: docs/design.md#decoding), else through
         transformers' forward."""
 
         def prefill(prompt: list[int]) -> PromptKV:
-            if fast is not None:
-                out = fast.prefill(prompt)
-            else:
-                caches, logits = self._prefill(model, [prompt])
-                out = PromptKV.of(caches[0], logits)
+            out = fast.prefill(prompt) if fast is not None else self._prefill(model, [prompt])[0]
             # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
-            # model's eval past its bound (docs/design.md#backends); a trim is cheap against a prefill
+            # model's eval past its bound (docs/design.md#decoding); a trim is cheap against a prefill
             release_free_heap()
             return out
 
@@ -156,12 +151,11 @@ class TorchSampling:
 
     def _call_cache_bytes(self, lengths: list[int], rows: int, max_tokens: int) -> int:
         """The KV cache a call decoding prompts of `lengths` (longest last), `rows` each, holds at once:
-        each prompt's prefilled cache, and over the shared prefix its float32 copy (`PrefixKV`) and the
-        rows' own float32 caches, else a static cache of every row's padded prompt and tokens."""
+        each prompt's prefilled cache, and its float32 copy (`PrefixCache`) with the rows' own float32 caches."""
         lm = self._causal_lm()
         prompts, width = len(lengths), lengths[-1]
-        prefilled = slot_bytes(lm.config, sum(lengths), self.dtype.itemsize)
-        return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
+        prefilled = config_kv_bytes(lm.config, sum(lengths), self.dtype.itemsize)
+        return prefilled + config_kv_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
 
     def _sample(
         self,
@@ -170,55 +164,57 @@ class TorchSampling:
         seeded: list[SeededDraw],
         max_tokens: int,
         keep: PromptForwards | None,
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        """Prefill each prompt, then decode all rows together: a prompt's cache held once under its
-        rows when it has several (`jacrl.backends.shared_prefix`), else one static cache of every row."""
+        plan: DecodePlan,
+        size: str | None,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+        """Prefill each prompt, then decode every row over the prompts' one caches (`Groups`): each
+        prompt's rows' tokens and log-probs; `size`: the call's, logged with its plan (None: logged before)."""
         import torch
 
         rows, n = layout.block, len(prompts) * layout.block
-        choose = RowChooser(layout, seeded, len(prompts))
         model = self._sampling_model()
         lm = causal_lm_of(model)
-        packing = self._packs()
         if keep is not None and not self._live and self._graph_fits(prompts):
-            caches, logits = self._policy_prefill(prompts, lm.dtype, keep)
+            prefilled = self._policy_prefill(prompts, lm.dtype, keep)
         else:
             with torch.inference_mode():
-                caches, logits = self._prefill(model, prompts)
-        self._room_to_pack()
+                prefilled = self._prefill(model, prompts)
+        self._room_to_pack(plan)
         with torch.inference_mode():
-            fast = self._fast_decoder(lm, n)
-            step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
-            del caches  # copied into the step's own cache
-            packed = packed_linears(model, n) if packing and fast is None else nullcontext()
+            fast = self._fast_decoder(lm, n, plan)
+            if size is not None:
+                plan.log(fast is not None, size)
+            step = fast or self._transformers_step(model, plan)
+            batch = Groups(prefilled, rows, max_tokens, step, plan.narrows)
+            del prefilled  # copied into the decode's own cache
+            packed = packed_linears(model, n) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(n), packed:
-                tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
-        return tokens.tolist(), logps.tolist()
+                ids, lps = decode(batch, rows, TokenChooser(layout, seeded), self.eos_token_ids, max_tokens)
+        return [ids[j] for j in range(len(prompts))], [lps[j] for j in range(len(prompts))]
 
-    def _prefill(self, model: Any, prompts: list[list[int]]) -> tuple[list[Any], Any]:
-        """One unpadded forward per prompt (the fast attention path: no mask): its `DynamicCache`
-        and its last position's logits."""
+    def _prefill(self, model: Any, prompts: list[list[int]]) -> list[PromptKV]:
+        """One unpadded forward per prompt (the fast attention path: no mask): its keys and values and its
+        last position's float32 logits."""
         import torch
         from transformers import DynamicCache
 
         lm = causal_lm_of(model)
-        caches, last = [], []
+        out = []
         for p in prompts:
             one = DynamicCache(config=lm.config)
             ids = torch.tensor([p], device=self.device)  # the last position's logits only: 152k wide for Qwen
-            out = model(input_ids=ids, logits_to_keep=1, **{cache_kwarg(lm): one, "use_cache": True})
-            caches.append(one)
-            last.append(out.logits[:, -1, :].float())
-        return caches, torch.cat(last)
+            logits = model(input_ids=ids, logits_to_keep=1, **{cache_kwarg(lm): one, "use_cache": True}).logits
+            out.append(PromptKV.of(one, logits[:, -1, :].float()))
+        return out
 
-    def _policy_prefill(self, prompts: list[list[int]], dtype: Any, keep: PromptForwards) -> tuple[list[Any], Any]:
+    def _policy_prefill(self, prompts: list[list[int]], dtype: Any, keep: PromptForwards) -> list[PromptKV]:
         """Each prompt's forward through the policy as the training backward runs it (its precision,
-        train mode, the graph kept in `keep`); caches of its keys and values in the sampler's `dtype`,
-        and its last position's logits."""
+        train mode, the graph kept in `keep`); its keys and values in the sampler's `dtype`, detached,
+        and its last position's float32 logits."""
         import torch
 
         lm = self._causal_lm()
-        caches, last = [], []
+        out = []
         self.model.train()
         try:
             with torch.enable_grad(), self._forward_precision():
@@ -226,83 +222,35 @@ class TorchSampling:
                     entry = keep.by_prompt.get(p) or self._fresh_prompt(lm, p)
                     keep.by_prompt[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
-                    caches.append(PromptKV(tuple(keys), tuple(values), None).cache(lm.config))
-                    last.append(entry.logits[:, -1, :].detach().float())
+                    out.append(PromptKV(tuple(keys), tuple(values), entry.logits[:, -1, :].detach().float()))
         finally:
             self.model.eval()
-        return caches, torch.cat(last)
+        return out
 
-    def _shared_prefix_step(
-        self,
-        model: Any,
-        caches: list[Any],
-        prompts: list[list[int]],
-        rows: int,
-        max_tokens: int,
-        fast: FastDecoder | None,
-    ) -> SharedRows:
-        """The decode step that reads each prompt's cache once for all its rows: through `fast` where
-        given, else through transformers (compiled under `compile_decode`, which keeps every row)."""
-        import torch
-
+    def _transformers_step(self, model: Any, plan: DecodePlan) -> Any:
+        """The decode step through transformers' layers attending over the decode's cache (compiled where
+        the plan says)."""
         lm = causal_lm_of(model)
-        kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
-        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        compiled = self.options.step == "compiled"
-        through = compiled_next_logits() if compiled else next_logits
+        through = compiled_next_logits() if plan.compiled else next_logits
 
-        def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+        def step(kv: Any, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        return SharedRows(kv, lens, fast or transformers_step, narrows=self.options.decode != "whole" and not compiled)
+        return step
 
-    def _groups(self, rows: int) -> bool:
-        """Whether a call of `rows` rows a prompt decodes over each prompt's one cache."""
-        return rows > 1 or self.options.decode != "auto"
-
-    def _decode(self, logits: Any, step: SharedRows, max_tokens: int, choose: RowChooser) -> tuple[Any, Any]:
-        """Every row's tokens and their log-probs, to each row's end or `max_tokens`. The step stops
-        decoding rows as they end (its `to_keep`); the chooser still sees every row (an ended row's
-        logits are not read: its token is EOS from then on, and a row's random draws do not depend on
-        logits), so each sampled row draws what it would have."""
-        import torch
-
-        rows = logits.shape[0]
-        eos = torch.tensor(sorted(self.eos_token_ids))
-        tokens, logps = [], []
-        done = torch.zeros(rows, dtype=torch.bool)
-        live = torch.arange(rows)  # the rows `step` decodes, in its order
-        logits = logits.cpu()
-        for t in range(max_tokens):
-            tok, lp = choose(logits)  # on the CPU, from CPU generators: see RowChooser
-            tok = torch.where(done, eos[0], tok)
-            tokens.append(tok)
-            logps.append(lp)
-            done |= torch.isin(tok, eos)
-            if bool(done.all()) or t == max_tokens - 1:
-                break
-            keep = step.to_keep(done[live])
-            if keep is not None:
-                step.narrow(keep)
-                live = live[keep]
-            logits[live] = step(tok[live], t).cpu()
-        if not tokens:
-            return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
-        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
-
-    def _fast_decoder(self, lm: Any, rows: int) -> FastDecoder | None:
-        """The fast decode step for `rows` rows where decodes pack their weights and the model has one
+    def _fast_decoder(self, lm: Any, rows: int, plan: DecodePlan) -> FastDecoder | None:
+        """The fast decode step for `rows` rows where the plan packs the weights and the model has one
         (its adapter folded in where `sampler: merged` keeps no copy)."""
-        return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if self._packs() else None
+        return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if plan.packs else None
 
-    def _room_to_pack(self) -> None:
+    def _room_to_pack(self, plan: DecodePlan) -> None:
         """Hand the free heap back before a decode packs the weights of a model whose packed copy is more
         than the heap may grow by (`heap.HEADROOM_MB`). The copy's pages come fresh from the OS, so they
         stacked on the free heap a training step or loading left: a 1.5 B model's GRPO job peaked at its
-        resident set after a step plus the copy, above its `mem_mb` (docs/design.md#backends). A smaller
+        resident set after a step plus the copy, above its `mem_mb` (docs/design.md#decoding). A smaller
         model keeps its heap, whose pages its next step would otherwise fault in afresh."""
-        if self._packs() and self._params() * self.dtype.itemsize > HEADROOM_MB * 2**20:
+        if plan.packs and self._params() * self.dtype.itemsize > HEADROOM_MB * 2**20:
             release_free_heap()
 
     def _params(self) -> int:
@@ -311,12 +259,8 @@ class TorchSampling:
         return self._n_params
 
     def _packs(self) -> bool:
-        """Whether decodes pack their linear layers for oneDNN (`jacrl.backends.packed`) and take
-        the fast decode step where the model has one (`jacrl.backends.fast_decode`): where that is
-        the default for this model and device, or where `pack_decode` asks for it; never under
-        `compile_decode`, which compiles transformers' own step."""
-        step = self.options.step
-        return packs(self.device, self._params()) if step == "auto" else step == "packed"
+        """Whether this model's decodes pack their linear layers (`decode.plan`)."""
+        return DecodePlan.of(self.options, self.device, self._params(), 1).packs
 
     def _make_copy(self) -> None:
         """`sampler: merged`, at the first sampling with an unmerged adapter: a copy of the policy with the

@@ -17,9 +17,10 @@ import numpy as np
 
 from jacrl.backends.base import PromptForwards, TokenRows
 from jacrl.backends.cpu import cpu_computes_bf16, float32_through_onednn
+from jacrl.backends.decode.cache import PromptKV
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.hf import cache_kwarg, checkpointing_off, float32_output_layer
-from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
+from jacrl.backends.reference_prompts import ReferencePrompts
 from jacrl.backends.rows import kept_values_per_token, length_buckets, pad_right
 from jacrl.backends.sampling import at_temperature
 from jacrl.backends.token_logprobs import HeadLogprobs, LogitsArena

@@ -75,11 +75,13 @@ def prepare_backend(
     init_adapter: str | Path | None,
     resume: Checkpoint | None,
     reference: Path | None,
+    options: BackendOptions | None = None,
 ) -> Backend:
     """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
     `init_adapter` or a fresh LoRA), the kept reference, its merged sampling copy under `sampler:
-    merged`, and the optimiser (restored, with torch's RNG, when resuming)."""
-    b = load_model(model, threads, options=grpo_options(model, cfg))
+    merged`, and the optimiser (restored, with torch's RNG, when resuming). `options`: the backend's in
+    place of `grpo_options` (a bench comparing paths)."""
+    b = load_model(model, threads, options=options or grpo_options(model, cfg))
     log_memory("loading the model")
     adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
@@ -143,6 +145,9 @@ class OnPolicyRun:
     threads: int | None = None
     rl_dir: Path = Path("dataset/rl")
     ckpt_dir: Path | None = None
+    options: BackendOptions | None = None
+    """The backend's options in place of `grpo_options(model, cfg)`: a bench comparing decode or
+    prompt-sharing paths names them here."""
 
 
 def train_grpo(
@@ -198,7 +203,7 @@ def _train(
     rows: list[dict] = list(saved.rows) if saved else []
 
     reference = reference_adapter(cfg, init_adapter, ckpt, resuming=saved is not None)
-    b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference)
+    b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference, run.options)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
     orch, trainer = orchestrator_and_trainer(b, run.tasks, scorer, cfg, run.losses, run.rl_dir, teacher, run.threads)
