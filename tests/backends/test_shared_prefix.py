@@ -1,4 +1,4 @@
-"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`PrefixKV.bf16_fpmath`):
+"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`decode.cache.PrefixCache.bf16_fpmath`):
 a bf16 model's decode gets the float32 scores, and the flag reaches no other matmul of the step."""
 
 from __future__ import annotations

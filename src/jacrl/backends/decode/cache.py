@@ -1,5 +1,6 @@
 """A decode's keys and values: a prompt's (`PromptKV`, what every prefill gives) and the two layouts a
-decode holds them in, behind one protocol (`DecodeCache`: `extend`, `attend`, `narrow`, `nbytes`).
+decode holds them in, behind one protocol (`DecodeCache`: `attend`, `narrow`, `nbytes`; a `SlotCache` is
+extended prompt by prompt, a `PrefixCache` made from its call's prompts at once).
 
 - `SlotCache`, one row a prompt (a gen cell's greedy rows): the call's prompts stream through a fixed
   set of slots, each slot holding its prompt's keys and values from position 0 on, then its row's
