@@ -71,7 +71,7 @@ def main() -> int:
         b.load_adapter(a.adapter, trainable=True)
     else:
         b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=-1), seed=0)
-    n_bytes = 2 * sum(x.numel() for x in b._sampling_model().parameters())
+    n_bytes = 2 * sum(x.numel() for x in b.sampler._sampling_model().parameters())
 
     def group(way: str) -> tuple[float, list]:
         step, decode = WAYS[way]

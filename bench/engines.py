@@ -158,7 +158,7 @@ def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
     out = measure(gen, a)
     if v.get("merged"):  # what an optimiser step's new adapter costs before the next sampling
         t0 = time.perf_counter()
-        b._fold_into_copy()
+        b.sampler._fold_into_copy()
         apply_s = time.perf_counter() - t0
     return {**out, "load_s": load_s, "lora_apply_s": apply_s if v.get("lora") else None}
 

@@ -244,7 +244,7 @@ def pieces(b: Any) -> dict[str, float]:
         key = "LoRA (trained)" if p.requires_grad else f"base weights ({str(p.dtype).removeprefix('torch.')})"
         out[key] = out.get(key, 0.0) + p.numel() * p.element_size() / GB
     if getattr(b, "_copy", None) is not None:
-        out["sampling copy"] = sum(p.numel() * p.element_size() for p in b._copy.parameters()) / GB
+        out["sampling copy"] = sum(p.numel() * p.element_size() for p in b.sampler.copy.parameters()) / GB
     state = getattr(b, "_opt", None).state if getattr(b, "_opt", None) else {}
     out["optimiser state"] = (
         sum(t.numel() * t.element_size() for s in state.values() for t in s.values() if torch.is_tensor(t)) / GB

@@ -55,7 +55,7 @@ def test_the_fast_prefill_gives_transformers_keys_values_and_logits(tiny_model, 
     b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype=dtype))
     prompt, lm = b.encode(PROMPTS[1]), b._causal_lm()
     with torch.inference_mode():
-        [theirs] = b._prefill(b.model, [prompt])
+        [theirs] = b.sampler._prefill(b.model, [prompt])
         decoder = fd.FastDecoder.of(lm, 4)
         fast = decoder.prefill(prompt)
     tol = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=2e-2, atol=2e-2)}[dtype]

@@ -109,7 +109,7 @@ def test_sampling_merged_at_the_policys_own_precision_keeps_no_copy(tiny_model):
     )  # packs as a large model does
     prompt = b.encode(PROMPT)
     out = b.generate_ids([prompt], 2, SamplingParams(temperature=0.7, max_tokens=5, seed=1), progress=False)
-    assert [len(c.token_ids) for c in out[0]] and b._copy is None and b._fold_on_pack
+    assert [len(c.token_ids) for c in out[0]] and b.sampler.copy is None and b.sampler.fold_on_pack
 
 
 @pytest.mark.parametrize("headroom_mb, trims", [(0, True), (2**20, False)])

@@ -64,13 +64,13 @@ def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
     before = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
     policy.options = replace(policy.options, sampler="merged")
     merged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    assert policy._copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
+    assert policy.sampler.copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
     _same(merged, before)
     _one_step(policy)  # the adapter moves: the copy must be refolded before the next sampling
     after_step = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    policy._copy, copy = None, policy._copy
+    policy.sampler.copy, copy = None, policy.sampler.copy
     unmerged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    policy._copy = copy
+    policy.sampler.copy = copy
     _same(after_step, unmerged)
     assert [c.token_ids for g in after_step for c in g] != [c.token_ids for g in before for c in g]
 
@@ -90,7 +90,7 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
     policy = _trained_policy(tiny_model)
     policy.options = replace(policy.options, sampler="merged", copy_dtype="bfloat16")
     out = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    assert policy._copy.dtype == torch.bfloat16
+    assert policy.sampler.copy.dtype == torch.bfloat16
     ids = [policy.prompt_ids(p) for p in PROMPTS]
     rows = [(ids[i], c) for i, g in enumerate(out) for c in g]
     scored = policy.logprobs([p for p, _ in rows], [c.token_ids for _, c in rows], SAMPLED.temperature)
@@ -101,13 +101,13 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
 def test_the_merged_sampler_keeps_no_copy_without_an_unmerged_adapter(tiny_model, tmp_path):
     b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(sampler="merged"))
     b.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
-    assert b._copy is None  # no adapter: the model is the policy
+    assert b.sampler.copy is None  # no adapter: the model is the policy
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     saved = b.save_adapter(tmp_path / "adapter")
     merged = load_backend(tiny_model, "torch", adapter=saved, threads=2, options=BackendOptions(sampler="merged"))
     merged.merge_adapter()
     merged.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
-    assert merged._copy is None  # folded into the weights already
+    assert merged.sampler.copy is None  # folded into the weights already
 
 
 def _same(a, b) -> None:
@@ -143,7 +143,7 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     b.options = replace(b.options, decode="groups")
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for p in decoded()[0] for c in p])
     batch = decoded()
-    b.options, b.max_batch_rows = replace(b.options, decode="auto"), 3
+    b.options, b.sampler.max_batch_rows = replace(b.options, decode="auto"), 3
     released = []
     release = cache.SlotCache.narrow
     monkeypatch.setattr(cache.SlotCache, "narrow", lambda self, slot: (released.append(slot), release(self, slot)))
@@ -271,7 +271,7 @@ def test_a_call_names_its_decode_path_once(tiny_model, caplog):
     b = load_backend(tiny_model, "torch", threads=2)
     with caplog.at_level(logging.INFO, logger="jacrl.backends.decode.plan"):
         b.generate_draws(PROMPTS, [Draw(1, GREEDY)], progress=False)
-        b.max_batch_rows = 4  # a call of a prompt's 3 rows each: three decoding calls
+        b.sampler.max_batch_rows = 4  # a call of a prompt's 3 rows each: three decoding calls
         b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(2, SAMPLED)], progress=False)
         b.options = replace(b.options, step="packed", decode="whole")
         b.generate_draws(PROMPTS[:1], [Draw(4, SAMPLED)], progress=False)

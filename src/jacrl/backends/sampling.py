@@ -13,9 +13,9 @@ from typing import Any
 from jacrl.backends.base import Draw, SamplingParams
 
 MAX_BATCH_ROWS = 64
-"""Sequences the torch backend decodes together at most (`TorchBackend.max_batch_rows`)."""
+"""Sequences the torch backend decodes together at most (`TorchSampler.max_batch_rows`)."""
 DECODE_CACHE_BYTES = 3 * 2**30
-"""The most KV cache one decoding call holds (`TorchSampling._call_cache_bytes`; a stream's slots,
+"""The most KV cache one decoding call holds (`TorchSampler._call_cache_bytes`; a stream's slots,
 `jacrl.backends.decode.cache.SlotCache`): more rows share each step's weight read, and a 1.5 B model's eval
 (its bf16 weights and their packed copy beside) still fits the memory a job of it is given
 (docs/results.md, "Qwen2.5-Coder-1.5B on 2 CPU cores: memory and step")."""

@@ -6,7 +6,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -15,9 +15,12 @@ import numpy as np
 
 from jacrl.backends.base import (
     Backend,
+    Completion,
+    Draw,
     LoraSpec,
     LossFn,
     PromptForwards,
+    SamplingParams,
     TokenLogprobs,
     TokenRows,
     TrainingState,
@@ -34,11 +37,11 @@ from jacrl.backends.model_files import require_model_dir, safetensors_parameters
 from jacrl.backends.sampling import (
     MAX_BATCH_ROWS,
 )
-from jacrl.backends.torch_sampling import TorchSampling
+from jacrl.backends.torch_sampling import TorchSampler
 from jacrl.backends.torch_scoring import TorchScoring
 
 
-class TorchBackend(TorchSampling, TorchScoring, Backend):
+class TorchBackend(TorchScoring, Backend):
     name = "torch"
     swaps_runs = True
 
@@ -74,7 +77,8 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         self._reference: dict[str, Any] | None = None
         self._weights_version = 0
         """Counts the changes of the weights: prompt forwards made under another are stale."""
-        self.init_sampling(max_batch_rows)
+        self.sampler = TorchSampler(self, max_batch_rows)
+        """The sampling part: the merged copy and each call's decode (`jacrl.backends.torch_sampling`)."""
         self.init_scoring(options.autocast)
         if adapter_path is not None:
             self.load_adapter(adapter_path)
@@ -100,8 +104,23 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
         prompt forwards made under the old weights are stale (`PromptForwards.version`)."""
-        self._copy_stale = True
+        self.sampler.copy_stale = True
         self._weights_version += 1
+
+    # ---- sampling (the sampler part) ---------------------------------------------------------
+    def sample_for_training(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
+    ) -> tuple[list[list[Completion]], PromptForwards | None]:
+        return self.sampler.sample_for_training(prompts, n, params)
+
+    def generate_draws_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        draws: Sequence[Draw],
+        progress: bool = True,
+        keep: PromptForwards | None = None,
+    ) -> list[list[list[Completion]]]:
+        return self.sampler.generate_draws_ids(prompts, draws, progress, keep)
 
     # ---- training ----------------------------------------------------------------------------
     def _trainable(self) -> list[Any]:
@@ -258,7 +277,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
 
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
-        self._copy, self._fold_on_pack = None, False
+        self.sampler.copy, self.sampler.fold_on_pack = None, False
         self._weights_version += 1
         self._reference_prompts.clear()  # the base the reference stood on has changed
 
@@ -268,7 +287,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
             yield
             return
         self._unmerged("disable the adapter")
-        with self.model.disable_adapter(), self._live_model():
+        with self.model.disable_adapter(), self.sampler.live_model():
             yield
 
     def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -331,7 +350,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         for name, w in self._reference.items():
             params[name].data = w
         try:
-            with self._live_model():
+            with self.sampler.live_model():
                 yield
         finally:
             for name, w in trained.items():

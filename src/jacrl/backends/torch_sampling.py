@@ -2,9 +2,9 @@
 `jacrl.backends.decode` (its plan, its prompts' prefills, the one loop), each step through the fast
 decode step where the model has one.
 
-`TorchSampling` is a part of `TorchBackend` (jacrl.backends.torch_backend), which owns the model: it
-holds the sampling side's state (`init_sampling`) and reads the backend's model, options and the
-scoring side's prompt forwards (`TorchScoring`) when a sampled prompt's forward is kept for training.
+`TorchSampler` is a part the `TorchBackend` (jacrl.backends.torch_backend) holds (`backend.sampler`):
+it keeps the sampling side's own state and reads the backend's model and options, and its scoring side's
+prompt forwards when a sampled prompt's forward is kept for training.
 """
 
 from __future__ import annotations
@@ -33,25 +33,28 @@ SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
 
-class TorchSampling:
-    """The sampling side of `TorchBackend`."""
+class TorchSampler:
+    """The sampling part of a `TorchBackend`: its own state (the merged copy, the live-model blocks,
+    how many rows a call decodes together), the backend's model, options and scoring part read through
+    `backend`."""
 
-    def init_sampling(self, max_batch_rows: int) -> None:
+    def __init__(self, backend: Any, max_batch_rows: int) -> None:
+        self.backend = backend
         self.max_batch_rows = max_batch_rows
-        self._copy: Any = None
+        self.copy: Any = None
         """The merged sampling copy (`sampler: merged`), made at the first sampling; None until then and
         when sampling from the policy itself."""
-        self._copy_stale = False
-        self._fold_on_pack = False
+        self.copy_stale = False
+        self.fold_on_pack = False
         """`sampler: merged` without a copy: decodes pack the policy's weights with its adapter folded in."""
-        self._live = 0
+        self.live = 0
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._n_params: int | None = None
 
     def sample_for_training(
         self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
     ) -> tuple[list[list[Completion]], PromptForwards | None]:
-        keep = PromptForwards(self._weights_version) if self.shares_prompt_forwards else None
+        keep = PromptForwards(self.backend._weights_version) if self.backend.shares_prompt_forwards else None
         return self.generate_draws_ids(prompts, [Draw(n, params)], False, keep)[0], keep
 
     def generate_draws_ids(
@@ -73,14 +76,16 @@ class TorchSampling:
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        plan = DecodePlan.of(self.options, self.device, self._params(), rows)
+        plan = DecodePlan.of(self.backend.options, self.backend.device, self._params(), rows)
         if plan.rows == "stream":
             d = next(k for k, draw in enumerate(draws) if draw.n)
             out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], plan, progress)]
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         chunks = list(self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens))
-        bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        bar = Progress(
+            total=len(prompts) * rows, desc=f"sample ({self.backend.name})", unit="seq", disable=not progress
+        )
         for n, chunk in enumerate(chunks):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
             calls = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
@@ -89,7 +94,7 @@ class TorchSampling:
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
                     span = layout.rows(0, d)
-                    out[d][i] = [self._finish(a, b) for a, b in zip(ids[j][span], lps[j][span])]
+                    out[d][i] = [self.backend._finish(a, b) for a, b in zip(ids[j][span], lps[j][span])]
             bar.update(len(chunk) * rows)
         bar.close()
         return out
@@ -104,9 +109,9 @@ class TorchSampling:
         max_tokens, capacity = draw.params.max_tokens, max(map(len, prompts)) + draw.params.max_tokens
         per_slot = config_kv_bytes(lm.config, capacity, lm.dtype.itemsize)
         slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
-        bar = Progress(total=len(prompts), desc=f"sample ({self.name})", unit="seq", disable=not progress)
+        bar = Progress(total=len(prompts), desc=f"sample ({self.backend.name})", unit="seq", disable=not progress)
         with torch.inference_mode():
-            cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.device)
+            cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.backend.device)
             self._room_to_pack(plan)
             fast = self._fast_decoder(lm, slots, plan)
             plan.log(fast is not None, f"{slots} slots")
@@ -116,11 +121,11 @@ class TorchSampling:
             stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order)
             packed = packed_linears(model, slots) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
-                ids, lps = decode(stream, 1, choose, self.eos_token_ids, max_tokens, lambda _: bar.update(1))
+                ids, lps = decode(stream, 1, choose, self.backend.eos_token_ids, max_tokens, lambda _: bar.update(1))
         bar.close()
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
-        return [self._finish(ids[i][0], lps[i][0]) for i in range(len(prompts))]
+        return [self.backend._finish(ids[i][0], lps[i][0]) for i in range(len(prompts))]
 
     def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
         """A streamed prompt's prefill: through the decode's packed weights where it has them (faster
@@ -152,9 +157,9 @@ class TorchSampling:
     def _call_cache_bytes(self, lengths: list[int], rows: int, max_tokens: int) -> int:
         """The KV cache a call decoding prompts of `lengths` (longest last), `rows` each, holds at once:
         each prompt's prefilled cache, and its float32 copy (`PrefixCache`) with the rows' own float32 caches."""
-        lm = self._causal_lm()
+        lm = self.backend._causal_lm()
         prompts, width = len(lengths), lengths[-1]
-        prefilled = config_kv_bytes(lm.config, sum(lengths), self.dtype.itemsize)
+        prefilled = config_kv_bytes(lm.config, sum(lengths), self.backend.dtype.itemsize)
         return prefilled + config_kv_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
 
     def _sample(
@@ -174,7 +179,7 @@ class TorchSampling:
         rows, n = layout.block, len(prompts) * layout.block
         model = self._sampling_model()
         lm = causal_lm_of(model)
-        if keep is not None and not self._live and self._graph_fits(prompts):
+        if keep is not None and not self.live and self.backend._graph_fits(prompts):
             prefilled = self._policy_prefill(prompts, lm.dtype, keep)
         else:
             with torch.inference_mode():
@@ -189,7 +194,7 @@ class TorchSampling:
             del prefilled  # copied into the decode's own cache
             packed = packed_linears(model, n) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(n), packed:
-                ids, lps = decode(batch, rows, TokenChooser(layout, seeded), self.eos_token_ids, max_tokens)
+                ids, lps = decode(batch, rows, TokenChooser(layout, seeded), self.backend.eos_token_ids, max_tokens)
         return [ids[j] for j in range(len(prompts))], [lps[j] for j in range(len(prompts))]
 
     def _prefill(self, model: Any, prompts: list[list[int]]) -> list[PromptKV]:
@@ -202,7 +207,7 @@ class TorchSampling:
         out = []
         for p in prompts:
             one = DynamicCache(config=lm.config)
-            ids = torch.tensor([p], device=self.device)  # the last position's logits only: 152k wide for Qwen
+            ids = torch.tensor([p], device=self.backend.device)  # the last position's logits only: 152k wide for Qwen
             logits = model(input_ids=ids, logits_to_keep=1, **{cache_kwarg(lm): one, "use_cache": True}).logits
             out.append(PromptKV.of(one, logits[:, -1, :].float()))
         return out
@@ -213,18 +218,18 @@ class TorchSampling:
         and its last position's float32 logits."""
         import torch
 
-        lm = self._causal_lm()
+        lm = self.backend._causal_lm()
         out = []
-        self.model.train()
+        self.backend.model.train()
         try:
-            with torch.enable_grad(), self._forward_precision():
+            with torch.enable_grad(), self.backend._forward_precision():
                 for p in map(tuple, prompts):
-                    entry = keep.by_prompt.get(p) or self._fresh_prompt(lm, p)
+                    entry = keep.by_prompt.get(p) or self.backend._fresh_prompt(lm, p)
                     keep.by_prompt[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
                     out.append(PromptKV(tuple(keys), tuple(values), entry.logits[:, -1, :].detach().float()))
         finally:
-            self.model.eval()
+            self.backend.model.eval()
         return out
 
     def _transformers_step(self, model: Any, plan: DecodePlan) -> Any:
@@ -242,7 +247,7 @@ class TorchSampling:
     def _fast_decoder(self, lm: Any, rows: int, plan: DecodePlan) -> FastDecoder | None:
         """The fast decode step for `rows` rows where the plan packs the weights and the model has one
         (its adapter folded in where `sampler: merged` keeps no copy)."""
-        return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if plan.packs else None
+        return FastDecoder.of(lm, rows, folded=self.fold_on_pack and not self.live) if plan.packs else None
 
     def _room_to_pack(self, plan: DecodePlan) -> None:
         """Hand the free heap back before a decode packs the weights of a model whose packed copy is more
@@ -250,17 +255,17 @@ class TorchSampling:
         stacked on the free heap a training step or loading left: a 1.5 B model's GRPO job peaked at its
         resident set after a step plus the copy, above its `mem_mb` (docs/design.md#decoding). A smaller
         model keeps its heap, whose pages its next step would otherwise fault in afresh."""
-        if plan.packs and self._params() * self.dtype.itemsize > HEADROOM_MB * 2**20:
+        if plan.packs and self._params() * self.backend.dtype.itemsize > HEADROOM_MB * 2**20:
             release_free_heap()
 
     def _params(self) -> int:
         if self._n_params is None:
-            self._n_params = sum(p.numel() for p in self._causal_lm().parameters())
+            self._n_params = sum(p.numel() for p in self.backend._causal_lm().parameters())
         return self._n_params
 
     def _packs(self) -> bool:
         """Whether this model's decodes pack their linear layers (`decode.plan`)."""
-        return DecodePlan.of(self.options, self.device, self._params(), 1).packs
+        return DecodePlan.of(self.backend.options, self.backend.device, self._params(), 1).packs
 
     def _make_copy(self) -> None:
         """`sampler: merged`, at the first sampling with an unmerged adapter: a copy of the policy with the
@@ -270,29 +275,35 @@ class TorchSampling:
         `mismatch_kl` take up the difference; docs/design.md#backends)."""
         from transformers import AutoModelForCausalLM
 
-        params = safetensors_parameters(self.model_path)
-        copy_dtype = resolve_dtype(self.options.copy_dtype, self.device, params, training=False)
-        if copy_dtype == self.dtype and self._packs():
+        params = safetensors_parameters(self.backend.model_path)
+        copy_dtype = resolve_dtype(self.backend.options.copy_dtype, self.backend.device, params, training=False)
+        if copy_dtype == self.backend.dtype and self._packs():
             # the policy's own weights are the copy's: each decode packs them with the adapter folded
             # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is gigabytes)
-            self._fold_on_pack = True
+            self.fold_on_pack = True
             return
-        self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
-        for p in self._copy.parameters():
+        self.copy = (
+            AutoModelForCausalLM.from_pretrained(self.backend.model_path, dtype=copy_dtype)
+            .to(self.backend.device)
+            .eval()
+        )
+        for p in self.copy.parameters():
             p.requires_grad_(False)
-        self._copy_stale = True
+        self.copy_stale = True
 
     def _sampling_model(self) -> Any:
         """What decodes: the merged copy (made now if `sampler: merged` has none yet; refolded if the adapter
         moved since), else the model."""
-        wants_copy = self.options.sampler == "merged" and self.lora is not None and not self.merged
-        if wants_copy and self._copy is None and not self._fold_on_pack:
+        wants_copy = (
+            self.backend.options.sampler == "merged" and self.backend.lora is not None and not self.backend.merged
+        )
+        if wants_copy and self.copy is None and not self.fold_on_pack:
             self._make_copy()
-        if self._copy is None or self._live:
-            return self.model
-        if self._copy_stale:
+        if self.copy is None or self.live:
+            return self.backend.model
+        if self.copy_stale:
             self._fold_into_copy()
-        return self._copy
+        return self.copy
 
     def _fold_into_copy(self) -> None:
         """The copy's LoRA-carrying weights := base + each active adapter's delta (peft's own
@@ -301,22 +312,22 @@ class TorchSampling:
         from peft.tuners.lora import LoraLayer
 
         with torch.no_grad():
-            for name, module in self.model.named_modules():
+            for name, module in self.backend.model.named_modules():
                 if isinstance(module, LoraLayer):
                     weight = module.get_base_layer().weight
                     for adapter in module.active_adapters:
                         weight = weight + module.get_delta_weight(adapter)
-                    self._copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
-        self._copy_stale = False
+                    self.copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
+        self.copy_stale = False
 
     @contextmanager
-    def _live_model(self) -> Iterator[None]:
+    def live_model(self) -> Iterator[None]:
         """Inside the block sampling takes the model as it is (its weights swapped or its adapter off)."""
-        self._live += 1
+        self.live += 1
         try:
             yield
         finally:
-            self._live -= 1
+            self.live -= 1
 
     @contextmanager
     def _decode_threads(self, rows: int) -> Iterator[None]:
@@ -325,7 +336,7 @@ class TorchSampling:
         are shared with other jobs (docs/design.md#measured-facts). Wide batches keep them all."""
         import torch
 
-        small = self.device == "cpu" and self._params() < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
+        small = self.backend.device == "cpu" and self._params() < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
         if not small or torch.get_num_threads() == 1:
             yield
             return

@@ -22,7 +22,7 @@
                   its completion's tokens, their scores against the whole sequence, and its
                   copy of the prompt's KV cache; and the reference pass's kept prompt caches
                   (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
-                  eval: the KV cache a decoding call holds (`TorchSampling._call_cache_bytes`; one
+                  eval: the KV cache a decoding call holds (`TorchSampler._call_cache_bytes`; one
                   row a prompt streams through cache slots: `jacrl.backends.decode.cache.SlotCache`), at most
                   `DECODE_CACHE_BYTES` + each row's float32 next-token logits and their log-softmax
                   (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer);
