@@ -48,12 +48,12 @@ def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
     backend.options = replace(backend.options, score="auto" if path == "shared" else "repeated")
     if path in ("shared", "cache"):  # groups rows by prompt
-        score = backend._token_logprobs
+        score = backend.scorer.token_logprobs
     else:
 
         def score(heads, tails, temperature):
-            lp, _ = backend._padded_logprobs(heads, tails, temperature, False)
-            mask = backend._completion_mask(tails)
+            lp, _ = backend.scorer._padded_logprobs(heads, tails, temperature, False)
+            mask = backend.scorer._completion_mask(tails)
             return lp * mask, mask, None
 
     t0 = time.perf_counter()

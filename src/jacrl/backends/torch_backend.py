@@ -38,10 +38,10 @@ from jacrl.backends.sampling import (
     MAX_BATCH_ROWS,
 )
 from jacrl.backends.torch_sampling import TorchSampler
-from jacrl.backends.torch_scoring import TorchScoring
+from jacrl.backends.torch_scoring import TorchScorer
 
 
-class TorchBackend(TorchScoring, Backend):
+class TorchBackend(Backend):
     name = "torch"
     swaps_runs = True
 
@@ -79,7 +79,8 @@ class TorchBackend(TorchScoring, Backend):
         """Counts the changes of the weights: prompt forwards made under another are stale."""
         self.sampler = TorchSampler(self, max_batch_rows)
         """The sampling part: the merged copy and each call's decode (`jacrl.backends.torch_sampling`)."""
-        self.init_scoring(options.autocast)
+        self.scorer = TorchScorer(self, options.autocast)
+        """The scoring part: log-probs, the forwards' precision, the kept prompts (`jacrl.backends.torch_scoring`)."""
         if adapter_path is not None:
             self.load_adapter(adapter_path)
 
@@ -122,6 +123,25 @@ class TorchBackend(TorchScoring, Backend):
     ) -> list[list[list[Completion]]]:
         return self.sampler.generate_draws_ids(prompts, draws, progress, keep)
 
+    # ---- scoring (the scorer part) -----------------------------------------------------------
+    gives_distributions = True
+
+    @property
+    def autocasts(self) -> bool:
+        return self.scorer.autocasts
+
+    @property
+    def shares_prompt_forwards(self) -> bool:
+        return self.scorer.shares_prompt_forwards
+
+    def logprobs(
+        self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
+    ) -> list[np.ndarray]:
+        return self.scorer.logprobs(prompt_ids, completion_ids, temperature, adapter)
+
+    def log_distributions(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float) -> Any:
+        return self.scorer.log_distributions(prompt_ids, completion_ids, temperature)
+
     # ---- training ----------------------------------------------------------------------------
     def _trainable(self) -> list[Any]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -151,10 +171,12 @@ class TorchBackend(TorchScoring, Backend):
         ref, t0 = None, time.perf_counter()
         if reference:
             with torch.no_grad(), self.reference_policy():
-                ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature, kept=self._reference_prompts)
+                ref, _, _ = self.scorer.token_logprobs(
+                    prompt_ids, completion_ids, temperature, kept=self.scorer.reference_prompts
+                )
         timing = {"time/reference_s": time.perf_counter() - t0} if reference else {}
         self.model.train()
-        lp, mask, log_dists = self._token_logprobs(
+        lp, mask, log_dists = self.scorer.token_logprobs(
             prompt_ids, completion_ids, temperature, distributions, forwards=prompt_forwards
         )
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
@@ -168,7 +190,7 @@ class TorchBackend(TorchScoring, Backend):
         attention, which rows scored after a shared prompt attended through (and sdpa's for the rest)."""
         from jacrl.backends import prompt_rows
 
-        return prompt_rows.attending(self._causal_lm()) if self._checkpoints_prompts() else nullcontext()
+        return prompt_rows.attending(self._causal_lm()) if self.scorer.checkpoints_prompts() else nullcontext()
 
     def _step(self, lr: float | None) -> float | None:
         import torch
@@ -279,7 +301,7 @@ class TorchBackend(TorchScoring, Backend):
         self.model = self.model.merge_and_unload()
         self.sampler.copy, self.sampler.fold_on_pack = None, False
         self._weights_version += 1
-        self._reference_prompts.clear()  # the base the reference stood on has changed
+        self.scorer.reference_prompts.clear()  # the base the reference stood on has changed
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:

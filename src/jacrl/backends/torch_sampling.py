@@ -179,7 +179,7 @@ class TorchSampler:
         rows, n = layout.block, len(prompts) * layout.block
         model = self._sampling_model()
         lm = causal_lm_of(model)
-        if keep is not None and not self.live and self.backend._graph_fits(prompts):
+        if keep is not None and not self.live and self.backend.scorer.graph_fits(prompts):
             prefilled = self._policy_prefill(prompts, lm.dtype, keep)
         else:
             with torch.inference_mode():
@@ -222,9 +222,9 @@ class TorchSampler:
         out = []
         self.backend.model.train()
         try:
-            with torch.enable_grad(), self.backend._forward_precision():
+            with torch.enable_grad(), self.backend.scorer.forward_precision():
                 for p in map(tuple, prompts):
-                    entry = keep.by_prompt.get(p) or self.backend._fresh_prompt(lm, p)
+                    entry = keep.by_prompt.get(p) or self.backend.scorer.fresh_prompt(lm, p)
                     keep.by_prompt[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
                     out.append(PromptKV(tuple(keys), tuple(values), entry.logits[:, -1, :].detach().float()))
