@@ -58,7 +58,8 @@ def eval_part(a: argparse.Namespace) -> dict:
 
 
 def sft_part(a: argparse.Namespace) -> dict:
-    from jacrl.backends.select import BackendOptions, load_model
+    from jacrl.backends.config import BackendOptions
+    from jacrl.backends.select import load_model
     from jacrl.tasks.record import gold_completion, read_tasks
     from jacrl.training.config import SFTConfig
     from jacrl.training.sft import fit_lora, sft_examples

@@ -7,10 +7,10 @@ The sampler as GRPO runs it (the policy's LoRA folded into a bf16 copy, the prom
 cache), one 1404-token holdout prompt (`--tasks`: another set's nearest), group 8 at T 0.6, `--tokens` forced — or, with `--ends`, rows that
 end at EOS as GRPO's do (then start from a trained `--adapter`, e.g. adapters/r3/smollm2/sft: a fresh
 LoRA's rows run to the cap). The ways:
-`fast` — the written-out step with packed weights (`jacrl.backends.fast_decode`, the default on CPU);
-`transformers` — transformers' layers with our attention, weights unpacked (`pack_decode = False`);
-`compiled` — the same through `torch.compile` (`compile_decode`; its first decode compiles, timed apart);
-`whole` — `fast` with every row decoded to the longest one's end (`narrow_shared = False`: before rows
+`fast` — the written-out step with packed weights (`jacrl.backends.decode.steps`, the default on CPU);
+`transformers` — transformers' layers with our attention, weights unpacked (`step: plain`);
+`compiled` — the same through `torch.compile` (`step: compiled`; its first decode compiles, timed apart);
+`whole` — `fast` with every row decoded to the longest one's end (`decode: whole`: before rows
 that ended left the decode; the same as `fast` unless `--ends`).
 The ways alternate round by round (the machine's memory bandwidth drifts between runs: a read of the
 weights moved 5-9 ms within minutes here), with one read of the weights timed in every round. Prints
@@ -29,7 +29,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
@@ -37,12 +37,12 @@ sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
 from engines import cpu_model, forced_backend, pick_prompt, read_seconds, thread_policy  # noqa: E402
 
 WAYS = {
-    "fast": (None, False, True),
-    "transformers": (False, False, True),
-    "compiled": (False, True, True),
-    "whole": (None, False, False),
+    "fast": ("auto", "auto"),
+    "transformers": ("plain", "auto"),
+    "compiled": ("compiled", "auto"),
+    "whole": ("auto", "whole"),
 }
-"""way: (pack_decode, compile_decode, narrow_shared)"""
+"""way: (the options' `step`, their `decode`)"""
 
 
 def main() -> int:
@@ -71,11 +71,11 @@ def main() -> int:
         b.load_adapter(a.adapter, trainable=True)
     else:
         b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=-1), seed=0)
-    n_bytes = 2 * sum(x.numel() for x in b._sampling_model().parameters())
+    n_bytes = 2 * sum(x.numel() for x in b.sampler._sampling_model().parameters())
 
     def group(way: str) -> tuple[float, list]:
-        pack, compiled, narrow = WAYS[way]
-        b.options = replace(b.options, pack_decode=pack, compile_decode=compiled, narrow_shared=narrow)
+        step, decode = WAYS[way]
+        b.options = replace(b.options, step=step, decode=decode)
         params = SamplingParams(temperature=0.6, max_tokens=a.tokens, seed=0)
         t0 = time.perf_counter()
         out = b.generate_ids([prompt], a.group, params, progress=False)

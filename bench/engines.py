@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # our workers import jacrl; the side venvs' workers never do
@@ -48,11 +48,6 @@ SETUP = {
 }
 VARIANTS = {
     "ours bf16": {"dtype": "bfloat16"},
-    "ours, policy's LoRA unmerged, f32, per-row cache (GRPO before)": {
-        "dtype": "float32",
-        "lora": True,
-        "shared": False,
-    },
     "ours, policy's LoRA unmerged, f32": {"dtype": "float32", "lora": True},
     "ours, policy's LoRA merged into a bf16 copy (GRPO now)": {"dtype": "float32", "lora": True, "merged": True},
     "ours, as GRPO now, decode steps compiled (load includes the compile)": {
@@ -120,14 +115,10 @@ def measure(gen, a: argparse.Namespace) -> dict:
 
 
 def forced_backend(model: Path, **kw):
-    """Our torch backend on `model` that decodes every row to `max_tokens`: an id the model never
-    reaches stands for EOS."""
+    """Our torch backend on `model` that decodes every row to `max_tokens` (`ends: cap`)."""
     from jacrl.backends.torch_backend import TorchBackend
 
-    class Forced(TorchBackend):
-        eos_token_ids = property(lambda self: {49151})
-
-    return Forced(model, threads=kw.pop("threads", None), options=BackendOptions(**kw))
+    return TorchBackend(model, threads=kw.pop("threads", None), options=BackendOptions(ends="cap", **kw))
 
 
 def thread_policy() -> str:
@@ -151,9 +142,8 @@ def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
         dtype=v["dtype"],
         threads=2,
         training=v["dtype"] == "float32",
-        shared_prefix=v.get("shared", True),
         sampler="merged" if v.get("merged") else "policy",
-        compile_decode=v.get("compile", False),
+        step="compiled" if v.get("compile") else "auto",
     )
     apply_s = None
     if v.get("lora"):
@@ -162,13 +152,13 @@ def worker_ours(a: argparse.Namespace, prompt: list[int]) -> dict:
     def gen(n: int, tokens: int, temperature: float) -> None:
         b.generate_ids([prompt], n, SamplingParams(temperature=temperature, max_tokens=tokens, seed=0), progress=False)
 
-    if b.compile_decode:  # the group's shapes compiled before anything is timed
+    if b.options.step == "compiled":  # the group's shapes compiled before anything is timed
         gen(a.group, a.tokens, 0.6)
     load_s = time.perf_counter() - t0
     out = measure(gen, a)
     if v.get("merged"):  # what an optimiser step's new adapter costs before the next sampling
         t0 = time.perf_counter()
-        b._fold_into_copy()
+        b.sampler._fold_into_copy()
         apply_s = time.perf_counter() - t0
     return {**out, "load_s": load_s, "lora_apply_s": apply_s if v.get("lora") else None}
 

@@ -49,12 +49,12 @@ def main() -> None:
     rows = sum(d.n for d in plan) * len(prompts)
     print(
         f"{len(prompts)} prompts × {[d.n for d in plan]} rows, max_tokens {args.max_tokens}, {args.threads} thread(s); "
-        f"kind by kind at {b.max_batch_rows} rows: {t_apart:.1f} s"
+        f"kind by kind at {b.sampler.max_batch_rows} rows: {t_apart:.1f} s"
     )
     print("| rows per batch | one batch | ratio (one batch / kind by kind) | rows identical |")
     print("|---:|---:|---:|---:|")
     for cap in args.max_batch_rows:
-        b.max_batch_rows = cap
+        b.sampler.max_batch_rows = cap
         tic = time.perf_counter()
         together = b.generate_draws(prompts, plan, progress=False)
         seconds = time.perf_counter() - tic

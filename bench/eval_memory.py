@@ -11,7 +11,7 @@ job, after the model is dropped.
 
 Two trees side by side: run it once with each tree's `src/` first on PYTHONPATH, the first with `--ids-out`,
 the second with `--same-as` the first's file (how many greedy answers came out the same). A streamed
-cell logs where its time went (`row_stream.StreamTime`: prefills and decode steps).
+cell logs where its time went (`decode.loop.StreamTime`: prefills and decode steps).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from pathlib import Path
 
 from grpo_step import peak_mb, reset_peak
 
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import release_free_heap, resident_mb
-from jacrl.backends.select import BackendOptions, load_backend
+from jacrl.backends.select import load_backend
 from jacrl.config import load_config_file
 from jacrl.evaluation.cell import draw_cell
 from jacrl.tasks.record import read_tasks

@@ -2,13 +2,11 @@
 whether every row decoded the same tokens.
 
     .venv/bin/python bench/gen_rows.py [--model models/smollm2] [--adapter DIR] [--limit 101] [--rounds 2] \
-        [--max-tokens 192] [--compare narrow|packed|stream]
+        [--max-tokens 192] [--compare packed|stream]
 
-`--compare narrow`: batches over a static cache (`stream_rows = False`), every row to the longest one's end
-(`NARROW_SHARE` above 1) against dropping the rows that ended (`StaticRows.narrow`). `--compare stream`:
-those narrowed batches against the prompts streamed through cache slots (`jacrl.backends.row_stream`, the
-default). `--compare packed`: streamed, the decode's linear layers unpacked (`pack_decode = False`) against
-packed for oneDNN (`jacrl.backends.packed`, the default). The cell's settings: the holdout's prompts through
+`--compare stream`: batches over the prompts' caches, rows leaving as they end (`decode: groups`), against
+the prompts streamed through cache slots (`decode: auto`, the default). `--compare packed`: streamed, the
+decode's linear layers unpacked (`step: plain`) against packed for oneDNN (`step: packed`). The cell's settings: the holdout's prompts through
 the chat template, greedy, `eval.max_tokens` (192 in the SmolLM2 configs), the eval job's model (the adapter merged, the model's dtype: bf16 on a CPU that computes it),
 2 threads, idle threads spinning as the workflow's jobs do unless the environment says otherwise
 (rules/common.smk).
@@ -29,22 +27,20 @@ if "OMP_WAIT_POLICY" not in os.environ:  # the workflow's jobs' setting (rules/c
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engines import cpu_model, thread_policy  # noqa: E402
 
-from jacrl.backends import SamplingParams, static_rows  # noqa: E402
+from jacrl.backends import SamplingParams  # noqa: E402
 from jacrl.backends.base import Draw  # noqa: E402
 from jacrl.backends.select import load_backend  # noqa: E402
 from jacrl.tasks.record import read_tasks  # noqa: E402
 
-NARROWED = static_rows.NARROW_SHARE
-WAYS = {  # --compare: (name, NARROW_SHARE, pack_decode, stream_rows) for each way
-    "narrow": (("all rows", 2.0, None, False), ("narrowed", NARROWED, None, False)),
-    "stream": (("batches", NARROWED, None, False), ("streamed", NARROWED, None, True)),
-    "packed": (("unpacked", NARROWED, False, True), ("packed", NARROWED, None, True)),
+WAYS = {  # --compare: (name, the options' `decode`, their `step`) for each way
+    "stream": (("batches", "groups", "auto"), ("streamed", "auto", "auto")),
+    "packed": (("unpacked", "auto", "plain"), ("packed", "auto", "packed")),
 }
 
 
 def greedy_pass(backend, prompts: list[str], way: tuple, max_tokens: int) -> tuple[float, list[list[int]]]:
-    _, static_rows.NARROW_SHARE, pack, stream = way
-    backend.options = replace(backend.options, pack_decode=pack, stream_rows=stream)
+    _, decode, step = way
+    backend.options = replace(backend.options, decode=decode, step=step)
     start = time.perf_counter()
     [done] = backend.generate_draws(
         prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=max_tokens))], progress=False
@@ -60,7 +56,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=101)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=192)
-    ap.add_argument("--compare", choices=sorted(WAYS), default="narrow")
+    ap.add_argument("--compare", choices=sorted(WAYS), default="stream")
     args = ap.parse_args()
     ways = WAYS[args.compare]
     backend = load_backend(args.model, "torch", adapter=args.adapter, threads=2)

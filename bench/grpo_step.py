@@ -26,7 +26,7 @@ are printed and the reads use their mean), variant by variant: a
 variant is a `grpo.sampler` (`policy`: the float32 policy with its adapter; `merged`: its merged bf16
 copy), `+autocast` adding `grpo.autocast: true`, without it float32 training, `+compile` the model's
 `compile_decode: true` (its first step carries the compile), `+unpacked` decoding through transformers'
-step with unpacked weights (`BackendOptions.pack_decode = False`: the sampler before the fast decode step),
+step with unpacked weights (`BackendOptions.step = plain`: the sampler before the fast decode step),
 `+unshared` prefilling the sampler apart and forwarding the prompt again for training
 (`BackendOptions.share_prompts = False`: the step before the two shared the prompt's forward).
 OpenMP's wait policy is read when torch loads: run the bench once per setting (the workflow's jobs
@@ -58,7 +58,6 @@ from jacrl.backends.model_files import safetensors_parameters
 from jacrl.config import Config, load_config, load_config_file
 from jacrl.interop.mlx_grpo import command, write_data
 from jacrl.reward.batch import RewardScorer
-from jacrl.rl import loop
 from jacrl.rl.loop import OnPolicyRun, grpo_options, orchestrator_and_trainer, prepare_backend, train_grpo, train_step
 from jacrl.tasks.record import Task, read_tasks
 from jacrl.training.metrics import read_metrics
@@ -132,11 +131,13 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
         raise SystemExit(
             f"error: variant {variant!r}: expected policy or merged, then +autocast, +compile, +unpacked, +unshared"
         )
-    ways = {"pack_decode": False if "unpacked" in flags else None, "share_prompts": "unshared" not in flags}
-    loop.grpo_options = lambda model, cfg: replace(grpo_options(model, cfg), **ways)  # this process's GRPO jobs
     update = {"iters": steps, "sampler": sampler, "autocast": "autocast" in flags, "save_every": 1000}
     grpo = cfg.grpo.model_copy(update=update)
     spec = next(m for m in cfg.models if m.name == "smollm2").model_copy(update={"compile_decode": "compile" in flags})
+    options = grpo_options(spec, grpo)  # `step: compiled` under the spec's compile_decode
+    options = replace(
+        options, step="plain" if "unpacked" in flags else options.step, share_prompts="unshared" not in flags
+    )
     tok = AutoTokenizer.from_pretrained(spec.model_dir())
     pool = read_tasks("dataset/rl/trainpool.jsonl")
     size = lambda t: len(tok.apply_chat_template([{"role": "user", "content": t.prompt}], tokenize=False))  # noqa: E731
@@ -151,6 +152,7 @@ def smollm2_steps(tmp: Path, variant: str, adapter: Path | None, steps: int) -> 
                 losses=cfg.loss_framework,
                 init_adapter=adapter,
                 threads=2,
+                options=options,
             ),
             scorer,
             progress=False,
@@ -242,7 +244,7 @@ def pieces(b: Any) -> dict[str, float]:
         key = "LoRA (trained)" if p.requires_grad else f"base weights ({str(p.dtype).removeprefix('torch.')})"
         out[key] = out.get(key, 0.0) + p.numel() * p.element_size() / GB
     if getattr(b, "_copy", None) is not None:
-        out["sampling copy"] = sum(p.numel() * p.element_size() for p in b._copy.parameters()) / GB
+        out["sampling copy"] = sum(p.numel() * p.element_size() for p in b.sampler.copy.parameters()) / GB
     state = getattr(b, "_opt", None).state if getattr(b, "_opt", None) else {}
     out["optimiser state"] = (
         sum(t.numel() * t.element_size() for s in state.values() for t in s.values() if torch.is_tensor(t)) / GB
@@ -297,11 +299,10 @@ def any_model(args: argparse.Namespace) -> None:
         spec = spec.model_copy(update={"path": str(args.model_dir), "builtin": None})
     reset_peak()
     t0 = time.perf_counter()
-    b = prepare_backend(spec, grpo, 2, None, None, None)
+    options = replace(grpo_options(spec, grpo), ends="cap" if args.force_length else "eos")
+    b = prepare_backend(spec, grpo, 2, None, None, None, options)
     print(f"{spec.name} on {cpu_info().describe()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print(f"loaded in {time.perf_counter() - t0:.1f} s, peak {peak_mb():.0f} MB, resident {resident_mb():.0f} MB")
-    if args.force_length:
-        b.__class__ = type("ForcedLength", (type(b),), {"eos_token_ids": property(lambda self: {-1})})
     pool = read_tasks("dataset/rl/trainpool.jsonl")
     if args.task:
         task = next((t for t in pool if t.id == args.task), None)

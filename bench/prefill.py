@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/prefill.py --model models/qwen-coder-1.5b [--rounds 3] [--tokens 1140]
 
-`transformers` — the model's own forward (`TorchSampling._prefill`, the way a stream without the fast step
+`transformers` — the model's own forward (`TorchSampler._prefill`, the way a stream without the fast step
 prefills); `fast` — the fast decoder's written-out forward through the packed weights it decodes with
 (`FastDecoder.prefill`, what a streamed cell of a packing model prefills through). The model loads as an eval
 job loads it (`dtype: auto`); the prompt is the holdout's chat-templated prompt nearest `--tokens` (the
@@ -34,7 +34,7 @@ def main() -> int:
     a = p.parse_args()
     import torch
 
-    from jacrl.backends.fast_decode import FastDecoder
+    from jacrl.backends.decode.steps import FastDecoder
     from jacrl.backends.torch_backend import TorchBackend
 
     prompt = pick_prompt(a.model, a.tokens)
@@ -43,9 +43,9 @@ def main() -> int:
     fast = FastDecoder.of(lm, 16)
     if fast is None:
         raise SystemExit(f"error: {a.model}: no fast decoder for this model ({lm.config.model_type})")
-    model = b._sampling_model()
-    # each way as a streamed cell runs it (`TorchSampling._stream_prefill`: the heap trimmed after it)
-    ways = {"transformers": b._stream_prefill(model, None), "fast": b._stream_prefill(model, fast)}
+    model = b.sampler._sampling_model()
+    # each way as a streamed cell runs it (`TorchSampler._stream_prefill`: the heap trimmed after it)
+    ways = {"transformers": b.sampler._stream_prefill(model, None), "fast": b.sampler._stream_prefill(model, fast)}
     flop = 2 * len(prompt) * sum(x.numel() for x in lm.model.layers.parameters() if x.dim() == 2)
     print(
         f"{cpu_model()}, 2 threads, {lm.dtype}; prompt {len(prompt)} tokens, {flop / 1e12:.2f} TFLOP of layer matmuls"

@@ -71,7 +71,7 @@ def bench_batching(model: Path, prompts: list[str], n: int, max_tokens: int, thr
     params = SamplingParams(temperature=0.8, max_tokens=max_tokens, seed=0)
     seconds = {}
     for label, rows in (("one prompt at a time", n), ("batched", 64)):
-        b.max_batch_rows = rows
+        b.sampler.max_batch_rows = rows
         t0 = time.perf_counter()
         out = b.generate_ids(ids, n, params, progress=False)
         seconds[label] = time.perf_counter() - t0

@@ -25,8 +25,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep between the jobs' parts
 
+from jacrl.backends.config import BackendOptions  # noqa: E402
 from jacrl.backends.cpu import cpu_info  # noqa: E402
-from jacrl.backends.select import BackendOptions, load_backend  # noqa: E402
+from jacrl.backends.select import load_backend  # noqa: E402
 from jacrl.config import Config, load_config_file  # noqa: E402
 from jacrl.evaluation.cell import evaluate_cell  # noqa: E402
 from jacrl.io import write_text  # noqa: E402

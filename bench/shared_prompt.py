@@ -28,7 +28,7 @@ import torch
 from engines import cpu_model, thread_policy
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 from jacrl.tasks.record import read_tasks
 
 
@@ -46,14 +46,14 @@ def rows(backend, tasks, group: int) -> tuple[list[list[int]], list[list[int]]]:
 
 def step(backend, path: str, heads, tails) -> tuple[float, torch.Tensor]:
     """One train step's scoring: the reference forward (no grad) and the trainer's forward + backward."""
-    backend.options = replace(backend.options, prompt_rows=path == "shared")
+    backend.options = replace(backend.options, score="auto" if path == "shared" else "repeated")
     if path in ("shared", "cache"):  # groups rows by prompt
-        score = backend._token_logprobs
+        score = backend.scorer.token_logprobs
     else:
 
         def score(heads, tails, temperature):
-            lp, _ = backend._padded_logprobs(heads, tails, temperature, False)
-            mask = backend._completion_mask(tails)
+            lp, _ = backend.scorer._padded_logprobs(heads, tails, temperature, False)
+            mask = backend.scorer._completion_mask(tails)
             return lp * mask, mask, None
 
     t0 = time.perf_counter()

@@ -73,9 +73,9 @@ def test_torch_batched_sampling_equals_one_prompt_at_a_time(tiny_model, temperat
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[0] + " Then print the count of visited cities."]
     assert len({len(b.prompt_ids(p)) for p in prompts}) == 3
     params = SamplingParams(temperature=temperature, max_tokens=10, seed=5)
-    b.max_batch_rows = 64
+    b.sampler.max_batch_rows = 64
     together = b.generate(prompts, n=2, params=params, progress=False)
-    b.max_batch_rows = 1
+    b.sampler.max_batch_rows = 1
     alone = b.generate(prompts, n=2, params=params, progress=False)
     assert [[c.token_ids for c in g] for g in together] == [[c.token_ids for c in g] for g in alone]
     diff = max(

@@ -79,7 +79,7 @@ def test_the_backend_loads_the_tiny_model_in_float32_on_any_cpu(tiny_model, monk
 
 def test_a_training_job_loads_float32_where_an_eval_job_loads_bfloat16(tiny_model, monkeypatch):
     from jacrl.backends import load_backend
-    from jacrl.backends.select import BackendOptions
+    from jacrl.backends.config import BackendOptions
 
     _pretend(monkeypatch, True)
     monkeypatch.setattr(cpu, "BF16_MIN_PARAMS", 0)  # the tiny model counts as large here
@@ -125,7 +125,7 @@ def test_scoring_and_training_multiply_float32_through_onednn_and_decoding_does_
     """Where oneDNN keeps float32, a float32 model's scoring forward and its backward go there; a
     decode's few rows keep MKL (oneDNN's fixed cost a call loses there)."""
     from jacrl.backends import LoraSpec, SamplingParams
-    from jacrl.backends.select import BackendOptions
+    from jacrl.backends.config import BackendOptions
     from jacrl.backends.torch_backend import TorchBackend
 
     float32_precision("none")

@@ -12,7 +12,7 @@ PROMPTS = ["walker Visit", "node Room { has name: str; }", "def add(a: int, b: i
 @pytest.fixture(scope="module")
 def backend(tiny_model):
     b = load_backend(tiny_model, "torch", threads=2)
-    b.max_batch_rows = 8  # several chunks, and chunks that hold different prompt mixes per draw
+    b.sampler.max_batch_rows = 8  # several chunks, and chunks that hold different prompt mixes per draw
     return b
 
 

@@ -1,5 +1,5 @@
 """Decodes through packed linear layers (`jacrl.backends.packed`) and the written-out decode step
-(`jacrl.backends.fast_decode`) sample what transformers' own step samples, and leave the model as
+(`jacrl.backends.decode.steps`) sample what transformers' own step samples, and leave the model as
 they found it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
-from jacrl.backends import fast_decode as fd
 from jacrl.backends.base import Draw
+from jacrl.backends.config import BackendOptions
+from jacrl.backends.decode import steps as fd
 from jacrl.backends.packed import pack, packed_linears
-from jacrl.backends.select import BackendOptions
 from jacrl.backends.torch_backend import TorchBackend
 
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
@@ -23,8 +23,8 @@ DRAWS = [
 ]
 
 
-def _decoded(b, packed: bool, shared: bool = True):
-    b.options = replace(b.options, pack_decode=packed, shared_prefix=shared)
+def _decoded(b, packed: bool):
+    b.options = replace(b.options, step="packed" if packed else "plain")
     return b.generate_draws(PROMPTS, DRAWS, progress=False)
 
 
@@ -55,15 +55,14 @@ def test_the_fast_prefill_gives_transformers_keys_values_and_logits(tiny_model, 
     b = TorchBackend(tiny_model, threads=2, options=BackendOptions(dtype=dtype))
     prompt, lm = b.encode(PROMPTS[1]), b._causal_lm()
     with torch.inference_mode():
-        [cache], logits = b._prefill(b.model, [prompt])
+        [theirs] = b.sampler._prefill(b.model, [prompt])
         decoder = fd.FastDecoder.of(lm, 4)
         fast = decoder.prefill(prompt)
     tol = {"float32": dict(rtol=1e-5, atol=1e-5), "bfloat16": dict(rtol=2e-2, atol=2e-2)}[dtype]
-    theirs = [layer.keys for layer in cache.layers] + [layer.values for layer in cache.layers]
-    for mine, them in zip((*fast.keys, *fast.values), theirs, strict=True):
+    for mine, them in zip((*fast.keys, *fast.values), (*theirs.keys, *theirs.values), strict=True):
         assert mine.shape == them.shape == (1, lm.config.num_key_value_heads, len(prompt), decoder.head_dim)
         torch.testing.assert_close(mine, them, **tol)
-    torch.testing.assert_close(fast.logits, logits, **tol)
+    torch.testing.assert_close(fast.logits, theirs.logits, **tol)
 
 
 def test_streamed_rows_prefilled_and_decoded_packed_decode_as_unpacked(tiny_model, monkeypatch):
@@ -73,18 +72,12 @@ def test_streamed_rows_prefilled_and_decoded_packed_decode_as_unpacked(tiny_mode
     prefill = fd.FastDecoder.prefill
     monkeypatch.setattr(fd.FastDecoder, "prefill", lambda self, p: (calls.append(1), prefill(self, p))[1])
     greedy = [DRAWS[0]]
-    b.options = replace(b.options, pack_decode=False)
+    b.options = replace(b.options, step="plain")
     plain = b.generate_draws(PROMPTS, greedy, progress=False)
     assert not calls
-    b.options = replace(b.options, pack_decode=True)
+    b.options = replace(b.options, step="packed")
     _same(b.generate_draws(PROMPTS, greedy, progress=False), plain, 1e-4)
     assert len(calls) == len(PROMPTS)
-
-
-def test_packed_static_rows_decode_as_unpacked(tiny_model):
-    """One row per prompt (greedy eval cells) keeps transformers' step, its linear layers packed."""
-    b = load_backend(tiny_model, "torch", threads=2)
-    _same(_decoded(b, True, shared=False), _decoded(b, False, shared=False), 1e-4)
 
 
 def test_a_model_with_an_unmerged_adapter_goes_through_transformers(tiny_model):

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from jacrl.backends import heap
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.heap import GROWTH, HEADROOM_MB, HeapKeeper, release_free_heap
-from jacrl.backends.select import BackendOptions
 
 
 def rss_mb() -> float:

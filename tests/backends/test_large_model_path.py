@@ -13,9 +13,9 @@ from fixtures.models import randomised_lora, weighted_backward
 from jacrl.backends import LoraSpec, SamplingParams, load_backend, torch_sampling
 from jacrl.backends import torch_backend as tb
 from jacrl.backends import torch_scoring as scoring
-from jacrl.backends.fast_decode import FastDecoder
+from jacrl.backends.config import BackendOptions
+from jacrl.backends.decode.steps import FastDecoder
 from jacrl.backends.packed import pack
-from jacrl.backends.select import BackendOptions
 
 PROMPT = "node Room { has name: str; } walker Visit {"
 TAILS = [[5, 9, 13, 2, 7], [11, 3], [4, 4, 8, 30]]
@@ -105,11 +105,11 @@ def test_a_lora_layer_packs_with_its_adapter_folded_in(tiny_model):
 
 def test_sampling_merged_at_the_policys_own_precision_keeps_no_copy(tiny_model):
     b = _lora(
-        tiny_model, dtype="bfloat16", sampler="merged", copy_dtype="bfloat16", pack_decode=True
+        tiny_model, dtype="bfloat16", sampler="merged", copy_dtype="bfloat16", step="packed"
     )  # packs as a large model does
     prompt = b.encode(PROMPT)
     out = b.generate_ids([prompt], 2, SamplingParams(temperature=0.7, max_tokens=5, seed=1), progress=False)
-    assert [len(c.token_ids) for c in out[0]] and b._copy is None and b._fold_on_pack
+    assert [len(c.token_ids) for c in out[0]] and b.sampler.copy is None and b.sampler.fold_on_pack
 
 
 @pytest.mark.parametrize("headroom_mb, trims", [(0, True), (2**20, False)])
@@ -118,7 +118,7 @@ def test_a_decode_hands_the_free_heap_back_before_packing_a_copy_past_the_heaps_
 ):
     """Both decode paths (a prompt's rows over its cache; one row a prompt streamed through slots) trim
     before they pack, and only when the packed copy is more than the heap may grow by."""
-    b = _lora(tiny_model, dtype="bfloat16", pack_decode=True)
+    b = _lora(tiny_model, dtype="bfloat16", step="packed")
     calls: list[str] = []
     monkeypatch.setattr(torch_sampling, "HEADROOM_MB", headroom_mb)
     monkeypatch.setattr(torch_sampling, "release_free_heap", lambda: calls.append("trim") or True)
@@ -128,7 +128,6 @@ def test_a_decode_hands_the_free_heap_back_before_packing_a_copy_past_the_heaps_
     b.generate_ids([b.encode(PROMPT)], 2, params, progress=False)
     rows_trimmed = _trimmed_before_packing(calls)
     calls.clear()
-    b.options = replace(b.options, stream_rows=True)
     b.generate_ids([b.encode(PROMPT), b.encode("obj")], 1, params, progress=False)
     assert rows_trimmed == trims and _trimmed_before_packing(calls) == trims
 

@@ -8,9 +8,8 @@ from pydantic import ValidationError
 
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends.base import TokenLogprobs
-from jacrl.backends.config import ModelSpec
+from jacrl.backends.config import BackendOptions, ModelSpec
 from jacrl.backends.devices import resolve_device, resolve_dtype
-from jacrl.backends.select import BackendOptions
 
 
 def test_auto_dtype_follows_the_device(monkeypatch):
@@ -46,7 +45,7 @@ def test_spec_gpus_and_validation():
         ModelSpec(name="t", builtin="tiny", mem_mb={"train": 100})
     spec = ModelSpec(name="t", builtin="tiny", device="cpu", dtype="bfloat16", gradient_checkpointing=True)
     assert BackendOptions.of(spec) == BackendOptions("cpu", "bfloat16", True)
-    assert BackendOptions.of(spec.model_copy(update={"compile_decode": True})).compile_decode
+    assert BackendOptions.of(spec.model_copy(update={"compile_decode": True})).step == "compiled"
     with pytest.raises(ValidationError, match="compile_decode is the torch backend's"):
         ModelSpec(name="t", builtin="tiny", backend="mlx", compile_decode=True)
 

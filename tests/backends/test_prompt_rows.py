@@ -78,7 +78,7 @@ def test_the_backend_scores_rows_through_it_as_through_a_repeated_cache(backend,
     monkeypatch.setattr(pr.RowsOnPrompt, "apply", lambda *a: calls.append(1) or apply(*a))
     lp, grads = weighted_backward(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers  # one length bucket: each layer once
-    monkeypatch.setattr(backend, "options", replace(backend.options, prompt_rows=False))
+    monkeypatch.setattr(backend, "options", replace(backend.options, score="repeated"))
     lp_cache, grads_cache = weighted_backward(backend, prompt, tails)
     assert len(calls) == backend.model.config.num_hidden_layers
     assert torch.allclose(lp, lp_cache, atol=1e-5)

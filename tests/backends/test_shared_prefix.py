@@ -1,4 +1,4 @@
-"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`PrefixKV.bf16_fpmath`):
+"""The shared-prefix attention's matmuls through oneDNN with bf16 allowed (`decode.cache.PrefixCache.bf16_fpmath`):
 a bf16 model's decode gets the float32 scores, and the flag reaches no other matmul of the step."""
 
 from __future__ import annotations
@@ -6,24 +6,18 @@ from __future__ import annotations
 import torch
 
 from jacrl.backends import SamplingParams
-from jacrl.backends import shared_prefix as sp
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
+from jacrl.backends.decode import cache as sp
+from jacrl.backends.decode.cache import PromptKV
 from jacrl.backends.torch_backend import TorchBackend
 
 WIDTH, ROWS, KV_HEADS, HEADS, D, MAX_NEW = 300, 4, 2, 6, 16, 8
 
 
-class _Cache:
-    """What `PrefixKV.of` reads of a transformers cache: `layers[i].keys / .values` [1, kv_heads, n, d]."""
-
-    def __init__(self, keys, values):
-        self.layers = [type("Layer", (), {"keys": keys, "values": values})()]
-
-
 def _prefix(dtype):
     g = torch.Generator().manual_seed(0)
     keys, values = (torch.randn(1, KV_HEADS, WIDTH, D, generator=g).to(dtype) for _ in range(2))
-    kv = sp.PrefixKV.of([_Cache(keys, values)], [WIDTH], ROWS, MAX_NEW)
+    kv = sp.PrefixCache.of([PromptKV((keys,), (values,), None)], ROWS, MAX_NEW)
     return kv, keys, values
 
 
@@ -42,7 +36,7 @@ def test_a_bf16_models_attention_is_the_float32_one_up_to_its_output_rounding():
     query = (3 * torch.randn(ROWS, HEADS, 1, D, generator=g)).bfloat16()
     key, value = (torch.randn(ROWS, KV_HEADS, 1, D, generator=g).bfloat16() for _ in range(2))
     kv.slot.fill_(0)
-    out = sp.attend(kv, 0, query, key, value, D**-0.5).double()
+    out = kv.attend(0, query, key, value, D**-0.5).double()
     exact = _float64_attention(query, keys, values, key, value, D**-0.5)
     rounding = (exact.bfloat16().double() - exact).abs()
     # within one bf16 step of the exact output wherever the exact one rounds cleanly

@@ -4,7 +4,8 @@ one seeded generator, and its logprob is the one it was drawn at."""
 import torch
 
 from jacrl.backends.base import SamplingParams
-from jacrl.backends.sampling import _choose, _inverse_cdf
+from jacrl.backends.decode.loop import choose as _choose
+from jacrl.backends.decode.loop import inverse_cdf as _inverse_cdf
 
 
 def _draws(logits: torch.Tensor, params: SamplingParams, n: int) -> torch.Tensor:

@@ -1,31 +1,25 @@
-"""`jacrl.backends.torch_sampling`, the torch backend's decode: a prompt's rows decoded over its one
+"""`jacrl.backends.torch_sampling` and `jacrl.backends.decode`, the torch backend's decode: a prompt's rows decoded over its one
 KV cache give what the per-row static cache gives, and the merged sampling copy (`sampler: merged`) samples what the
 trained policy would, refolded after every optimiser step and set aside while the adapter is off."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 import pytest
 import torch
 from fixtures.models import randomised_lora
+from static_reference import static_decode
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import Draw, TokenLogprobs
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 
 # different lengths: the shared caches are left-padded, and the padding must be masked
 PROMPTS = ["walker Visit", "node Room { has name: str; } def add(a: int, b: int) -> int", "obj"]
 SAMPLED = SamplingParams(temperature=0.9, max_tokens=16, seed=5)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16, seed=5)
-
-
-def _draws(b, shared: bool):
-    b.options = replace(b.options, shared_prefix=shared)
-    try:
-        return b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(4, SAMPLED)], progress=False)
-    finally:
-        b.options = replace(b.options, shared_prefix=True)
 
 
 def _trained_policy(tiny_model):
@@ -47,15 +41,22 @@ def _nll(t: TokenLogprobs):
     return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
 
 
-def test_shared_prefix_decode_equals_the_per_row_static_cache(tiny_model):
+@pytest.mark.parametrize("draws", [[Draw(1, GREEDY), Draw(4, SAMPLED)], [Draw(1, GREEDY)], [Draw(1, SAMPLED)]])
+def test_every_decode_path_samples_what_the_per_row_static_cache_does(tiny_model, draws):
+    """The prompts' one caches (several rows a prompt, or one with `decode: groups`) and the stream's
+    slots (one row a prompt) give the retired static cache's tokens (`static_reference`)."""
     b = load_backend(tiny_model, "torch", threads=2)
-    shared, per_row = _draws(b, True), _draws(b, False)
-    for d in range(2):
-        for i in range(len(PROMPTS)):
-            assert [c.token_ids for c in shared[d][i]] == [c.token_ids for c in per_row[d][i]], (d, i)
-            for a, c in zip(shared[d][i], per_row[d][i], strict=True):
-                assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
-    assert len({tuple(c.token_ids) for c in shared[1][1]}) > 1, "the sampled rows of a prompt differ"
+    per_row = static_decode(b, PROMPTS, draws)
+    for decode in ("auto", "groups"):
+        b.options = replace(b.options, decode=decode)
+        shared = b.generate_draws(PROMPTS, draws, progress=False)
+        for d in range(len(draws)):
+            for i in range(len(PROMPTS)):
+                assert [c.token_ids for c in shared[d][i]] == [ids for ids, _ in per_row[d][i]], (decode, d, i)
+                for a, (_, lps) in zip(shared[d][i], per_row[d][i], strict=True):
+                    assert a.logprobs == pytest.approx(lps, abs=1e-4)
+    if len(draws) > 1:
+        assert len({tuple(c.token_ids) for c in shared[1][1]}) > 1, "the sampled rows of a prompt differ"
 
 
 def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
@@ -63,13 +64,13 @@ def test_merged_copy_samples_as_the_policy_and_follows_its_steps(tiny_model):
     before = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
     policy.options = replace(policy.options, sampler="merged")
     merged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    assert policy._copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
+    assert policy.sampler.copy.dtype == torch.float32, "dtype auto keeps the tiny model in float32"
     _same(merged, before)
     _one_step(policy)  # the adapter moves: the copy must be refolded before the next sampling
     after_step = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    policy._copy, copy = None, policy._copy
+    policy.sampler.copy, copy = None, policy.sampler.copy
     unmerged = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    policy._copy = copy
+    policy.sampler.copy = copy
     _same(after_step, unmerged)
     assert [c.token_ids for g in after_step for c in g] != [c.token_ids for g in before for c in g]
 
@@ -89,7 +90,7 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
     policy = _trained_policy(tiny_model)
     policy.options = replace(policy.options, sampler="merged", copy_dtype="bfloat16")
     out = policy.generate(PROMPTS, n=4, params=SAMPLED, progress=False)
-    assert policy._copy.dtype == torch.bfloat16
+    assert policy.sampler.copy.dtype == torch.bfloat16
     ids = [policy.prompt_ids(p) for p in PROMPTS]
     rows = [(ids[i], c) for i, g in enumerate(out) for c in g]
     scored = policy.logprobs([p for p, _ in rows], [c.token_ids for _, c in rows], SAMPLED.temperature)
@@ -100,13 +101,13 @@ def test_merged_copy_in_bf16_stays_close_to_the_policy(tiny_model):
 def test_the_merged_sampler_keeps_no_copy_without_an_unmerged_adapter(tiny_model, tmp_path):
     b = load_backend(tiny_model, "torch", threads=2, options=BackendOptions(sampler="merged"))
     b.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
-    assert b._copy is None  # no adapter: the model is the policy
+    assert b.sampler.copy is None  # no adapter: the model is the policy
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     saved = b.save_adapter(tmp_path / "adapter")
     merged = load_backend(tiny_model, "torch", adapter=saved, threads=2, options=BackendOptions(sampler="merged"))
     merged.merge_adapter()
     merged.generate(PROMPTS, n=2, params=SAMPLED, progress=False)
-    assert merged._copy is None  # folded into the weights already
+    assert merged.sampler.copy is None  # folded into the weights already
 
 
 def _same(a, b) -> None:
@@ -121,62 +122,38 @@ def test_compiled_decode_steps_sample_what_eager_ones_do(tiny_model):
     b = load_backend(tiny_model, "torch", threads=2)
     draws = [Draw(1, GREEDY), Draw(4, SAMPLED)]
     eager = b.generate_draws(PROMPTS, draws, progress=False)
-    b.options = replace(b.options, compile_decode=True)
+    b.options = replace(b.options, step="compiled")
     for _ in range(2):  # the second decode reuses the first's graphs
         compiled = b.generate_draws(PROMPTS, draws, progress=False)
         for d in range(2):
             _same(compiled[d], eager[d])
 
 
-def test_rows_that_ended_leave_the_static_cache_and_the_others_decode_as_before(tiny_model, monkeypatch):
-    """Greedy eval rows (one per prompt) stop being decoded as they end: every row's tokens and
-    log-probs are what decoding every row to the longest one's end gives, sampled rows included."""
-    from jacrl.backends import static_rows
-
-    b = load_backend(tiny_model, "torch", threads=2)
-    b.options = replace(b.options, shared_prefix=False)  # sampled rows on the static cache too
-    prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
-    draws = [Draw(1, GREEDY), Draw(2, SAMPLED)]
-    decoded = lambda: b.generate_draws(prompts, draws, progress=False)  # noqa: E731
-    monkeypatch.setattr(static_rows, "NARROW_SHARE", 2.0)  # never narrow: every row to the end
-    plain = decoded()
-    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for d in plain for p in d for c in p])
-    whole = decoded()
-    narrowed = []
-    monkeypatch.setattr(static_rows, "NARROW_SHARE", 0.25)
-    monkeypatch.setattr(static_rows.StaticRows, "narrow", _spy(static_rows.StaticRows.narrow, narrowed))
-    cut = decoded()
-    assert len(narrowed) >= 2 and narrowed == sorted(narrowed, reverse=True), narrowed
-    lengths = {len(c.token_ids) for d in whole for p in d for c in p}
-    assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
-    for d in range(len(draws)):
-        _same(cut[d], whole[d])
-
-
 @pytest.mark.parametrize("params", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
 def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_does(tiny_model, monkeypatch, params):
     """Prompts beyond the slots wait for a row to end and take its slot (the last live slot moved into
     a freed one): every row's tokens and log-probs are what one batch of every row gives."""
-    from jacrl.backends import row_stream
+    from jacrl.backends.decode import cache, loop
 
     b = load_backend(tiny_model, "torch", threads=2)
     b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
     randomised_lora(b, seed=0, scale=0.5)  # the bare tiny model's greedy rows are all alike
     prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
     decoded = lambda: b.generate_draws(prompts, [Draw(1, params)], progress=False)  # noqa: E731
-    b.options = replace(b.options, stream_rows=False)
+    b.options = replace(b.options, decode="groups")
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for p in decoded()[0] for c in p])
     batch = decoded()
-    b.options, b.max_batch_rows = replace(b.options, stream_rows=True), 3
+    b.options, b.sampler.max_batch_rows = replace(b.options, decode="auto"), 3
     released = []
-    release = row_stream.RowCache.release
-    monkeypatch.setattr(row_stream.RowCache, "release", lambda self, slot: (released.append(slot), release(self, slot)))
-    streams = []
-    run = row_stream.RowStream.run
-    monkeypatch.setattr(row_stream.RowStream, "run", lambda self, *a: (streams.append(self), run(self, *a))[1])
+    release = cache.SlotCache.narrow
+    monkeypatch.setattr(cache.SlotCache, "narrow", lambda self, slot: (released.append(slot), release(self, slot)))
+    streams = {}
+    admit = loop.Stream.admit
+    monkeypatch.setattr(loop.Stream, "admit", lambda self: (streams.setdefault(id(self), self), admit(self))[1])
     streamed = decoded()
-    assert len(released) == len(prompts) and any(s < 2 for s in released[:-3]), released
-    [spent] = [s.time for s in streams]  # a row is fed once a token after its first (from its prefill)
+    # every row but the call's last frees its slot as it ends
+    assert len(released) == len(prompts) - 1 and any(s < 2 for s in released[:-3]), released
+    [spent] = [s.time for s in streams.values()]  # a row is fed once a token after its first (from its prefill)
     assert spent.prefills == len(prompts) and spent.rows == sum(len(c.token_ids) - 1 for p in streamed[0] for c in p)
     assert spent.steps >= max(len(c.token_ids) for p in streamed[0] for c in p) - 1 and spent.prefill_s > 0
     lengths = {len(c.token_ids) for p in batch[0] for c in p}
@@ -199,19 +176,19 @@ def _end_at_a_varied_token(b, monkeypatch, rows: list[list[int]]) -> None:
 def test_a_row_cache_frees_a_slot_by_moving_the_last_live_one_into_it():
     from transformers import LlamaConfig
 
-    from jacrl.backends.row_stream import RowCache
+    from jacrl.backends.decode.cache import SlotCache
 
     config = LlamaConfig(hidden_size=8, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=2)
-    cache = RowCache(config, slots=3, capacity=6, dtype=torch.float32, device="cpu")
+    cache = SlotCache(config, slots=3, capacity=6, dtype=torch.float32, device="cpu")
     for n in (2, 4, 3):
         cache.live += 1
         cache.lens[cache.live - 1] = n
         for t in (*cache.keys, *cache.values):
             t[cache.live - 1, :, :n] = float(n)
-    cache.release(0)
+    cache.narrow(0)
     assert cache.live == 2 and cache.lens[:2].tolist() == [3, 4]
     assert bool((cache.keys[1][0, :, :3] == 3.0).all()) and bool((cache.values[0][1, :, :4] == 4.0).all())
-    cache.release(1)  # the last live slot: nothing moves
+    cache.narrow(1)  # the last live slot: nothing moves
     assert cache.live == 1 and cache.lens[0] == 3
 
 
@@ -220,10 +197,10 @@ def test_a_row_cache_attends_each_query_head_over_its_key_head_up_to_each_rows_l
     and the one it writes now, whatever the other rows' lengths."""
     from transformers import LlamaConfig
 
-    from jacrl.backends.row_stream import RowCache
+    from jacrl.backends.decode.cache import SlotCache
 
     config = LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1)
-    cache = RowCache(config, slots=3, capacity=9, dtype=torch.float32, device="cpu")
+    cache = SlotCache(config, slots=3, capacity=9, dtype=torch.float32, device="cpu")
     gen = torch.Generator().manual_seed(0)
     cache.keys[0].normal_(generator=gen)
     cache.values[0].normal_(generator=gen)
@@ -251,7 +228,7 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
     """A GRPO group's rows stop being decoded over their prompt's cache as they end (each prompt
     keeping as many rows as its most still decoding): every row's tokens and log-probs are what
     decoding every row to the longest one's end gives, for one prompt's group and for several."""
-    from jacrl.backends import shared_prefix
+    from jacrl.backends.decode.cache import PrefixCache
 
     b = load_backend(tiny_model, "torch", threads=2)
     cases = [
@@ -260,11 +237,11 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
     ]
     decoded = lambda: [b.generate_draws(p, d, progress=False) for p, d in cases]  # noqa: E731
     _end_at_a_varied_token(b, monkeypatch, [c.token_ids for case in decoded() for d in case for p in d for c in p])
-    with monkeypatch.context() as m:
-        m.setattr(shared_prefix.SharedRows, "to_keep", lambda self, ended: None)  # every row to the end
-        whole = decoded()
+    b.options = replace(b.options, decode="whole")  # every row to the end
+    whole = decoded()
     narrowed = []
-    monkeypatch.setattr(shared_prefix.SharedRows, "narrow", _spy(shared_prefix.SharedRows.narrow, narrowed))
+    monkeypatch.setattr(PrefixCache, "narrow", _spy(PrefixCache.narrow, narrowed))
+    b.options = replace(b.options, decode="auto")
     cut = decoded()
     assert len(narrowed) >= 3, narrowed
     assert len({len(c.token_ids) for case in whole for d in case for p in d for c in p}) >= 3, "rows end apart"
@@ -274,18 +251,32 @@ def test_rows_that_ended_leave_the_shared_prefix_decode_and_the_others_decode_as
 
 
 def test_each_prompt_keeps_as_many_rows_as_its_most_still_decoding():
-    from jacrl.backends.shared_prefix import PrefixKV, SharedRows
+    from jacrl.backends.decode.cache import PromptKV
+    from jacrl.backends.decode.loop import Groups
 
-    layer = type("Layer", (), {"keys": torch.zeros(1, 1, 3, 2), "values": torch.zeros(1, 1, 3, 2)})()
-    caches = [type("Cache", (), {"layers": [layer]})() for _ in range(3)]
-    rows = SharedRows(PrefixKV.of(caches, [3, 3, 3], 4, 5), torch.zeros(12, dtype=torch.long), None, narrows=True)
+    prompt = PromptKV((torch.zeros(1, 1, 3, 2),), (torch.zeros(1, 1, 3, 2),), None)
+    rows = Groups([prompt] * 3, 4, 5, None, narrows=True)
     T, F = True, False
-    assert rows.to_keep(torch.tensor([F] * 12)) is None
+    assert rows.retire([F] * 12) is None
     # prompt 0: rows 0, 2 live; prompt 1: row 7 live (then its first ended row, 4); prompt 2 ended: dropped
-    keep = rows.to_keep(torch.tensor([F, T, F, T, T, T, T, F, T, T, T, T]))
-    assert keep.tolist() == [0, 2, 7, 4]
-    rows.narrow(keep)
+    assert rows.retire([F, T, F, T, T, T, T, F, T, T, T, T]) == [0, 2, 7, 4]
     assert rows.kv.rows_per_prompt == 2 and rows.kv.keys[0].shape[0] == 2 and rows.kv.own_keys[0].shape[0] == 4
-    assert rows.to_keep(torch.tensor([F, F, T, T])).tolist() == [0, 1]  # prompt 1 ended: dropped
+    assert rows.retire([F, F, T, T]) == [0, 1]  # prompt 1 ended: dropped
     rows.narrows = False
-    assert rows.to_keep(torch.tensor([F, T, T, T])) is None
+    assert rows.retire([F, T]) is None
+
+
+def test_a_call_names_its_decode_path_once(tiny_model, caplog):
+    """One log line a call says which rows and step it took (a call of several decoding calls, once)."""
+    b = load_backend(tiny_model, "torch", threads=2)
+    with caplog.at_level(logging.INFO, logger="jacrl.backends.decode.plan"):
+        b.generate_draws(PROMPTS, [Draw(1, GREEDY)], progress=False)
+        b.sampler.max_batch_rows = 4  # a call of a prompt's 3 rows each: three decoding calls
+        b.generate_draws(PROMPTS, [Draw(1, GREEDY), Draw(2, SAMPLED)], progress=False)
+        b.options = replace(b.options, step="packed", decode="whole")
+        b.generate_draws(PROMPTS[:1], [Draw(4, SAMPLED)], progress=False)
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("decode:")] == [
+        "decode: stream, plain step, 3 slots",
+        "decode: groups, plain step, 3 prompts × 3 rows in 3 calls",
+        "decode: groups, fast step, 1 prompts × 4 rows in 1 call, every row to the end",
+    ]

@@ -24,9 +24,10 @@ from fixtures.models import randomised_lora, weighted_backward
 
 from jacrl.backends import LoraSpec, SamplingParams, load_backend
 from jacrl.backends.base import TokenLogprobs
-from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
+from jacrl.backends.config import BackendOptions
+from jacrl.backends.decode.cache import PromptKV
+from jacrl.backends.reference_prompts import ReferencePrompts
 from jacrl.backends.rows import BUCKET_OVERHEAD_ROWS, length_buckets
-from jacrl.backends.select import BackendOptions
 
 
 # ---- Rows that share a prompt ------------------------------------------------------------------
@@ -248,8 +249,8 @@ def sharing(lora_backend):
 def _forwards(sharing, monkeypatch) -> list[tuple[int, ...]]:
     """The prompts `sharing` forwards from now on."""
     seen: list[tuple[int, ...]] = []
-    forward = sharing._fresh_prompt
-    monkeypatch.setattr(sharing, "_fresh_prompt", lambda lm, head: seen.append(head) or forward(lm, head))
+    forward = sharing.scorer.fresh_prompt
+    monkeypatch.setattr(sharing.scorer, "fresh_prompt", lambda lm, head: seen.append(head) or forward(lm, head))
     return seen
 
 
@@ -324,7 +325,7 @@ def test_the_kept_forward_outlives_the_reference_pass_before_it_is_taken(sharing
     (float32 here: the graph saved the adapter's weights themselves, not bfloat16 copies)."""
     prompt = sharing.encode(PROMPT)
     sharing.keep_reference(sharing.save_adapter(tmp_path / "reference"))
-    monkeypatch.setattr(sharing, "_reference_prompts", type(sharing._reference_prompts)())
+    monkeypatch.setattr(sharing.scorer, "reference_prompts", type(sharing.scorer.reference_prompts)())
     try:
         assert sharing.shares_prompt_forwards
         seen = _forwards(sharing, monkeypatch)
@@ -373,7 +374,7 @@ def reference_pass(referenced, prompts, completions):
 
 def recomputed(referenced, prompts, completions):
     with torch.no_grad(), referenced.reference_policy():
-        return referenced._token_logprobs(prompts, completions, 1.0)[0]
+        return referenced.scorer.token_logprobs(prompts, completions, 1.0)[0]
 
 
 def test_a_kept_prompt_gives_the_reference_a_full_forward_gives(referenced):
@@ -388,7 +389,7 @@ def test_a_kept_prompt_gives_the_reference_a_full_forward_gives(referenced):
     # the second ran it for the policy only
     prompt_rows = [shape for shape in fed_first if shape == (1, len(prompts[0]))]
     assert len(prompt_rows) == 2 and fed_again.count((1, len(prompts[0]))) == 1
-    assert referenced._reference_prompts.hits == 1
+    assert referenced.scorer.reference_prompts.hits == 1
 
 
 def test_another_reference_empties_the_kept_prompts(referenced, tmp_path):

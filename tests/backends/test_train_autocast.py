@@ -9,7 +9,7 @@ import torch
 from jacrl.backends import LoraSpec, load_backend
 from jacrl.backends import torch_scoring as scoring
 from jacrl.backends.base import TokenLogprobs
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 
 PROMPTS = ["walker Visit", "node Room { has name: str; }", "obj"]
 COMPLETION = "return a + b;"

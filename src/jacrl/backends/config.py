@@ -1,5 +1,7 @@
 """Configuration of the ladder's models: where each is loaded from and how its jobs run.
 
+`BackendOptions` is how the torch backend runs one job's model, made from a spec when the job loads it.
+
 The root config holds a list of `ModelSpec` under `models`:
 
     models:
@@ -15,6 +17,7 @@ a hub model's (models/<name>/) are made by a rule, once; no job ever fetches any
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -26,6 +29,10 @@ BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 RuleKind = Literal["sft", "grpo", "rft", "eval"]
+DecodeWay = Literal["auto", "groups", "whole"]
+StepWay = Literal["auto", "packed", "plain", "compiled"]
+ScoreWay = Literal["auto", "repeated"]
+Ends = Literal["eos", "cap"]
 Builtin = Literal["tiny", "smollm2", "qwen-coder-1.5b", "qwen-coder-0.5b"]
 BUILTIN_MODEL_DIRS: dict[Builtin, str] = {name: f"models/{name}" for name in get_args(Builtin)}
 """Where each builtin model's rule writes it (`rule tiny_model`; `rule registry_model` for the
@@ -203,3 +210,70 @@ class ModelSpec(StrictModel):
         rel = self.built_dir() or self.path
         p = Path(rel).expanduser()
         return p if p.is_absolute() else Path(root) / p
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """How the torch backend runs a model, fixed for the job when the backend is made (`of`): where and in
+    what precision (a `ModelSpec`'s `device`, `dtype`, `gradient_checkpointing`, and whether the job
+    trains: `dtype: auto` trains in float32 on CPU below `BF16_TRAIN_MIN_PARAMS`), how GRPO samples and
+    trains (`grpo.sampler`, `grpo.autocast`, a sampled prompt's forward kept for its backward), and which
+    decode and scoring paths it takes (`decode`, `step`, `score`: `auto` everywhere but where a model
+    asks for a compiled step; a bench or a test names another to compare, on a new instance or by
+    `backend.options = replace(...)` before the call it changes; `jacrl.backends.decode.plan`). The MLX
+    backend runs on MLX's default device in the folder's own precision and reads none of them."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    gradient_checkpointing: bool = False
+    training: bool = False
+    sampler: Literal["policy", "merged"] = "policy"
+    """`merged`: sample from a copy with the adapter folded in (GRPO's `sampler: merged`), refolded after
+    every change of the adapter's weights."""
+    copy_dtype: str = "auto"
+    """The merged copy's precision; `auto`: the one an eval job decodes in."""
+    autocast: bool = False
+    """Scoring and training forwards under bfloat16 autocast where the device multiplies it natively."""
+    share_prompts: bool = False
+    """Sample each prompt on the policy's own prompt forward, its graph kept for the training backward
+    (an on-policy loop; an adapter with dropout, or none, samples apart)."""
+    decode: DecodeWay = "auto"
+    """How a call's rows share their caches. `auto`: one row a prompt streams the prompts through a fixed
+    set of cache slots, several rows a prompt decode over the prompt's one cache, rows leaving as they
+    end; `groups`: every call over the prompts' caches, one row a prompt too (the batches a stream
+    replaced, `bench/gen_rows.py`); `whole`: as `groups`, every row decoded to the longest one's end (what
+    `bench/decode_step.py` compares narrowing with)."""
+    step: StepWay = "auto"
+    """What computes a decode step. `packed`: the written-out fast step where the model has one, else
+    transformers' layers, either with its linear layers packed for oneDNN; `plain`: transformers' layers
+    as they are; `compiled`: transformers' layers through `torch.compile`, every row to the end (a
+    `ModelSpec`'s `compile_decode`); `auto`: `packed` where packing pays (`packed.packs`: a model of 50 M
+    parameters or more, on CPU), else `plain`."""
+    score: ScoreWay = "auto"
+    """How rows after a shared prompt are scored. `auto`: their attention over the prompt in one kernel
+    call where `prompt_rows` serves the model; `repeated`: on a cache that repeats the prompt per row, as
+    every other model is scored (what `bench/shared_prompt.py` compares)."""
+    ends: Ends = "eos"
+    """Where a sampled row ends: at an end token, or (`cap`) only at its token cap, no token ending it
+    (a bench timing rows of a fixed length: `bench/grpo_step.py --force-length`, `bench/engines.py`)."""
+
+    @classmethod
+    def of(
+        cls,
+        spec: ModelSpec,
+        training: bool = False,
+        sampler: Literal["policy", "merged"] = "policy",
+        autocast: bool = False,
+        share_prompts: bool = False,
+    ) -> BackendOptions:
+        """A job's options: the model's placement, and the loop's sampler and precision where it trains by RL."""
+        return cls(
+            device=spec.device,
+            dtype=spec.dtype,
+            gradient_checkpointing=spec.gradient_checkpointing,
+            training=training,
+            sampler=sampler,
+            autocast=autocast,
+            share_prompts=share_prompts,
+            step="compiled" if spec.compile_decode else "auto",
+        )

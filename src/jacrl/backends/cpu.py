@@ -37,7 +37,7 @@ AMX_FLAGS = frozenset({"amx_bf16", "amx_tile"})
 MAC_BF16_KEY = "hw.optional.arm.FEAT_BF16"
 SMALL_MODEL_PARAMS = 50_000_000
 """A model below this many parameters is small on CPU: its decode steps' matmuls are too small for a
-second thread (`TorchSampling._decode_threads`) or a packed weight layout (`jacrl.backends.packed`) to
+second thread (`TorchSampler._decode_threads`) or a packed weight layout (`jacrl.backends.packed`) to
 pay for itself."""
 BF16_MIN_PARAMS = 50_000_000
 """`dtype: auto` picks bfloat16 on CPU only for models at least this large: below it a step's

@@ -4,7 +4,7 @@ A GRPO group's training forward (and its reference pass) runs the prompt once an
 completions on top of its cache. Through transformers each row's attention reads the prompt's keys
 and values copied for the row and for every query head of a key head, under a [n, prompt + n] mask,
 and the backward sums those copies back. Here a layer's attention is taken in two parts, as the
-decode's `shared_prefix.attend` takes it: every row's queries (the heads that share a key head side
+decode's `decode.cache.PrefixCache.attend` takes it: every row's queries (the heads that share a key head side
 by side, the rows as more query positions) against the prompt's keys in one unmasked flash-attention
 call, and each row against its own tokens causally; the parts joined by their log-sum-exps. The
 backward runs the kernel's own backward on each part with the joined output and log-sum-exp (the
@@ -24,11 +24,10 @@ from typing import Any
 
 import torch
 
-from jacrl.backends.reference_prompts import PromptKV
-from jacrl.backends.shared_prefix import attending_through
+from jacrl.backends.decode.cache import PromptKV
+from jacrl.backends.decode.steps import FAMILIES, attending_through
 
 ATTENTION = "jacrl_prompt_rows"
-FAMILIES = ("llama", "qwen2", "qwen3")
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 

@@ -14,46 +14,12 @@ recently used prompts leaving first.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
+
+from jacrl.backends.decode.cache import PromptKV
 
 BUDGET_BYTES = 1 << 30
 """The most bytes of kept prompts: enough for SmolLM2's rung 10 (ten ~1.5k-token prompts) in float32."""
-
-
-@dataclass(frozen=True)
-class PromptKV:
-    """One prompt's keys and values per layer ([1, kv_heads, tokens, head_dim]) and the logits its last
-    position gives (before any temperature), which predict the completion's first token."""
-
-    keys: tuple[Any, ...]
-    values: tuple[Any, ...]
-    logits: Any
-
-    @property
-    def nbytes(self) -> int:
-        tensors = (*self.keys, *self.values, self.logits)
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-    def cache(self, config: Any, rows: int = 1) -> Any:
-        """A new transformers `DynamicCache` holding this prompt once for each of `rows` rows;
-        extending it leaves this one as it is (the cache's layers concatenate into new tensors), and
-        gradients reach this one's tensors through it."""
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=config)
-        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            cache.update(k, v, layer)
-        if rows > 1:  # one copy of the one-row cache per row, as the cache's own repeat makes it
-            cache.batch_repeat_interleave(rows)
-        return cache
-
-    @classmethod
-    def of(cls, cache: Any, logits: Any) -> PromptKV:
-        """From a `DynamicCache` that holds exactly one prompt, before it is extended (its graph kept)."""
-        keys = tuple(layer.keys for layer in cache.layers)
-        values = tuple(layer.values for layer in cache.layers)
-        return cls(keys, values, logits)
 
 
 class ReferencePrompts:

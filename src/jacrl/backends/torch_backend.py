@@ -6,7 +6,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,17 @@ import numpy as np
 
 from jacrl.backends.base import (
     Backend,
+    Completion,
+    Draw,
     LoraSpec,
     LossFn,
     PromptForwards,
+    SamplingParams,
     TokenLogprobs,
     TokenRows,
     TrainingState,
 )
+from jacrl.backends.config import BackendOptions
 from jacrl.backends.cpu import (
     float32_through_onednn,
     set_threads,
@@ -33,12 +37,11 @@ from jacrl.backends.model_files import require_model_dir, safetensors_parameters
 from jacrl.backends.sampling import (
     MAX_BATCH_ROWS,
 )
-from jacrl.backends.select import BackendOptions
-from jacrl.backends.torch_sampling import TorchSampling
-from jacrl.backends.torch_scoring import TorchScoring
+from jacrl.backends.torch_sampling import TorchSampler
+from jacrl.backends.torch_scoring import TorchScorer
 
 
-class TorchBackend(TorchSampling, TorchScoring, Backend):
+class TorchBackend(Backend):
     name = "torch"
     swaps_runs = True
 
@@ -74,8 +77,10 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         self._reference: dict[str, Any] | None = None
         self._weights_version = 0
         """Counts the changes of the weights: prompt forwards made under another are stale."""
-        self.init_sampling(max_batch_rows)
-        self.init_scoring(options.autocast)
+        self.sampler = TorchSampler(self, max_batch_rows)
+        """The sampling part: the merged copy and each call's decode (`jacrl.backends.torch_sampling`)."""
+        self.scorer = TorchScorer(self, options.autocast)
+        """The scoring part: log-probs, the forwards' precision, the kept prompts (`jacrl.backends.torch_scoring`)."""
         if adapter_path is not None:
             self.load_adapter(adapter_path)
 
@@ -83,6 +88,11 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
     @property
     def hf_tokenizer(self) -> Any:
         return self.tokenizer
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        """The tokens that end a row: none under `options.ends: cap` (every row runs to its cap)."""
+        return set() if self.options.ends == "cap" else super().eos_token_ids
 
     @property
     def _n_layers(self) -> int:
@@ -95,8 +105,42 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
     def _policy_moved(self) -> None:
         """The adapter's weights changed: the sampling copy is refolded before the next decode, and
         prompt forwards made under the old weights are stale (`PromptForwards.version`)."""
-        self._copy_stale = True
+        self.sampler.copy_stale = True
         self._weights_version += 1
+
+    # ---- sampling (the sampler part) ---------------------------------------------------------
+    def sample_for_training(
+        self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
+    ) -> tuple[list[list[Completion]], PromptForwards | None]:
+        return self.sampler.sample_for_training(prompts, n, params)
+
+    def generate_draws_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        draws: Sequence[Draw],
+        progress: bool = True,
+        keep: PromptForwards | None = None,
+    ) -> list[list[list[Completion]]]:
+        return self.sampler.generate_draws_ids(prompts, draws, progress, keep)
+
+    # ---- scoring (the scorer part) -----------------------------------------------------------
+    gives_distributions = True
+
+    @property
+    def autocasts(self) -> bool:
+        return self.scorer.autocasts
+
+    @property
+    def shares_prompt_forwards(self) -> bool:
+        return self.scorer.shares_prompt_forwards
+
+    def logprobs(
+        self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
+    ) -> list[np.ndarray]:
+        return self.scorer.logprobs(prompt_ids, completion_ids, temperature, adapter)
+
+    def log_distributions(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float) -> Any:
+        return self.scorer.log_distributions(prompt_ids, completion_ids, temperature)
 
     # ---- training ----------------------------------------------------------------------------
     def _trainable(self) -> list[Any]:
@@ -127,10 +171,12 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         ref, t0 = None, time.perf_counter()
         if reference:
             with torch.no_grad(), self.reference_policy():
-                ref, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature, kept=self._reference_prompts)
+                ref, _, _ = self.scorer.token_logprobs(
+                    prompt_ids, completion_ids, temperature, kept=self.scorer.reference_prompts
+                )
         timing = {"time/reference_s": time.perf_counter() - t0} if reference else {}
         self.model.train()
-        lp, mask, log_dists = self._token_logprobs(
+        lp, mask, log_dists = self.scorer.token_logprobs(
             prompt_ids, completion_ids, temperature, distributions, forwards=prompt_forwards
         )
         loss, metrics = loss_fn(TokenLogprobs(lp, mask, ref, log_dists))
@@ -144,7 +190,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         attention, which rows scored after a shared prompt attended through (and sdpa's for the rest)."""
         from jacrl.backends import prompt_rows
 
-        return prompt_rows.attending(self._causal_lm()) if self._checkpoints_prompts() else nullcontext()
+        return prompt_rows.attending(self._causal_lm()) if self.scorer.checkpoints_prompts() else nullcontext()
 
     def _step(self, lr: float | None) -> float | None:
         import torch
@@ -253,9 +299,9 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
 
     def _merge_adapter(self) -> None:
         self.model = self.model.merge_and_unload()
-        self._copy, self._fold_on_pack = None, False
+        self.sampler.copy, self.sampler.fold_on_pack = None, False
         self._weights_version += 1
-        self._reference_prompts.clear()  # the base the reference stood on has changed
+        self.scorer.reference_prompts.clear()  # the base the reference stood on has changed
 
     @contextmanager
     def adapter_disabled(self) -> Iterator[None]:
@@ -263,7 +309,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
             yield
             return
         self._unmerged("disable the adapter")
-        with self.model.disable_adapter(), self._live_model():
+        with self.model.disable_adapter(), self.sampler.live_model():
             yield
 
     def _lora_shapes(self) -> dict[str, tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -326,7 +372,7 @@ class TorchBackend(TorchSampling, TorchScoring, Backend):
         for name, w in self._reference.items():
             params[name].data = w
         try:
-            with self._live_model():
+            with self.sampler.live_model():
                 yield
         finally:
             for name, w in trained.items():

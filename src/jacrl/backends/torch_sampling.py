@@ -1,10 +1,10 @@
-"""The torch backend's sampling: the merged sampling copy and the decode paths (one row a prompt
-streamed through cache slots, a prompt's rows over its one cache, or a static cache of every row),
-each step through the fast decode step where the model has one.
+"""The torch backend's sampling: the merged sampling copy, and each call's decode through
+`jacrl.backends.decode` (its plan, its prompts' prefills, the one loop), each step through the fast
+decode step where the model has one.
 
-`TorchSampling` is a part of `TorchBackend` (jacrl.backends.torch_backend), which owns the model: it
-holds the sampling side's state (`init_sampling`) and reads the backend's model, options and the
-scoring side's prompt forwards (`TorchScoring`) when a sampled prompt's forward is kept for training.
+`TorchSampler` is a part the `TorchBackend` (jacrl.backends.torch_backend) holds (`backend.sampler`):
+it keeps the sampling side's own state and reads the backend's model and options, and its scoring side's
+prompt forwards when a sampled prompt's forward is kept for training.
 """
 
 from __future__ import annotations
@@ -16,43 +16,45 @@ from typing import Any
 
 from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams, check_draws
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS
+from jacrl.backends.decode.cache import PromptKV, SlotCache, config_kv_bytes
+from jacrl.backends.decode.loop import Groups, Prefill, Stream, TokenChooser, decode
+from jacrl.backends.decode.plan import DecodePlan
+from jacrl.backends.decode.steps import FastDecoder, compiled_next_logits, decoding_with, next_logits
 from jacrl.backends.devices import resolve_dtype
-from jacrl.backends.fast_decode import FastDecoder
 from jacrl.backends.heap import HEADROOM_MB, release_free_heap
 from jacrl.backends.hf import cache_kwarg, causal_lm_of
 from jacrl.backends.lora_format import PEFT_PREFIX
 from jacrl.backends.model_files import safetensors_parameters
-from jacrl.backends.packed import packed_linears, packs
-from jacrl.backends.reference_prompts import PromptKV
-from jacrl.backends.row_stream import Prefill, RowCache, RowStream, slot_bytes
-from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowChooser, RowLayout, SeededDraw
-from jacrl.backends.shared_prefix import PrefixKV, SharedRows, compiled_next_logits, decoding_with, next_logits
-from jacrl.backends.static_rows import StaticRows
+from jacrl.backends.packed import packed_linears
+from jacrl.backends.sampling import DECODE_CACHE_BYTES, RowLayout, SeededDraw
 from jacrl.progress import Progress
 
 SMALL_DECODE_ROWS = 16
 """Below this many parameters and rows, CPU decoding runs on one thread (see `_decode_threads`)."""
 
 
-class TorchSampling:
-    """The sampling side of `TorchBackend`."""
+class TorchSampler:
+    """The sampling part of a `TorchBackend`: its own state (the merged copy, the live-model blocks,
+    how many rows a call decodes together), the backend's model, options and scoring part read through
+    `backend`."""
 
-    def init_sampling(self, max_batch_rows: int) -> None:
+    def __init__(self, backend: Any, max_batch_rows: int) -> None:
+        self.backend = backend
         self.max_batch_rows = max_batch_rows
-        self._copy: Any = None
+        self.copy: Any = None
         """The merged sampling copy (`sampler: merged`), made at the first sampling; None until then and
         when sampling from the policy itself."""
-        self._copy_stale = False
-        self._fold_on_pack = False
+        self.copy_stale = False
+        self.fold_on_pack = False
         """`sampler: merged` without a copy: decodes pack the policy's weights with its adapter folded in."""
-        self._live = 0
+        self.live = 0
         """Open blocks (adapter disabled, reference swapped in) inside which sampling takes the live model."""
         self._n_params: int | None = None
 
     def sample_for_training(
         self, prompts: Sequence[Sequence[int]], n: int, params: SamplingParams
     ) -> tuple[list[list[Completion]], PromptForwards | None]:
-        keep = PromptForwards(self._weights_version) if self.shares_prompt_forwards else None
+        keep = PromptForwards(self.backend._weights_version) if self.backend.shares_prompt_forwards else None
         return self.generate_draws_ids(prompts, [Draw(n, params)], False, keep)[0], keep
 
     def generate_draws_ids(
@@ -62,81 +64,78 @@ class TorchSampling:
         progress: bool = True,
         keep: PromptForwards | None = None,
     ) -> list[list[list[Completion]]]:
-        """Prompts are decoded together, up to `max_batch_rows` rows at a time.
-
-        Prompts are grouped by length (little padding), left-padded, prefilled once and their KV
-        cache copied once per row of every draw. Each (prompt, draw) keeps its own generator
-        seeded `seed + i`, so what a prompt gets does not depend on which prompts share its batch.
-        With `keep`, a prompt of several rows is prefilled through the policy as the training
-        backward runs it and its forward goes into `keep` (`sample_for_training`).
+        """Prompts are decoded together, up to `max_batch_rows` rows at a time, as the call's plan says
+        (`decode.plan`): one row a prompt streamed through cache slots, several over each prompt's one
+        cache in calls of prompts of similar length. Each (prompt, draw) keeps its own generator seeded
+        `seed + i`, so what a prompt gets does not depend on which prompts share its batch. With `keep`,
+        a prompt of several rows is prefilled through the policy as the training backward runs it and
+        its forward goes into `keep` (`sample_for_training`).
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        if rows == 1 and self.options.stream_rows:
+        plan = DecodePlan.of(self.backend.options, self.backend.device, self._params(), rows)
+        if plan.rows == "stream":
             d = next(k for k, draw in enumerate(draws) if draw.n)
-            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], progress)]
+            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], plan, progress)]
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
-        for chunk in self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens):
+        chunks = list(self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens))
+        bar = Progress(
+            total=len(prompts) * rows, desc=f"sample ({self.backend.name})", unit="seq", disable=not progress
+        )
+        for n, chunk in enumerate(chunks):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep)
+            calls = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
+            size = f"{len(prompts)} prompts × {rows} rows in {calls}" if n == 0 else None
+            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep, plan, size)
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
-                    span = layout.rows(j, d)
-                    out[d][i] = [self._finish(a, b) for a, b in zip(ids[span], lps[span])]
+                    span = layout.rows(0, d)
+                    out[d][i] = [self.backend._finish(a, b) for a, b in zip(ids[j][span], lps[j][span])]
             bar.update(len(chunk) * rows)
         bar.close()
         return out
 
-    def _stream(self, prompts: list[list[int]], draw: Draw, progress: bool) -> list[Completion]:
-        """One row per prompt, the prompts streamed through the slots of one `RowCache`
-        (`jacrl.backends.row_stream`): as many slots as `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
+    def _stream(self, prompts: list[list[int]], draw: Draw, plan: DecodePlan, progress: bool) -> list[Completion]:
+        """One row per prompt, the prompts streamed through the slots of one `SlotCache`: as many slots as
+        `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
         import torch
 
         model = self._sampling_model()
         lm = causal_lm_of(model)
         max_tokens, capacity = draw.params.max_tokens, max(map(len, prompts)) + draw.params.max_tokens
-        per_slot = slot_bytes(lm.config, capacity, lm.dtype.itemsize)
+        per_slot = config_kv_bytes(lm.config, capacity, lm.dtype.itemsize)
         slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
-        bar = Progress(total=len(prompts), desc=f"sample ({self.name})", unit="seq", disable=not progress)
-
-        def through_transformers(kv: RowCache, tokens: Any, positions: Any) -> Any:
-            with decoding_with(lm):
-                return next_logits(model, kv, tokens, positions)
-
+        bar = Progress(total=len(prompts), desc=f"sample ({self.backend.name})", unit="seq", disable=not progress)
         with torch.inference_mode():
-            cache = RowCache(lm.config, slots, capacity, lm.dtype, self.device)
-            self._room_to_pack()
-            fast = self._fast_decoder(lm, slots)
-            seeded = SeededDraw.for_prompts(draw.params, range(len(prompts)))
-            prefill = self._stream_prefill(model, fast)
-            stream = RowStream(cache, prefill, fast or through_transformers, seeded, self.eos_token_ids, max_tokens)
+            cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.backend.device)
+            self._room_to_pack(plan)
+            fast = self._fast_decoder(lm, slots, plan)
+            plan.log(fast is not None, f"{slots} slots")
+            choose = TokenChooser(RowLayout((1,)), [SeededDraw.for_prompts(draw.params, range(len(prompts)))])
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-            packed = packed_linears(model, slots) if self._packs() and fast is None else nullcontext()
+            step = fast or self._transformers_step(model, plan)
+            stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order)
+            packed = packed_linears(model, slots) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
-                ids, lps = stream.run(prompts, order, lambda _: bar.update(1))
+                ids, lps = decode(stream, 1, choose, self.backend.eos_token_ids, max_tokens, lambda _: bar.update(1))
         bar.close()
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
-        return [self._finish(a, b) for a, b in zip(ids, lps)]
+        return [self.backend._finish(ids[i][0], lps[i][0]) for i in range(len(prompts))]
 
     def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
         """A streamed prompt's prefill: through the decode's packed weights where it has them (faster
-        than the plain ones for a prompt's many tokens too: docs/design.md#backends), else through
+        than the plain ones for a prompt's many tokens too: docs/design.md#decoding), else through
         transformers' forward."""
 
         def prefill(prompt: list[int]) -> PromptKV:
-            if fast is not None:
-                out = fast.prefill(prompt)
-            else:
-                caches, logits = self._prefill(model, [prompt])
-                out = PromptKV.of(caches[0], logits)
+            out = fast.prefill(prompt) if fast is not None else self._prefill(model, [prompt])[0]
             # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
-            # model's eval past its bound (docs/design.md#backends); a trim is cheap against a prefill
+            # model's eval past its bound (docs/design.md#decoding); a trim is cheap against a prefill
             release_free_heap()
             return out
 
@@ -157,14 +156,11 @@ class TorchSampling:
 
     def _call_cache_bytes(self, lengths: list[int], rows: int, max_tokens: int) -> int:
         """The KV cache a call decoding prompts of `lengths` (longest last), `rows` each, holds at once:
-        each prompt's prefilled cache, and over the shared prefix its float32 copy (`PrefixKV`) and the
-        rows' own float32 caches, else a static cache of every row's padded prompt and tokens."""
-        lm = self._causal_lm()
+        each prompt's prefilled cache, and its float32 copy (`PrefixCache`) with the rows' own float32 caches."""
+        lm = self.backend._causal_lm()
         prompts, width = len(lengths), lengths[-1]
-        prefilled = slot_bytes(lm.config, sum(lengths), self.dtype.itemsize)
-        if rows > 1 and self.options.shared_prefix:
-            return prefilled + slot_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
-        return prefilled + slot_bytes(lm.config, prompts * rows * (width + max_tokens), self.dtype.itemsize)
+        prefilled = config_kv_bytes(lm.config, sum(lengths), self.backend.dtype.itemsize)
+        return prefilled + config_kv_bytes(lm.config, prompts * (width + rows * max_tokens), 4)
 
     def _sample(
         self,
@@ -173,158 +169,103 @@ class TorchSampling:
         seeded: list[SeededDraw],
         max_tokens: int,
         keep: PromptForwards | None,
-    ) -> tuple[list[list[int]], list[list[float]]]:
-        """Prefill each prompt, then decode all rows together: a prompt's cache held once under its
-        rows when it has several (`jacrl.backends.shared_prefix`), else one static cache of every row."""
+        plan: DecodePlan,
+        size: str | None,
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+        """Prefill each prompt, then decode every row over the prompts' one caches (`Groups`): each
+        prompt's rows' tokens and log-probs; `size`: the call's, logged with its plan (None: logged before)."""
         import torch
 
         rows, n = layout.block, len(prompts) * layout.block
-        choose = RowChooser(layout, seeded, len(prompts))
         model = self._sampling_model()
         lm = causal_lm_of(model)
-        packing = self._packs()
-        if keep is not None and not self._live and self._graph_fits(prompts):
-            caches, logits = self._policy_prefill(prompts, lm.dtype, keep)
+        if keep is not None and not self.live and self.backend.scorer.graph_fits(prompts):
+            prefilled = self._policy_prefill(prompts, lm.dtype, keep)
         else:
             with torch.inference_mode():
-                caches, logits = self._prefill(model, prompts)
-        self._room_to_pack()
+                prefilled = self._prefill(model, prompts)
+        self._room_to_pack(plan)
         with torch.inference_mode():
-            fast = None
-            if rows > 1 and self.options.shared_prefix:
-                fast = self._fast_decoder(lm, n)
-                step = self._shared_prefix_step(model, caches, prompts, rows, max_tokens, fast)
-            else:
-                step = StaticRows(model, lm.config, caches, prompts, rows, max_tokens, cache_kwarg(lm))
-            del caches  # copied into the step's own cache
-            packed = packed_linears(model, n) if packing and fast is None else nullcontext()
+            fast = self._fast_decoder(lm, n, plan)
+            if size is not None:
+                plan.log(fast is not None, size)
+            step = fast or self._transformers_step(model, plan)
+            batch = Groups(prefilled, rows, max_tokens, step, plan.narrows)
+            del prefilled  # copied into the decode's own cache
+            packed = packed_linears(model, n) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(n), packed:
-                tokens, logps = self._decode(logits.repeat_interleave(rows, dim=0), step, max_tokens, choose)
-        return tokens.tolist(), logps.tolist()
+                ids, lps = decode(batch, rows, TokenChooser(layout, seeded), self.backend.eos_token_ids, max_tokens)
+        return [ids[j] for j in range(len(prompts))], [lps[j] for j in range(len(prompts))]
 
-    def _prefill(self, model: Any, prompts: list[list[int]]) -> tuple[list[Any], Any]:
-        """One unpadded forward per prompt (the fast attention path: no mask): its `DynamicCache`
-        and its last position's logits."""
+    def _prefill(self, model: Any, prompts: list[list[int]]) -> list[PromptKV]:
+        """One unpadded forward per prompt (the fast attention path: no mask): its keys and values and its
+        last position's float32 logits."""
         import torch
         from transformers import DynamicCache
 
         lm = causal_lm_of(model)
-        caches, last = [], []
+        out = []
         for p in prompts:
             one = DynamicCache(config=lm.config)
-            ids = torch.tensor([p], device=self.device)  # the last position's logits only: 152k wide for Qwen
-            out = model(input_ids=ids, logits_to_keep=1, **{cache_kwarg(lm): one, "use_cache": True})
-            caches.append(one)
-            last.append(out.logits[:, -1, :].float())
-        return caches, torch.cat(last)
+            ids = torch.tensor([p], device=self.backend.device)  # the last position's logits only: 152k wide for Qwen
+            logits = model(input_ids=ids, logits_to_keep=1, **{cache_kwarg(lm): one, "use_cache": True}).logits
+            out.append(PromptKV.of(one, logits[:, -1, :].float()))
+        return out
 
-    def _policy_prefill(self, prompts: list[list[int]], dtype: Any, keep: PromptForwards) -> tuple[list[Any], Any]:
+    def _policy_prefill(self, prompts: list[list[int]], dtype: Any, keep: PromptForwards) -> list[PromptKV]:
         """Each prompt's forward through the policy as the training backward runs it (its precision,
-        train mode, the graph kept in `keep`); caches of its keys and values in the sampler's `dtype`,
-        and its last position's logits."""
+        train mode, the graph kept in `keep`); its keys and values in the sampler's `dtype`, detached,
+        and its last position's float32 logits."""
         import torch
 
-        lm = self._causal_lm()
-        caches, last = [], []
-        self.model.train()
+        lm = self.backend._causal_lm()
+        out = []
+        self.backend.model.train()
         try:
-            with torch.enable_grad(), self._forward_precision():
+            with torch.enable_grad(), self.backend.scorer.forward_precision():
                 for p in map(tuple, prompts):
-                    entry = keep.by_prompt.get(p) or self._fresh_prompt(lm, p)
+                    entry = keep.by_prompt.get(p) or self.backend.scorer.fresh_prompt(lm, p)
                     keep.by_prompt[p] = entry
                     keys, values = ([t.detach().to(dtype) for t in ts] for ts in (entry.keys, entry.values))
-                    caches.append(PromptKV(tuple(keys), tuple(values), None).cache(lm.config))
-                    last.append(entry.logits[:, -1, :].detach().float())
+                    out.append(PromptKV(tuple(keys), tuple(values), entry.logits[:, -1, :].detach().float()))
         finally:
-            self.model.eval()
-        return caches, torch.cat(last)
+            self.backend.model.eval()
+        return out
 
-    def _shared_prefix_step(
-        self,
-        model: Any,
-        caches: list[Any],
-        prompts: list[list[int]],
-        rows: int,
-        max_tokens: int,
-        fast: FastDecoder | None,
-    ) -> SharedRows:
-        """The decode step that reads each prompt's cache once for all its rows: through `fast` where
-        given, else through transformers (compiled under `compile_decode`, which keeps every row)."""
-        import torch
-
+    def _transformers_step(self, model: Any, plan: DecodePlan) -> Any:
+        """The decode step through transformers' layers attending over the decode's cache (compiled where
+        the plan says)."""
         lm = causal_lm_of(model)
-        kv = PrefixKV.of(caches, [len(p) for p in prompts], rows, max_tokens)
-        lens = torch.tensor([len(p) for p in prompts], device=self.device).repeat_interleave(rows)
-        through = compiled_next_logits() if self.options.compile_decode else next_logits
+        through = compiled_next_logits() if plan.compiled else next_logits
 
-        def transformers_step(kv: PrefixKV, tokens: Any, positions: Any) -> Any:
+        def step(kv: Any, tokens: Any, positions: Any) -> Any:
             with decoding_with(lm):
                 return through(model, kv, tokens, positions)
 
-        return SharedRows(
-            kv, lens, fast or transformers_step, narrows=self.options.narrow_shared and not self.options.compile_decode
-        )
+        return step
 
-    def _decode(
-        self, logits: Any, step: StaticRows | SharedRows, max_tokens: int, choose: RowChooser
-    ) -> tuple[Any, Any]:
-        """Every row's tokens and their log-probs, to each row's end or `max_tokens`. The step stops
-        decoding rows as they end (its `to_keep`); the chooser still sees every row (an ended row's
-        logits are not read: its token is EOS from then on, and a row's random draws do not depend on
-        logits), so each sampled row draws what it would have."""
-        import torch
-
-        rows = logits.shape[0]
-        eos = torch.tensor(sorted(self.eos_token_ids))
-        tokens, logps = [], []
-        done = torch.zeros(rows, dtype=torch.bool)
-        live = torch.arange(rows)  # the rows `step` decodes, in its order
-        logits = logits.cpu()
-        for t in range(max_tokens):
-            tok, lp = choose(logits)  # on the CPU, from CPU generators: see RowChooser
-            tok = torch.where(done, eos[0], tok)
-            tokens.append(tok)
-            logps.append(lp)
-            done |= torch.isin(tok, eos)
-            if bool(done.all()) or t == max_tokens - 1:
-                break
-            keep = step.to_keep(done[live])
-            if keep is not None:
-                step.narrow(keep)
-                live = live[keep]
-            logits[live] = step(tok[live], t).cpu()
-        if not tokens:
-            return torch.empty((rows, 0), dtype=torch.long), torch.empty((rows, 0))
-        return torch.stack(tokens, dim=1), torch.stack(logps, dim=1)
-
-    def _fast_decoder(self, lm: Any, rows: int) -> FastDecoder | None:
-        """The fast decode step for `rows` rows where decodes pack their weights and the model has one
+    def _fast_decoder(self, lm: Any, rows: int, plan: DecodePlan) -> FastDecoder | None:
+        """The fast decode step for `rows` rows where the plan packs the weights and the model has one
         (its adapter folded in where `sampler: merged` keeps no copy)."""
-        return FastDecoder.of(lm, rows, folded=self._fold_on_pack and not self._live) if self._packs() else None
+        return FastDecoder.of(lm, rows, folded=self.fold_on_pack and not self.live) if plan.packs else None
 
-    def _room_to_pack(self) -> None:
+    def _room_to_pack(self, plan: DecodePlan) -> None:
         """Hand the free heap back before a decode packs the weights of a model whose packed copy is more
         than the heap may grow by (`heap.HEADROOM_MB`). The copy's pages come fresh from the OS, so they
         stacked on the free heap a training step or loading left: a 1.5 B model's GRPO job peaked at its
-        resident set after a step plus the copy, above its `mem_mb` (docs/design.md#backends). A smaller
+        resident set after a step plus the copy, above its `mem_mb` (docs/design.md#decoding). A smaller
         model keeps its heap, whose pages its next step would otherwise fault in afresh."""
-        if self._packs() and self._params() * self.dtype.itemsize > HEADROOM_MB * 2**20:
+        if plan.packs and self._params() * self.backend.dtype.itemsize > HEADROOM_MB * 2**20:
             release_free_heap()
 
     def _params(self) -> int:
         if self._n_params is None:
-            self._n_params = sum(p.numel() for p in self._causal_lm().parameters())
+            self._n_params = sum(p.numel() for p in self.backend._causal_lm().parameters())
         return self._n_params
 
     def _packs(self) -> bool:
-        """Whether decodes pack their linear layers for oneDNN (`jacrl.backends.packed`) and take
-        the fast decode step where the model has one (`jacrl.backends.fast_decode`): where that is
-        the default for this model and device, or where `pack_decode` asks for it; never under
-        `compile_decode`, which compiles transformers' own step."""
-        if self.options.compile_decode:
-            return False
-        pack = self.options.pack_decode
-        return packs(self.device, self._params()) if pack is None else pack
+        """Whether this model's decodes pack their linear layers (`decode.plan`)."""
+        return DecodePlan.of(self.backend.options, self.backend.device, self._params(), 1).packs
 
     def _make_copy(self) -> None:
         """`sampler: merged`, at the first sampling with an unmerged adapter: a copy of the policy with the
@@ -334,29 +275,35 @@ class TorchSampling:
         `mismatch_kl` take up the difference; docs/design.md#backends)."""
         from transformers import AutoModelForCausalLM
 
-        params = safetensors_parameters(self.model_path)
-        copy_dtype = resolve_dtype(self.options.copy_dtype, self.device, params, training=False)
-        if copy_dtype == self.dtype and self._packs():
+        params = safetensors_parameters(self.backend.model_path)
+        copy_dtype = resolve_dtype(self.backend.options.copy_dtype, self.backend.device, params, training=False)
+        if copy_dtype == self.backend.dtype and self._packs():
             # the policy's own weights are the copy's: each decode packs them with the adapter folded
             # in (`FastDecoder.of(folded=True)`), and no second set is kept (a 1.5 B model's is gigabytes)
-            self._fold_on_pack = True
+            self.fold_on_pack = True
             return
-        self._copy = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=copy_dtype).to(self.device).eval()
-        for p in self._copy.parameters():
+        self.copy = (
+            AutoModelForCausalLM.from_pretrained(self.backend.model_path, dtype=copy_dtype)
+            .to(self.backend.device)
+            .eval()
+        )
+        for p in self.copy.parameters():
             p.requires_grad_(False)
-        self._copy_stale = True
+        self.copy_stale = True
 
     def _sampling_model(self) -> Any:
         """What decodes: the merged copy (made now if `sampler: merged` has none yet; refolded if the adapter
         moved since), else the model."""
-        wants_copy = self.options.sampler == "merged" and self.lora is not None and not self.merged
-        if wants_copy and self._copy is None and not self._fold_on_pack:
+        wants_copy = (
+            self.backend.options.sampler == "merged" and self.backend.lora is not None and not self.backend.merged
+        )
+        if wants_copy and self.copy is None and not self.fold_on_pack:
             self._make_copy()
-        if self._copy is None or self._live:
-            return self.model
-        if self._copy_stale:
+        if self.copy is None or self.live:
+            return self.backend.model
+        if self.copy_stale:
             self._fold_into_copy()
-        return self._copy
+        return self.copy
 
     def _fold_into_copy(self) -> None:
         """The copy's LoRA-carrying weights := base + each active adapter's delta (peft's own
@@ -365,22 +312,22 @@ class TorchSampling:
         from peft.tuners.lora import LoraLayer
 
         with torch.no_grad():
-            for name, module in self.model.named_modules():
+            for name, module in self.backend.model.named_modules():
                 if isinstance(module, LoraLayer):
                     weight = module.get_base_layer().weight
                     for adapter in module.active_adapters:
                         weight = weight + module.get_delta_weight(adapter)
-                    self._copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
-        self._copy_stale = False
+                    self.copy.get_submodule(name.removeprefix(PEFT_PREFIX)).weight.copy_(weight)
+        self.copy_stale = False
 
     @contextmanager
-    def _live_model(self) -> Iterator[None]:
+    def live_model(self) -> Iterator[None]:
         """Inside the block sampling takes the model as it is (its weights swapped or its adapter off)."""
-        self._live += 1
+        self.live += 1
         try:
             yield
         finally:
-            self._live -= 1
+            self.live -= 1
 
     @contextmanager
     def _decode_threads(self, rows: int) -> Iterator[None]:
@@ -389,7 +336,7 @@ class TorchSampling:
         are shared with other jobs (docs/design.md#measured-facts). Wide batches keep them all."""
         import torch
 
-        small = self.device == "cpu" and self._params() < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
+        small = self.backend.device == "cpu" and self._params() < SMALL_MODEL_PARAMS and rows < SMALL_DECODE_ROWS
         if not small or torch.get_num_threads() == 1:
             yield
             return

@@ -3,8 +3,8 @@ prompt run once for its rows (its rows' attention through `prompt_rows` on CPU),
 and the log-softmax in one function (`token_logprobs`), the forwards' precision (autocast), and the
 prompt forwards kept between a sampling and the backward over it.
 
-`TorchScoring` is a part of `TorchBackend` (jacrl.backends.torch_backend), which owns the model: it
-holds the scoring side's state (`init_scoring`).
+`TorchScorer` is a part the `TorchBackend` (jacrl.backends.torch_backend) holds (`backend.scorer`): it
+keeps the scoring side's own state and reads the backend's model, options and policies.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import numpy as np
 
 from jacrl.backends.base import PromptForwards, TokenRows
 from jacrl.backends.cpu import cpu_computes_bf16, float32_through_onednn
+from jacrl.backends.decode.cache import PromptKV
 from jacrl.backends.determinism import is_strict
 from jacrl.backends.hf import cache_kwarg, checkpointing_off, float32_output_layer
-from jacrl.backends.reference_prompts import PromptKV, ReferencePrompts
+from jacrl.backends.reference_prompts import ReferencePrompts
 from jacrl.backends.rows import kept_values_per_token, length_buckets, pad_right
 from jacrl.backends.sampling import at_temperature
 from jacrl.backends.token_logprobs import HeadLogprobs, LogitsArena
@@ -36,18 +37,20 @@ def prompt_graph_bytes(config: Any, tokens: int, layers: int, width: int) -> int
     return tokens * layers * kept_values_per_token(config.hidden_size, config.intermediate_size) * width
 
 
-class TorchScoring:
-    """The scoring side of `TorchBackend`."""
+class TorchScorer:
+    """The scoring part of a `TorchBackend`: its own state (autocast taken or not, the reference pass's
+    kept prompts, the logits' arena), the backend's model, options and policies read through `backend`."""
 
-    def init_scoring(self, autocast: bool) -> None:
-        self._autocast = autocast and self._computes_bf16()
+    def __init__(self, backend: Any, autocast: bool) -> None:
+        self.backend = backend
+        self.autocast = autocast and self._computes_bf16()
         """Scoring and training forwards under bfloat16 autocast (`options.autocast`, where the device
         multiplies bfloat16 natively); the output layer stays float32."""
-        if self._autocast:
-            float32_output_layer(self._causal_lm())
-        self._reference_prompts = ReferencePrompts()
+        if self.autocast:
+            float32_output_layer(self.backend._causal_lm())
+        self.reference_prompts = ReferencePrompts()
         """The reference pass's prompt caches, kept across steps (`jacrl.backends.reference_prompts`)."""
-        self._arena = LogitsArena()
+        self.arena = LogitsArena()
         """The scoring forwards' logits (`jacrl.backends.token_logprobs`), handed out again by each call."""
 
     def _computes_bf16(self) -> bool:
@@ -56,22 +59,27 @@ class TorchScoring:
         SmolLM2's GRPO training on an AVX512-BF16 CPU at the same first-step loss (docs/design.md#backends)."""
         import torch
 
-        if self.device == "cpu":
+        if self.backend.device == "cpu":
             native = cpu_computes_bf16() and not is_strict()
         else:
-            native = self.device.startswith("cuda") and torch.cuda.is_bf16_supported()
-        return self.dtype in (torch.float32, torch.bfloat16) and native
+            native = self.backend.device.startswith("cuda") and torch.cuda.is_bf16_supported()
+        return self.backend.dtype in (torch.float32, torch.bfloat16) and native
 
     @property
     def autocasts(self) -> bool:
-        return self._autocast
+        return self.autocast
 
     @property
     def shares_prompt_forwards(self) -> bool:
         """`options.share_prompts` where it holds: an unmerged adapter without dropout."""
-        return self.options.share_prompts and self.lora is not None and not self.merged and not self.lora.dropout
+        return (
+            self.backend.options.share_prompts
+            and self.backend.lora is not None
+            and not self.backend.merged
+            and not self.backend.lora.dropout
+        )
 
-    def _graph_fits(self, prompts: list[list[int]]) -> bool:
+    def graph_fits(self, prompts: list[list[int]]) -> bool:
         """Whether the prompts' forwards kept for the backward (`options.share_prompts`) fit
         `SHARED_PROMPT_BYTES` by `prompt_graph_bytes`: a 1.4k-token prompt of Qwen2.5-Coder-1.5B with
         LoRA on all 28 layers keeps more, held while the decode's packed weights are made
@@ -79,26 +87,29 @@ class TorchScoring:
         forwards the prompt again."""
         import torch
 
-        if self._checkpoints_prompts():  # each layer's input alone is kept
+        if self.checkpoints_prompts():  # each layer's input alone is kept
             return True
-        width = 2 if self._autocast or self.dtype != torch.float32 else 4
-        first = min(self.lora.layer_ids(self._n_layers)) if self.lora else 0
+        width = 2 if self.autocast or self.backend.dtype != torch.float32 else 4
+        first = min(self.backend.lora.layer_ids(self.backend._n_layers)) if self.backend.lora else 0
         tokens = sum(len(p) for p in prompts)
         return (
-            prompt_graph_bytes(self._causal_lm().config, tokens, self._n_layers - first, width) <= SHARED_PROMPT_BYTES
+            prompt_graph_bytes(self.backend._causal_lm().config, tokens, self.backend._n_layers - first, width)
+            <= SHARED_PROMPT_BYTES
         )
 
-    def _checkpoints_prompts(self) -> bool:
+    def checkpoints_prompts(self) -> bool:
         """Whether prompts' forwards and the rows after them run activation-checkpointed through
         `prompt_rows` (the only way a checkpointed layer still sees its prompt)."""
         from jacrl.backends import prompt_rows
 
         return (
-            self.options.gradient_checkpointing and self.options.prompt_rows and prompt_rows.serves(self._causal_lm())
+            self.backend.options.gradient_checkpointing
+            and self.backend.options.score == "auto"
+            and prompt_rows.serves(self.backend._causal_lm())
         )
 
     @contextmanager
-    def _forward_precision(self) -> Iterator[None]:
+    def forward_precision(self) -> Iterator[None]:
         """Scoring and training forwards: float32 matmuls through oneDNN where it keeps float32
         (`cpu.float32_through_onednn`); under `options.autocast` bfloat16 autocast, and peft's LoRA layers
         leave their input as it comes (they would cast it to their float32 weights' dtype, a copy of
@@ -107,16 +118,16 @@ class TorchScoring:
         import torch
         from peft.helpers import disable_input_dtype_casting
 
-        on = self._autocast
-        autocast = torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16) if on else nullcontext()
+        on = self.autocast
+        autocast = torch.autocast(self.backend.device.split(":")[0], dtype=torch.bfloat16) if on else nullcontext()
         with (
-            float32_through_onednn(self.device),
+            float32_through_onednn(self.backend.device),
             autocast,
-            disable_input_dtype_casting(self.model) if on else nullcontext(),
+            disable_input_dtype_casting(self.backend.model) if on else nullcontext(),
         ):
             yield
 
-    def _token_logprobs(
+    def token_logprobs(
         self,
         prompt_ids: Sequence[Sequence[int]],
         completion_ids: Sequence[Sequence[int]],
@@ -138,8 +149,8 @@ class TorchScoring:
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, p in enumerate(prompt_ids):
             groups.setdefault(tuple(p), []).append(i)
-        self._arena.reset()
-        with self._forward_precision():
+        self.arena.reset()
+        with self.forward_precision():
             if len(groups) == len(prompt_ids):
                 lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
             else:
@@ -163,16 +174,16 @@ class TorchScoring:
         p_len = [len(p) for p in prompt_ids]
         c_len = [len(c) for c in completion_ids]
         T = max(c_len)
-        x = torch.tensor(pad_right(seqs, self.pad_token_id), device=self.device)
+        x = torch.tensor(pad_right(seqs, self.backend.pad_token_id), device=self.backend.device)
         # Right padding needs no attention mask: causal attention never looks ahead. Only the
         # positions that predict completion tokens go through the output layer.
         first = min(p_len) - 1
         last = max(p + c for p, c in zip(p_len, c_len)) - 1
-        keep = torch.arange(first, last, device=self.device)
-        logits = self.model(input_ids=x, logits_to_keep=keep).logits.float()
+        keep = torch.arange(first, last, device=self.backend.device)
+        logits = self.backend.model(input_ids=x, logits_to_keep=keep).logits.float()
         logits = at_temperature(logits, temperature)
         lse = torch.logsumexp(logits, dim=-1)  # [B, last-first]; no full log-softmax copy
-        j = torch.arange(T, device=self.device)
+        j = torch.arange(T, device=self.backend.device)
         rows, dist_rows = [], []
         for b in range(len(seqs)):
             pos = (p_len[b] - 1 - first + j).clamp(max=logits.shape[1] - 1)
@@ -198,7 +209,7 @@ class TorchScoring:
         from every run, so LoRA weights see the same graph as with padded rows."""
         import torch
 
-        lm = self._causal_lm()
+        lm = self.backend._causal_lm()
         T = max(len(c) for c in completion_ids)
         rows: list[Any] = [None] * len(completion_ids)
         dist_rows: list[Any] = [None] * len(completion_ids)
@@ -222,7 +233,7 @@ class TorchScoring:
         `dists` their [rows, n, V] log-distributions."""
         import torch
 
-        x = torch.tensor(pad_right(tails, self.pad_token_id), device=self.device)
+        x = torch.tensor(pad_right(tails, self.backend.pad_token_id), device=self.backend.device)
         first = at_temperature(prompt.logits.float(), temperature).expand(len(tails), -1, -1)
         parts = [log_probs(first, x[:, :1], dists)]
         if x.shape[1] > 1:  # tokens 0 … n-2 predict tokens 1 … n-1
@@ -244,11 +255,13 @@ class TorchScoring:
 
         from jacrl.backends import prompt_rows
 
-        if not (self.options.prompt_rows and prompt_rows.serves(lm)):
+        if not (self.backend.options.score == "auto" and prompt_rows.serves(lm)):
             kw = {cache_kwarg(lm): prompt.cache(lm.config, rows=x.shape[0]), "use_cache": True}
-            return log_probs(at_temperature(self.model(input_ids=x, **kw).logits.float(), temperature), targets, dists)
+            return log_probs(
+                at_temperature(self.backend.model(input_ids=x, **kw).logits.float(), temperature), targets, dists
+            )
         start = prompt.keys[0].shape[2]
-        positions = torch.arange(start, start + x.shape[1], device=self.device)[None]
+        positions = torch.arange(start, start + x.shape[1], device=self.backend.device)[None]
         with prompt_rows.attending(lm):
             out = lm.model(input_ids=x, position_ids=positions, prompt_kv=prompt, use_cache=False)
         # the temperature divides float32 hidden states (SmolLM2: 576 wide), not the logits (49k): the
@@ -257,8 +270,8 @@ class TorchScoring:
         if dists or type(head) is not torch.nn.Linear or head.weight.requires_grad:
             return log_probs(head(at_temperature(hidden, temperature)).float(), targets, dists)
         if hidden.dtype == torch.float32:
-            return HeadLogprobs.apply(at_temperature(hidden, temperature), head.weight, targets, self._arena), None
-        return HeadLogprobs.apply(hidden, head.weight, targets, self._arena, max(temperature, 1e-6)), None
+            return HeadLogprobs.apply(at_temperature(hidden, temperature), head.weight, targets, self.arena), None
+        return HeadLogprobs.apply(hidden, head.weight, targets, self.arena, max(temperature, 1e-6)), None
 
     def _prompt_forward(
         self, lm: Any, head: tuple[int, ...], kept: ReferencePrompts | None, forwards: PromptForwards | None
@@ -268,20 +281,20 @@ class TorchScoring:
         sampling made in `forwards` under the current weights; else by a forward (then kept in `kept`)."""
         import torch
 
-        owner = (self._reference, self._autocast)
+        owner = (self.backend._reference, self.autocast)
         if kept is not None:
             entry = kept.get(owner, head)
         else:  # a backward takes the policy's forward its sampling kept, once; a no-grad scoring leaves it
-            fresh = forwards is not None and forwards.version == self._weights_version
+            fresh = forwards is not None and forwards.version == self.backend._weights_version
             entry = forwards.by_prompt.pop(head, None) if fresh and torch.is_grad_enabled() else None
         if entry is not None:
             return entry
-        entry = self._fresh_prompt(lm, head)
+        entry = self.fresh_prompt(lm, head)
         if kept is not None:
             kept.put(owner, head, entry)
         return entry
 
-    def _fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
+    def fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
         """`head` through the model now (its graph kept where gradients are on: under activation
         checkpointing each layer's input only, through `prompt_rows.prompt_forward`)."""
         import torch
@@ -289,38 +302,38 @@ class TorchScoring:
 
         from jacrl.backends import prompt_rows
 
-        x = torch.tensor([list(head)], device=self.device)
-        if torch.is_grad_enabled() and self._checkpoints_prompts():
-            return prompt_rows.prompt_forward(self.model, lm, x)
+        x = torch.tensor([list(head)], device=self.backend.device)
+        if torch.is_grad_enabled() and self.checkpoints_prompts():
+            return prompt_rows.prompt_forward(self.backend.model, lm, x)
         cache = DynamicCache(config=lm.config)
         with checkpointing_off(lm):  # a checkpointed layer would run without the cache this fills
-            logits = self.model(input_ids=x, logits_to_keep=1, **{cache_kwarg(lm): cache, "use_cache": True}).logits
+            logits = self.backend.model(
+                input_ids=x, logits_to_keep=1, **{cache_kwarg(lm): cache, "use_cache": True}
+            ).logits
         return PromptKV.of(cache, logits)
 
     def _completion_mask(self, completion_ids: Sequence[Sequence[int]]) -> Any:
         import torch
 
-        lens = torch.tensor([len(c) for c in completion_ids], device=self.device)
-        return torch.arange(max(lens.tolist()), device=self.device)[None, :] < lens[:, None]
+        lens = torch.tensor([len(c) for c in completion_ids], device=self.backend.device)
+        return torch.arange(max(lens.tolist()), device=self.backend.device)[None, :] < lens[:, None]
 
     def logprobs(
         self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float = 1.0, adapter: bool = True
     ) -> list[np.ndarray]:
         import torch
 
-        ctx = nullcontext() if adapter else self.adapter_disabled()
+        ctx = nullcontext() if adapter else self.backend.adapter_disabled()
         with torch.inference_mode(), ctx:
-            lp, _, _ = self._token_logprobs(prompt_ids, completion_ids, temperature)
+            lp, _, _ = self.token_logprobs(prompt_ids, completion_ids, temperature)
         lp = lp.float().cpu().numpy()
         return [lp[i, : len(c)].copy() for i, c in enumerate(completion_ids)]
-
-    gives_distributions = True
 
     def log_distributions(self, prompt_ids: TokenRows, completion_ids: TokenRows, temperature: float) -> Any:
         import torch
 
         with torch.inference_mode():
-            return self._token_logprobs(prompt_ids, completion_ids, temperature, dists=True)[2].float().cpu()
+            return self.token_logprobs(prompt_ids, completion_ids, temperature, dists=True)[2].float().cpu()
 
 
 def log_probs(logits: Any, targets: Any, dists: bool) -> tuple[Any, Any]:

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import Backend
-from jacrl.backends.config import ModelSpec
+from jacrl.backends.config import BackendOptions, ModelSpec
 from jacrl.backends.heap import log_memory, peak_resident_mb, resident_mb
-from jacrl.backends.select import BackendOptions, load_model
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, write_text
 from jacrl.losses.config import LossFrameworkConfig
 from jacrl.losses.plan import EnvLossPlans
@@ -77,11 +77,13 @@ def prepare_backend(
     init_adapter: str | Path | None,
     resume: Checkpoint | None,
     reference: Path | None,
+    options: BackendOptions | None = None,
 ) -> Backend:
     """The model with its trainable adapter (the checkpoint's when resuming from `resume`, else
     `init_adapter` or a fresh LoRA), the kept reference, its merged sampling copy under `sampler:
-    merged`, and the optimiser (restored, with torch's RNG, when resuming)."""
-    b = load_model(model, threads, options=grpo_options(model, cfg))
+    merged`, and the optimiser (restored, with torch's RNG, when resuming). `options`: the backend's in
+    place of `grpo_options` (a bench comparing paths)."""
+    b = load_model(model, threads, options=options or grpo_options(model, cfg))
     log_memory("loading the model")
     adapter = resume.adapter if resume else init_adapter
     if adapter is not None:
@@ -148,6 +150,9 @@ class OnPolicyRun:
     prior_cell: Path | None = None
     """The starting policy's `mem` cell, whose samples at the GRPO temperature seed each task's pass-rate
     posterior (`jacrl.rl.pool`); None = every task starts flat."""
+    options: BackendOptions | None = None
+    """The backend's options in place of `grpo_options(model, cfg)`: a bench comparing decode or
+    prompt-sharing paths names them here."""
 
 
 def train_grpo(
@@ -203,7 +208,7 @@ def _train(
     rows: list[dict] = list(saved.rows) if saved else []
 
     reference = reference_adapter(cfg, init_adapter, ckpt, resuming=saved is not None)
-    b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference)
+    b = prepare_backend(run.model, cfg, run.threads, init_adapter, ckpt if saved else None, reference, run.options)
     if saved:
         log.info("resuming GRPO from %s at step %d/%d", ckpt.path, start, cfg.iters)
     prior = mem_cell_counts(run.prior_cell, cfg.temperature)

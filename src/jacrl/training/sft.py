@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import Backend, LossFn, TokenLogprobs
-from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import BackendOptions, load_model
+from jacrl.backends.config import BackendOptions, ModelSpec
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir
 from jacrl.progress import Progress, summary
 from jacrl.tasks.record import Task, gold_completion, tasks_arg

@@ -23,8 +23,8 @@
                   its completion's tokens, their scores against the whole sequence, and its
                   copy of the prompt's KV cache; and the reference pass's kept prompt caches
                   (`jacrl.backends.reference_prompts.BUDGET_BYTES` at most);
-                  eval: the KV cache a decoding call holds (`TorchSampling._call_cache_bytes`; one
-                  row a prompt streams through cache slots: `jacrl.backends.row_stream`), at most
+                  eval: the KV cache a decoding call holds (`TorchSampler._call_cache_bytes`; one
+                  row a prompt streams through cache slots: `jacrl.backends.decode.cache.SlotCache`), at most
                   `DECODE_CACHE_BYTES` + each row's float32 next-token logits and their log-softmax
                   (rows × vocab × 8) + a prefill's layer of values (seq × the values a token and layer);
                   the reward's runs come after the job has dropped the model (`scripts/eval_cell.py`), so
@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING
 
 from jacrl.backends.config import ModelSpec, RuleKind
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS, auto_cpu_dtype
+from jacrl.backends.decode.cache import kv_bytes
 from jacrl.backends.model_files import safetensors_parameters
 from jacrl.backends.reference_prompts import BUDGET_BYTES as REFERENCE_PROMPT_BYTES
 from jacrl.backends.rows import kept_values_per_token
@@ -171,7 +172,8 @@ def mem_mb(
     if spec.gpu_count:  # activations and the KV cache live on the GPU
         activations = 0
     elif kind == "eval":
-        cache = 2 * rows * seq * shape.layers * shape.kv_width * nbytes
+        # twice the rows' cache: the prompts' prefills beside the decode's own copy of them
+        cache = 2 * kv_bytes(rows * seq, shape.layers, shape.kv_width, nbytes)
         prefill = seq * shape.kept_per_token * nbytes  # a prompt's forward, one layer's values at a time
         activations = min(cache, DECODE_CACHE_BYTES) + rows * shape.vocab * 8 + prefill
     else:
@@ -207,7 +209,7 @@ def training_bytes(
         head = seq - completion
         tokens = prompts * head + rows * completion
         positions = prompts * head * head + rows * completion * seq
-        cache = rows * head * shape.layers * shape.kv_width * nbytes
+        cache = kv_bytes(rows * head, shape.layers, shape.kv_width, nbytes)
     else:
         tokens, positions, cache = rows * seq, rows * seq * seq, 0
     kept_layers = 1 if checkpointed else shape.layers

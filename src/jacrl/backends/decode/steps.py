@@ -1,34 +1,46 @@
-"""A decode step of a Llama-family model (Llama, Qwen2) over `PrefixKV` or a `RowCache`, written out for CPU.
+"""A decode step: the next logits of every decoding row fed its last token, over a `cache.DecodeCache`.
+Three kinds, chosen by what the model supports (`plan`):
 
-Through transformers a SmolLM2 decode step of a GRPO group (8 rows) runs ~70 operators a layer,
-each a Python module call or a dispatch, and seven matmuls whose weights the default CPU path
-re-lays out on every call. Here a layer is its two norms, two packed matmuls for its projections
-(q | k | v fused, gate | up fused: `jacrl.backends.packed`) and two for its outputs, the rotary
-embedding in three operators, and the cache's own attention (`shared_prefix.attend`, `RowCache.attend`). The
-numbers are transformers' own up to the order of floating-point sums: the norms are the model's
-modules, the rotary tables its `rotary_emb`, and bf16 matmuls give the same values packed or not.
-A streamed cell's prompts are prefilled through the same layers (`FastDecoder.prefill`, causal sdpa over
-the prompt): a prompt's matmuls ran faster on the packed layout than on the plain weights too.
-
-Serves a model only when every piece it replaces is the plain one (`FastDecoder.of` says None
-otherwise, and the decode goes through transformers): a listed family, SiLU gated MLP, full
-attention in every layer, plain `nn.Linear` projections (an unmerged LoRA layer only where the
-decode folds its adapter into the packed weight: `FastDecoder.of(folded=True)`).
+- the fast step (`FastDecoder`): a Llama-family layer written out for CPU, its linear layers packed for
+  oneDNN (`jacrl.backends.packed`). Through transformers a SmolLM2 decode step of a GRPO group (8 rows)
+  runs ~70 operators a layer, each a Python module call or a dispatch, and seven matmuls whose weights
+  the default CPU path re-lays out on every call. Here a layer is its two norms, two packed matmuls for
+  its projections (q | k | v fused, gate | up fused) and two for its outputs, the rotary embedding in
+  three operators, and the cache's own attention. The numbers are transformers' own up to the order of
+  floating-point sums: the norms are the model's modules, the rotary tables its `rotary_emb`, and bf16
+  matmuls give the same values packed or not. A streamed cell's prompts are prefilled through the same
+  layers (`FastDecoder.prefill`): a prompt's matmuls ran faster on the packed layout than on the plain
+  weights too. It serves a model only when every piece it replaces is the plain one (`FastDecoder.of`
+  says None otherwise): a family of `FAMILIES` with SiLU gated MLP, full attention in every layer, no
+  norms inside the attention, plain `nn.Linear` projections (an unmerged LoRA layer only where the
+  decode folds its adapter into the packed weight: `FastDecoder.of(folded=True)`).
+- the transformers hook (`next_logits` inside `decoding_with`): the model's own layers, RoPE and
+  projections, their attention sent to the cache (`cache_attention`, registered with transformers as an
+  attention implementation without a mask function, so transformers builds no mask for it); its linear
+  layers packed for the decode where packing pays (`packed.packed_linears`), or the whole step through
+  `torch.compile` (`compiled_next_logits`).
+- the plain step: the same hook, the weights as they are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from jacrl.backends.decode.cache import PromptKV
 from jacrl.backends.packed import pack
-from jacrl.backends.reference_prompts import PromptKV
-from jacrl.backends.shared_prefix import PrefixKV
 
 if TYPE_CHECKING:
-    from jacrl.backends.row_stream import RowCache
+    from jacrl.backends.decode.cache import DecodeCache
 
-FAMILIES = ("llama", "qwen2")
+FAMILIES = ("llama", "qwen2", "qwen3")
+"""The model types whose attention is plain softmax attention over every position, reached through
+transformers' attention interface: the decode's and the scoring's own attention serve them
+(`jacrl.backends.prompt_rows.serves`). The fast step serves the ones among them whose attention has no
+norms of its own (Qwen3's q/k norms are not written out: `FastDecoder.of`)."""
+ATTENTION = "jacrl_decode_cache"
 
 
 @dataclass
@@ -75,7 +87,7 @@ class FastDecoder:
             return None
         return cls(lm, rows)
 
-    def __call__(self, kv: PrefixKV | RowCache, tokens: Any, positions: Any) -> Any:
+    def __call__(self, kv: DecodeCache, tokens: Any, positions: Any) -> Any:
         """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
         x = self.lm.model.embed_tokens(tokens[:, 0])  # [rows, hidden]
         cos, sin = (t[:, 0] for t in self.lm.model.rotary_emb(x, positions))  # [rows, head_dim]
@@ -157,3 +169,63 @@ def _packed_layer(layer: Any, rows: int) -> _Layer:
         pack([m.gate_proj, m.up_proj], rows),
         pack(m.down_proj, rows),
     )
+
+
+def cache_attention(
+    module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float, **kwargs: Any
+) -> tuple[Any, None]:
+    """transformers' attention call of one decode step: `query` [rows, heads, 1, d] through the step's
+    cache (`decode_kv`), which writes this step's `key` / `value` first; [rows, 1, heads, d] as
+    transformers' sdpa returns it. Other calls (no `decode_kv`: prefill, scoring) go to sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    kv: DecodeCache | None = kwargs.pop("decode_kv", None)
+    if kv is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    return kv.attend(module.layer_idx, query, key, value, scaling), None
+
+
+def next_logits(model: Any, kv: DecodeCache, tokens: Any, positions: Any) -> Any:
+    """[rows, vocab] float32: the next logits of every row fed `tokens` [rows, 1] at `positions`."""
+    out = model(input_ids=tokens, position_ids=positions, decode_kv=kv, use_cache=False)
+    return out.logits[:, -1, :].float()
+
+
+_compiled: Any = None
+
+
+def compiled_next_logits() -> Any:
+    """`next_logits` through `torch.compile`, one per process: every decode's steps (and every
+    decode with the same shapes) reuse its graphs."""
+    global _compiled
+    if _compiled is None:
+        import torch
+
+        _compiled = torch.compile(next_logits)
+    return _compiled
+
+
+_registered: set[str] = set()
+
+
+@contextmanager
+def attending_through(lm: Any, name: str, function: Any) -> Iterator[None]:
+    """Inside the block `lm` (a transformers CausalLM) attends through `function`, registered with
+    transformers as the attention implementation `name` (with no mask function: transformers builds
+    no mask for it)."""
+    from transformers import AttentionInterface
+
+    if name not in _registered:
+        AttentionInterface.register(name, function)
+        _registered.add(name)
+    before = lm.config._attn_implementation
+    lm.config._attn_implementation = name
+    try:
+        yield
+    finally:
+        lm.config._attn_implementation = before
+
+
+def decoding_with(lm: Any) -> Any:
+    """Inside the block `lm` attends with `cache_attention`; calls that pass no `decode_kv` still get sdpa."""
+    return attending_through(lm, ATTENTION, cache_attention)
