@@ -3,10 +3,10 @@
 import gc
 import json
 
-from jacrl.backends.config import ModelSpec
+from jacrl.backends.config import BackendOptions, ModelSpec
 from jacrl.backends.determinism import determinism_record
 from jacrl.backends.heap import log_memory, release_free_heap
-from jacrl.backends.select import BackendOptions, load_backend
+from jacrl.backends.select import load_backend
 from jacrl.config import load_config
 from jacrl.evaluation.cell import draw_cell, score_draws
 from jacrl.evaluation.labels import cell_line

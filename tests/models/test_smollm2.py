@@ -12,7 +12,7 @@ import pytest
 from fixtures.models import model_spec
 
 from jacrl.backends import SamplingParams, load_backend
-from jacrl.backends.select import BackendOptions
+from jacrl.backends.config import BackendOptions
 from jacrl.config import load_config
 from jacrl.io import read_jsonl
 from jacrl.models.registry import (

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from jacrl.backends.base import Backend, SamplingParams
-from jacrl.backends.config import ModelSpec
-from jacrl.backends.select import BackendOptions, load_model
+from jacrl.backends.config import BackendOptions, ModelSpec
+from jacrl.backends.select import load_model
 from jacrl.io import atomic_dir, dumps_line
 from jacrl.progress import summary
 from jacrl.reward.batch import Scorer, score_groups
