@@ -361,12 +361,9 @@ def write_output(out: Path, b: Backend, rows: list[dict], report: dict) -> None:
 
 
 def final_report(orch: Orchestrator, rows: list[dict], report: dict[str, Any]) -> dict[str, Any]:
-    """`report` (`run_report`) with what the run drew (`pool_report`); the posterior at the end goes into
-    the last step's row too."""
-    pool = pool_report(orch, rows)
-    if rows:
-        rows[-1].update({f"posterior_mean/{task}": p for task, p in pool["posterior_mean"].items()})
-    return {**report, "pool": pool}
+    """`report` (`run_report`) with what the run drew (`pool_report`, the posterior at the end among it).
+    The metrics rows stay as the tracker saw them, step by step."""
+    return {**report, "pool": pool_report(orch, rows)}
 
 
 def pool_report(orch: Orchestrator, rows: list[dict]) -> dict[str, Any]:
