@@ -377,13 +377,20 @@ REPORT = layout.REPORT
 
 
 def report_targets(wc=None):
-    """The report's items: the ladder and splits pages, one training-curve figure per adapter the
+    """The report's items: the ladder, splits and mutation pages, one training-curve figure per adapter the
     ladder trains (every condition but `base`) and one completions page per ladder cell (in the
     smart plan, known once its elbow checkpoint has run)."""
     keys = ladder_keys()
     curves = sorted({f"{REPORT}/curves/r{k.rung}/{k.model}/{k.cond}.png" for k in keys if k.cond != "base"})
     pages = [f"{REPORT}/samples/r{k.rung}/{k.model}/{k.cond}/{k.split}.html" for k in keys]
-    return [f"{REPORT}/ladder.html", f"{REPORT}/splits.html", layout.LADDER_TABLE[2], *curves, *pages]
+    return [
+        f"{REPORT}/ladder.html",
+        f"{REPORT}/splits.html",
+        f"{REPORT}/mutation.html",
+        layout.LADDER_TABLE[2],
+        *curves,
+        *pages,
+    ]
 
 
 # The config sections each job depends on (its params): changing another section does not rerun it.

@@ -40,6 +40,20 @@ rule report_splits:
         "../scripts/report_splits.py"
 
 
+rule report_mutation:
+    input:
+        f"{layout.RL}/mutation.md",
+    output:
+        report(f"{REPORT}/mutation.html", category="Data", caption="../report/mutation.rst"),
+    log:
+        "logs/report/mutation.log",
+    localrule: True
+    resources:
+        mem_mb=500,
+    script:
+        "../scripts/report_mutation.py"
+
+
 rule report_curves:
     input:
         layout.adapter("{rung}", "{model}", "{cond}"),

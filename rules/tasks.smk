@@ -112,3 +112,30 @@ rule export_dataset:
         reward={k: v for k, v in CFG.reward.model_dump(mode="json").items() if k in ("scheme", "tiered", "dense_v2")},
     script:
         "../scripts/export_dataset.py"
+
+
+rule mutation:
+    # Every hole's checks measured by mutation (python -m jacrl.tasks mutation); mutants run as
+    # completions on the reward's sandbox and score cache, so a rebuild reruns a changed driver's only.
+    input:
+        drivers=driver_files(),
+        holdout=layout.split_tasks("holdout"),
+        trainpool=layout.split_tasks("trainpool"),
+        valid=layout.split_tasks("valid"),
+        equivalents=bundled("dataset/mutation_equivalents.yaml"),
+    output:
+        records=f"{RL}/mutation.jsonl",
+        table=f"{RL}/mutation.md",
+    log:
+        "logs/mutation.log",
+    benchmark:
+        "benchmarks/mutation.tsv"
+    threads: CFG.threads
+    resources:
+        mem_mb=mem_request(3000),
+        runtime=60,
+    params:
+        cfg=CFG.tasks.model_dump(mode="json"),
+        reward=CFG.reward.model_dump(mode="json"),
+    script:
+        "../scripts/mutation.py"

@@ -41,6 +41,13 @@ class TasksConfig(StrictModel):
         description="How gold programs run while building: `fork` = the reward's fork servers (jaclang "
         "loaded once; the path completions are scored on), `jac` = one `jac run` process per program.",
     )
+    mutation_cap: int = Field(
+        10,
+        ge=1,
+        json_schema_extra={**RESULT_FREE, **ADDED_LATER},  # the mutation table's, not the tasks'
+        description="Mutants of each hole's gold body run by `python -m jacrl.tasks mutation` (a fixed choice taken "
+        "across operator kinds in turn); at 10, one survivor still leaves a task at the 0.9 goal.",
+    )
 
 
 class SplitsConfig(StrictModel):
