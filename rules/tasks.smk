@@ -118,7 +118,7 @@ rule mutation:
     # Every hole's checks measured by mutation (python -m jacrl.tasks mutation); mutants run as
     # completions on the reward's sandbox and score cache, so a rebuild reruns a changed driver's only.
     input:
-        drivers=driver_files(),
+        drivers=driver_files(CFG.tasks.drivers) + driver_files(CFG.tasks.valid_drivers),
         holdout=layout.split_tasks("holdout"),
         trainpool=layout.split_tasks("trainpool"),
         valid=layout.split_tasks("valid"),

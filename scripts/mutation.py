@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 with logged(snakemake):
     cfg = TasksConfig(**snakemake.params.cfg)
-    drivers, problems = parse_all(discover_drivers(ROOT / cfg.drivers))
+    # the valid split's drivers are measured beside the corpus's: its checks decide the ladder's choices
+    drivers, problems = parse_all(discover_drivers(ROOT / cfg.drivers) + discover_drivers(ROOT / cfg.valid_drivers))
     if problems:
         raise BuildError(problems)
     rows = measure(
