@@ -5,7 +5,7 @@ import pydantic
 import pytest
 import torch
 from fixtures.tasks import task
-from text_reward import WhitespaceScorer
+from fixtures.text_reward import WhitespaceScorer
 
 from jacrl.config import load_config
 from jacrl.io import write_jsonl

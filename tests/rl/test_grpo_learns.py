@@ -14,8 +14,8 @@ from statistics import fmean
 
 import pytest
 from fixtures.models import model_spec
+from fixtures.text_reward import TASKS, TextScore
 from fixtures.tiny import FIXTURES, TEST_TINY
-from text_reward import TASKS, TextScore
 
 from jacrl.backends.base import SamplingParams
 from jacrl.backends.select import load_backend

@@ -3,7 +3,7 @@ envs dealt by the global prompt index, prompts cut before sampling, role-attribu
 
 import pytest
 from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
+from fixtures.text_reward import TASKS, WhitespaceScorer
 
 from jacrl.config import load_config
 from jacrl.losses.plan import EnvLossPlans

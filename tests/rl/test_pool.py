@@ -2,12 +2,11 @@
 draws, today's uniform draws unchanged, and the replacement of groups without spread on the tiny model."""
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from fixtures.models import model_spec
-from text_reward import TASKS, whitespace_share
+from fixtures.text_reward import TASKS, TextScore, whitespace_share
 
 from jacrl.backends.base import LoraSpec
 from jacrl.backends.select import load_backend
@@ -95,15 +94,6 @@ def test_mem_cell_seeds_only_at_the_grpo_temperature(tmp_path):
     assert mem_cell_counts(tmp_path / "absent.json", 0.3) == {}
 
 
-@dataclass(frozen=True)
-class Scored:
-    score: float
-    exact: bool
-    runs: bool = True
-    flags: tuple[str, ...] = ()
-    infra: str = ""
-
-
 class FlatFor:
     """The whitespace reward, but 0 for every completion of the tasks in `flat` (groups without spread)."""
 
@@ -112,7 +102,9 @@ class FlatFor:
 
     def score_batch(self, tasks, texts):
         return [
-            Scored(0.0, False) if t.id in self.flat else Scored(whitespace_share(x), whitespace_share(x) > 0.5)
+            TextScore(0.0, False, True)
+            if t.id in self.flat
+            else TextScore(whitespace_share(x), whitespace_share(x) > 0.5, True)
             for t, x in zip(tasks, texts)
         ]
 

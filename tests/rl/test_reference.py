@@ -5,7 +5,7 @@ import json
 
 import pytest
 from fixtures.models import model_spec, randomised_lora
-from text_reward import TASKS, WhitespaceScorer
+from fixtures.text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import LoraSpec
 from jacrl.config import load_config

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from fixtures.models import model_spec
-from text_reward import TASKS, WhitespaceScorer
+from fixtures.text_reward import TASKS, WhitespaceScorer
 
 from jacrl.backends.base import TokenLogprobs
 from jacrl.config import load_config

@@ -2,11 +2,11 @@
 adapter trained from where it starts; the budget's split into rounds."""
 
 import json
-from dataclasses import dataclass
 
 import pytest
 from fixtures.models import model_spec
 from fixtures.tasks import task
+from fixtures.text_reward import WhitespaceScorer
 
 from jacrl.rl.config import GRPOConfig
 from jacrl.training.config import EIConfig, SFTConfig
@@ -14,23 +14,6 @@ from jacrl.training.ei import EIRun, round_prompts, train_ei
 from jacrl.training.metrics import read_metrics
 
 TASKS = [task("short-0", prompt="Write Jac."), task("short-1", prompt="Print a value.")]
-
-
-@dataclass(frozen=True)
-class Scored:
-    score: float
-    exact: bool
-    runs: bool = True
-    flags: tuple[str, ...] = ()
-    infra: str = ""
-
-
-class WhitespaceScorer:
-    """A reward the tiny model passes now and then: the share of whitespace in the completion (> 0.5 passes)."""
-
-    def score_batch(self, tasks, texts):
-        shares = [sum(ch.isspace() for ch in x) / max(len(x), 1) for x in texts]
-        return [Scored(s, s > 0.5) for s in shares]
 
 
 @pytest.mark.parametrize("iters,per,rounds", [(8, 1, 4), (5, 2, 3), (1, 1, 2)])
