@@ -184,11 +184,8 @@ def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
     the rule names (a builtin's build, an RFT warm start), the rung's tasks, the start (`input.init`, if
     any); with the reward it trains on (`grpo.training_reward`) and the model tokenizer's special tokens, cut
     out of completions."""
-    from transformers import AutoTokenizer
-
     from jacrl.backends.config import ModelSpec
     from jacrl.config import load_config
-    from jacrl.reward.normalize import tokenizer_special_tokens
     from jacrl.rl.loop import OnPolicyRun
     from jacrl.tasks.record import read_tasks
 
@@ -203,5 +200,14 @@ def on_policy_job(smk: Any) -> tuple[OnPolicyRun, RewardConfig, list[str]]:
         threads=smk.threads,
         prior_cell=Path(smk.input.prior) if getattr(smk.input, "prior", None) else None,
     )
-    special = tokenizer_special_tokens(AutoTokenizer.from_pretrained(smk.params.model_dir))
-    return run, cfg.grpo.training_reward(cfg.reward), special
+    return run, cfg.grpo.training_reward(cfg.reward), job_special_tokens(smk)
+
+
+def job_special_tokens(smk: Any) -> list[str]:
+    """The special tokens of the tokenizer in the folder a model rule names (`params.model_dir`): what the
+    reward cuts out of a completion."""
+    from transformers import AutoTokenizer
+
+    from jacrl.reward.normalize import tokenizer_special_tokens
+
+    return tokenizer_special_tokens(AutoTokenizer.from_pretrained(smk.params.model_dir))
