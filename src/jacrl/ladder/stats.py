@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.stats import binom, binomtest, bootstrap, nct, norm, permutation_test
-from scipy.stats import t as student_t
+
+# scipy is imported inside the functions that use it: scipy.stats takes seconds to import, and every
+# `snakemake` start reads this module (the Snakefile plans through jacrl.ladder.plan) without calling it.
 
 RESAMPLES = 9999
 """Bootstrap and permutation resamples: the permutation test is exact (every sign pattern) up to
@@ -26,6 +26,8 @@ RESAMPLES = 9999
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion; (0, 1) when n = 0."""
+    from scipy.stats import binomtest
+
     if n == 0:
         return (0.0, 1.0)
     ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
@@ -52,6 +54,8 @@ class McNemar:
 def mcnemar_exact(a: dict[str, bool], b: dict[str, bool]) -> McNemar:
     """Paired comparison on the tasks both outcomes cover: two-sided exact binomial test on the
     discordant pairs (H0: each discordant pair is equally likely to favour either side)."""
+    from scipy.stats import binomtest
+
     common = sorted(set(a) & set(b))
     only_a = sum(1 for t in common if a[t] and not b[t])
     only_b = sum(1 for t in common if b[t] and not a[t])
@@ -88,6 +92,8 @@ def newcombe_paired_interval(
 
 def wilson_half_width(n: int, p: float = 0.5, confidence: float = 0.95) -> float:
     """Half-width of the Wilson interval at proportion p for n trials (the CI a reader can expect)."""
+    from scipy.stats import norm
+
     z = float(norm.ppf(0.5 + confidence / 2))
     return z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
 
@@ -96,6 +102,8 @@ def wilson_half_width(n: int, p: float = 0.5, confidence: float = 0.95) -> float
 def _rejection_bounds(n: int, alpha: float) -> np.ndarray:
     """For each number of discordant pairs d = 0..n, the largest count k such that k (or d - k)
     wins of d rejects the two-sided exact binomial test at `alpha`; -1 where none does."""
+    from scipy.stats import binom
+
     bounds = np.full(n + 1, -1)
     for d in range(1, n + 1):
         k = np.arange(d // 2 + 1)
@@ -108,6 +116,8 @@ def mcnemar_power(n: int, p_a: float, p_b: float, alpha: float = 0.05, bounds: n
     """Exact power of the two-sided exact McNemar test on n pairs whose discordant pairs favour a
     with probability p_a and b with p_b per pair: summed over the binomial number of discordant
     pairs d, the chance the conditional binomial test on d rejects at `alpha`."""
+    from scipy.stats import binom
+
     psi = p_a + p_b
     if psi <= 0:
         return 0.0
@@ -145,6 +155,8 @@ def _rng() -> np.random.Generator:
 def mean_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """Percentile bootstrap interval of the mean over tasks (seeded): it stays inside the observed
     range of a bounded score and is defined for any pattern of ties. None below two tasks."""
+    from scipy.stats import bootstrap
+
     x = np.asarray(values, dtype=float)
     if x.size < 2:
         return None
@@ -173,6 +185,8 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     """Two-sided paired permutation test of the mean difference on the tasks both cover: under H0
     each task's difference is as likely to carry either sign. Ties (zero differences) stay in and
     weigh nothing, whatever their number; no normality or symmetric-shape assumption."""
+    from scipy.stats import permutation_test
+
     common = sorted(set(a) & set(b))
     x = np.array([a[t] for t in common], dtype=float)
     y = np.array([b[t] for t in common], dtype=float)
@@ -197,6 +211,9 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
 def paired_t_power(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
     """Power of the two-sided paired t-test on n pairs at a mean difference delta and difference
     SD sd (noncentral t): the large-sample power of the permutation test on the mean, too."""
+    from scipy.stats import nct
+    from scipy.stats import t as student_t
+
     crit = float(student_t.ppf(1 - alpha / 2, n - 1))
     nc = delta * math.sqrt(n) / sd
     # the far tail underflows to nan in scipy's nct for a large noncentrality: it is 0 there
@@ -208,6 +225,9 @@ def min_detectable_shift(n: int, sd: float, power: float = 0.8, alpha: float = 0
     with the given power, at the observed SD of the differences. None with no spread (every
     difference equal: nothing to size it from) or too few tasks for the permutation test ever to
     reject at `alpha`."""
+    from scipy.optimize import brentq
+    from scipy.stats import t as student_t
+
     if n < 2 or sd <= 0 or 2.0 ** (1 - n) > alpha:  # the sign-flip test's smallest p is 2 / 2^n: n ≤ 5 never rejects
         return None
     # the bracket's top puts the noncentrality 10 past the critical t, where the power is ~1
