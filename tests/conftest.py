@@ -41,13 +41,9 @@ def tiny_model(tmp_path_factory, pytestconfig) -> Path:
 def default_plan() -> str:
     """What `snakemake -n --forceall --quiet rules` prints in the repository (the default ladder's
     jobs by rule), planned once for the session."""
-    import subprocess
-    import sys
+    from fixtures.snakemake import snakemake
 
-    snakemake = Path(sys.executable).with_name("snakemake")
-    proc = subprocess.run(
-        [snakemake, "-n", "--forceall", "--quiet", "rules"], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
+    proc = snakemake(["-n", "--forceall", "--quiet", "rules"], cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.snakemake import snakemake
 
-SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
 LOCAL_RULES = {"all", "splits", "valid_split", "rung", "rl_ladder", "show_ladder", "smoke", "elbow"}
 CLUSTER_RULES = {
     "build_tasks",
@@ -24,7 +24,7 @@ CLUSTER_RULES = {
 
 
 def plan(cwd, *args):
-    proc = subprocess.run(SNAKEMAKE + [*args, "-n", "--forceall"], cwd=cwd, capture_output=True, text=True, timeout=300)
+    proc = snakemake([*args, "-n", "--forceall"], cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 

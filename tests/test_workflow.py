@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.snakemake import snakemake
 
 SNAKEMAKE = [str(Path(sys.executable).with_name("snakemake"))]
 
 
 def dry_run(repo, *args, quiet=("--quiet", "rules")):
-    proc = subprocess.run(SNAKEMAKE + [*args, "-n", *quiet], cwd=repo, capture_output=True, text=True, timeout=120)
+    proc = snakemake([*args, "-n", *quiet], cwd=repo, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -217,11 +218,9 @@ def test_the_smart_plans_elbow_reads_the_val_cells_never_gen(repo, tmp_path):
     ):
         (tmp_path / stub).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / stub).write_text("[]\n")
-    proc = subprocess.run(
-        [*SNAKEMAKE, "-s", str(repo / "Snakefile"), "results/plan.json", "-n", "--config", 'ladder={"plan": "smart"}'],
+    proc = snakemake(
+        ["-s", repo / "Snakefile", "results/plan.json", "-n", "--config", 'ladder={"plan": "smart"}'],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     out = proc.stdout + proc.stderr

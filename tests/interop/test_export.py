@@ -3,9 +3,9 @@ rows the environment and the reward functions read (the `datasets` extra)."""
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from fixtures.snakemake import snakemake
 from interop_helpers import REPO
 
 from jacrl.interop.export import export, split_files
@@ -59,9 +59,7 @@ def test_missing_splits_are_one_line(datasets, tmp_path):
 
 def test_the_workflow_exports_the_configured_rungs(repo, tmp_path):
     """`snakemake exports/jac-tasks` plans one export job reading the splits and every rung of config.yaml."""
-    snakemake = str(Path(sys.executable).with_name("snakemake"))
-    cmd = [snakemake, "-n", "--forceall", "-d", str(tmp_path), "-s", str(repo / "Snakefile"), "exports/jac-tasks"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)
+    out = snakemake(["-n", "--forceall", "-d", tmp_path, "-s", repo / "Snakefile", "exports/jac-tasks"], cwd=repo)
     assert out.returncode == 0, out.stdout + out.stderr
     job = out.stdout[out.stdout.index("rule export_dataset:") :]
     inputs = job[job.index("input: ") + 7 : job.index("\n", job.index("input: "))].split(", ")

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixtures.snakemake import snakemake
 
 from jacrl.backends.config import ModelSpec
 from jacrl.models.hub import HubFetchError, fetch_hub_model, read_manifest
@@ -113,21 +114,7 @@ def test_a_hub_model_is_loaded_from_its_own_folder_and_may_not_take_a_builtins()
 
 def _plan(hub: dict) -> subprocess.CompletedProcess:
     models = f'models=[{{"name": "coder", "hub": {{"id": "{hub["id"]}", "revision": "{hub["revision"]}"}}}}]'
-    return subprocess.run(
-        [
-            str(Path(sys.executable).with_name("snakemake")),
-            "models/coder",
-            "-n",
-            "--quiet",
-            "rules",
-            "--config",
-            models,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return snakemake(["models/coder", "-n", "--quiet", "rules", "--config", models], cwd=REPO, timeout=180)
 
 
 def test_snakemake_plans_the_fetch_and_refuses_a_branch_in_one_line():

@@ -4,10 +4,8 @@ and the rules' `resources:` reading them in a real Snakemake plan."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
+from fixtures.snakemake import snakemake
 from safetensors.torch import load_file
 
 from jacrl.backends.config import ModelSpec
@@ -70,10 +68,8 @@ def test_the_smollm2_config_asks_one_gpu_per_job(repo):
 
 
 def test_the_plan_carries_each_jobs_resources(repo):
-    snakemake = str(Path(sys.executable).with_name("snakemake"))
-    proc = subprocess.run(
+    proc = snakemake(
         [
-            snakemake,
             "-n",
             "--forceall",
             "results/cells/r1/tiny/sft/mem.json",
@@ -82,8 +78,6 @@ def test_the_plan_carries_each_jobs_resources(repo):
             '"mem_mb": {"sft": 3333}, "runtime": {"eval": 11}}]',
         ],
         cwd=repo,
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -4,14 +4,13 @@
 import os
 import re
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from fixtures.snakemake import snakemake
 
 REPO = Path(__file__).resolve().parents[2]
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 SHIPPED = sorted([*REPO.glob("configs/*.yaml"), *REPO.glob("examples/losses/*.yaml")])
 TARGETS = ["results/rl_ladder.jsonl", "results/ladder.md"]
 SELECTIONS = {"opd-selection": 'ladder={"conditions": ["base", "opd"], "rungs": [1]}'}
@@ -27,13 +26,7 @@ def layers(path: Path) -> list[str]:
 
 
 def plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [SNAKEMAKE, *TARGETS, "-n", "--forceall", "--quiet", "rules", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    return snakemake([*TARGETS, "-n", "--forceall", "--quiet", "rules", *args], cwd=REPO, timeout=180)
 
 
 @pytest.fixture(scope="module")
