@@ -185,8 +185,6 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     """Two-sided paired permutation test of the mean difference on the tasks both cover: under H0
     each task's difference is as likely to carry either sign. Ties (zero differences) stay in and
     weigh nothing, whatever their number; no normality or symmetric-shape assumption."""
-    from scipy.stats import permutation_test
-
     common = sorted(set(a) & set(b))
     x = np.array([a[t] for t in common], dtype=float)
     y = np.array([b[t] for t in common], dtype=float)
@@ -196,6 +194,14 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
     if not d.any() or d.size < 2:  # one task: both of its sign patterns are as extreme, p = 1
         mean = float(d.mean()) if d.size else 0.0
         return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), mean, sd, 1.0, ci)
+    p = sign_flip_p(d)
+    return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()), sd, p, ci)
+
+
+def sign_flip_p(d: np.ndarray) -> float:
+    """The two-sided p-value of the mean of paired differences `d` under random sign flips."""
+    from scipy.stats import permutation_test
+
     res = permutation_test(  # one sample: scipy's `samples` permutations flip each difference's sign
         (d,),
         lambda u, axis: np.mean(u, axis=axis),
@@ -205,7 +211,7 @@ def paired_permutation(a: dict[str, float], b: dict[str, float]) -> PairedScores
         alternative="two-sided",
         random_state=_rng(),
     )
-    return PairedScores(len(common), int((d > 0).sum()), int((d < 0).sum()), float(d.mean()), sd, float(res.pvalue), ci)
+    return float(res.pvalue)
 
 
 def paired_t_power(n: int, delta: float, sd: float, alpha: float = 0.05) -> float:
