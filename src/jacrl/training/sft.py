@@ -255,7 +255,7 @@ def train_sft(
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads, options=BackendOptions.of(model, training=True))
+    b = load_model(model, threads, options=BackendOptions.of(model, training=True, trunk_rows=True))
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     cfg = cfg.for_examples(len(examples))
     out = Path(out_adapter_dir)
