@@ -15,7 +15,7 @@ from fixtures.tasks import task as make_task
 from jacrl.backends import LoraSpec, SamplingParams
 from jacrl.backends.config import BackendOptions, TrunkConfig
 from jacrl.backends.decode.steps import FastDecoder
-from jacrl.backends.decode.trunk import Trunk, TrunkOut, TrunkStore
+from jacrl.backends.decode.trunk import Trunk, TrunkOut, TrunkStore, weights_hash
 from jacrl.config import Config
 from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
@@ -137,6 +137,21 @@ def test_the_store_keeps_its_bound_removing_the_entries_read_longest_ago(tmp_pat
     assert [store.path(n).exists() for n in names] == [True, False, True]
     assert store.total <= store.max_bytes
     assert TrunkStore(tmp_path, 10**9).total == store.total
+
+
+def test_the_weights_hash_is_kept_per_state_of_the_files_and_follows_their_bytes(tiny_model, tmp_path):
+    import shutil
+
+    first = weights_hash(tiny_model, tmp_path / "memo")
+    [kept] = (tmp_path / "memo").iterdir()
+    assert kept.read_text().strip() == first == weights_hash(tiny_model, tmp_path / "memo")
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model, other)
+    weights = other / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight
+    weights.write_bytes(bytes(data))
+    assert weights_hash(other, tmp_path / "memo") != first
 
 
 # ---- SFT ---------------------------------------------------------------------------------------

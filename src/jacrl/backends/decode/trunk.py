@@ -6,8 +6,8 @@ disk (`TrunkStore`); SFT then trains, and a prefill runs, only the top K layers 
 An entry holds, for a token sequence, the trunk's output at layer L − K ([n, hidden]) and, for a prompt's
 prefill, the lower layers' keys and values too: two kinds (`hidden`, `prefill`), so a training row keeps
 no keys and values. Its name is the hash of what determines its numbers (`TrunkKey`): the base weights'
-bytes, K, the dtype, the machine (the device and the CPU's bf16 matmul path: kernels round otherwise,
-`jacrl.workflow.machine`), the kind and the token ids. A cold read computes, writes, and reads back what
+bytes, K, the dtype, the machine (the device, torch's version and the CPU's bf16 matmul path: kernels
+round otherwise, `jacrl.workflow.machine`), the kind and the token ids. A cold read computes, writes, and reads back what
 it wrote: a warm read gives the same bytes, so nothing computed from it depends on the cache's state.
 
 The folder is bounded (`TrunkConfig.max_gb`): past it the entries read longest ago go first (a read
@@ -145,28 +145,27 @@ class TrunkStore:
                 self.total -= size
 
 
-_weights: dict[tuple[str, int, int], str] = {}
-
-
-def weights_hash(model_dir: str | Path) -> str:
-    """The sha256 of the folder's safetensors files (names and bytes), once a process per folder state."""
+def weights_hash(model_dir: str | Path, memo: Path) -> str:
+    """The sha256 of the folder's safetensors files (names and bytes), hashed once per state of the files
+    (their folder, sizes and times) and kept under `memo`: a 1.5 B model's float32 files are gigabytes."""
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
-        raise ValueError(f"{model_dir}: no safetensors weights to key the trunk's cache by")
-    state = (
-        str(Path(model_dir).resolve()),
-        sum(f.stat().st_size for f in files),
-        max(f.stat().st_mtime_ns for f in files),
-    )
-    if state not in _weights:
-        digest = hashlib.sha256()
-        for f in files:
-            digest.update(f.name.encode())
-            with open(f, "rb") as fh:
-                while chunk := fh.read(1 << 24):
-                    digest.update(chunk)
-        _weights[state] = digest.hexdigest()
-    return _weights[state]
+        raise ValueError(f"{model_dir}: no safetensors weights to key the trunk's entries by")
+    state = [str(Path(model_dir).resolve())] + [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    kept = memo / hashlib.sha256(json.dumps(state).encode()).hexdigest()
+    if kept.is_file():
+        return kept.read_text().strip()
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode())
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                digest.update(chunk)
+    memo.mkdir(parents=True, exist_ok=True)
+    tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
+    tmp.write_text(digest.hexdigest() + "\n")
+    os.replace(tmp, kept)
+    return digest.hexdigest()
 
 
 @contextmanager
@@ -190,6 +189,8 @@ class Trunk:
     """A model's frozen trunk: its lower L − `top` layers, their passes read from `store` or computed there."""
 
     def __init__(self, config: TrunkConfig, n_layers: int, model_dir: str | Path, device: str):
+        import torch
+
         from jacrl.workflow.machine import cpu_record
 
         if not 0 < config.layers < n_layers:
@@ -198,8 +199,10 @@ class Trunk:
             )
         self.top, self.lower = config.layers, n_layers - config.layers
         self.store = TrunkStore(config.cache, int(config.max_gb * 1e9))
-        self.weights = weights_hash(model_dir)
-        self.machine = f"{device}:{cpu_record()['matmul_path']}" if device == "cpu" else device
+        self.weights = weights_hash(model_dir, Path(config.cache) / "weights")
+        # what else changes a bf16 or float32 kernel's last bits: the device, torch, the CPU's matmul path
+        path = cpu_record()["matmul_path"] if device == "cpu" else ""
+        self.machine = f"{device}:torch {torch.__version__}:{path}"
 
     def reaches(self, layer: int) -> bool:
         """Whether an adapter on `layer` would change the trunk."""
