@@ -79,6 +79,13 @@ def test_the_backend_refuses_an_adapter_below_the_trunk_and_a_trunk_of_every_lay
         tiny_torch(options=every)
 
 
+def test_an_mlx_model_under_the_trunk_is_refused_before_it_loads(tiny_model, tmp_path):
+    from jacrl.backends import load_backend
+
+    with pytest.raises(ValueError, match="^trunk: tiny loads with the mlx backend, which has no trunk path$"):
+        load_backend(tiny_model, "mlx", model_name="tiny", options=trunk_options(tmp_path))
+
+
 def test_a_loaded_adapter_below_the_trunk_is_refused_naming_it(tiny_torch, tmp_path):
     plain = tiny_torch(lora=LoraSpec(rank=2, scale=2.0))
     plain.save_adapter(tmp_path / "every")
