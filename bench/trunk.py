@@ -8,7 +8,8 @@ today's way against the trunk's (docs/design.md#frozen-trunk).
   trained (today's default, LoRA on all L layers), the top K trained without the trunk (every layer's
   forward, the backward through the top K), and the top K from the trunk (epoch 1 cold: each row's trunk
   made and stored; later epochs warm), the ways' epochs in turn. Tokens a second per epoch; the ratios
-  against every layer's median.
+  against every layer's median. Every time is taken in wall seconds and in this process's CPU seconds:
+  on shared cores the ratios are read from the CPU seconds.
 - A gen cell's prefills over the holdout's first `--prompts` prompts (chat-templated), each as a streamed
   cell prefills it (`TorchSampler._stream_prefill`, through the fast step where the model has one): without
   the trunk, a first cell (cold), a later one (warm), and without the trunk again (how far the shared cores
@@ -32,9 +33,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle threads sleep: their CPU seconds are work
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # engines.py puts src/ on the path
 
@@ -54,9 +57,23 @@ def store_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*.safetensors"))
 
 
-def sft_way(model: Path, tasks: list, top: int, trunk: Path | None, layers: int) -> Callable[[], float]:
-    """One epoch of one-row steps with LoRA on the last `layers` layers (-1: all), as a call giving its
-    tokens a second."""
+@dataclass(frozen=True)
+class Took:
+    """Seconds of wall clock and of this process's CPU (its threads' together): on shared cores the wall
+    clock takes in whatever else ran, the CPU seconds far less, so ratios are read from them."""
+
+    wall: float
+    cpu: float
+
+
+def timed(f: Callable[[], Any]) -> tuple[Took, Any]:
+    w, c = time.perf_counter(), time.process_time()
+    out = f()
+    return Took(time.perf_counter() - w, time.process_time() - c), out
+
+
+def sft_way(model: Path, tasks: list, top: int, trunk: Path | None, layers: int) -> tuple[int, Callable[[], Any]]:
+    """The tokens of an epoch of one-row steps with LoRA on the last `layers` layers (-1: all), and the epoch."""
     options = BackendOptions(training=True)
     if trunk is not None:
         options = replace(options, trunk=TrunkConfig(cache=str(trunk), layers=top), trunk_rows=True)
@@ -64,14 +81,7 @@ def sft_way(model: Path, tasks: list, top: int, trunk: Path | None, layers: int)
     examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
     b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=layers), seed=0)
     cfg = SFTConfig(iters=len(examples), lr=1e-5, warmup=0, batch=1)
-    tokens = sum(map(len, examples))
-
-    def epoch() -> float:
-        t0 = time.perf_counter()
-        run_sft(b, examples, cfg)
-        return tokens / (time.perf_counter() - t0)
-
-    return epoch
+    return sum(map(len, examples)), lambda: run_sft(b, examples, cfg)
 
 
 def sft_part(a: argparse.Namespace, top: int, n_layers: int, cache: Path) -> None:
@@ -82,16 +92,21 @@ def sft_part(a: argparse.Namespace, top: int, n_layers: int, cache: Path) -> Non
         f"top {top}, no trunk": sft_way(a.model, tasks, top, None, top),
         f"top {top} from the trunk": sft_way(a.model, tasks, top, cache, top),
     }
-    rates: dict[str, list[float]] = {way: [] for way in ways}
+    took: dict[str, list[Took]] = {way: [] for way in ways}
     for _ in range(a.epochs):  # the ways' epochs in turn: a load that comes and goes falls on each alike
-        for way, epoch in ways.items():
-            rates[way].append(epoch())
-    base = statistics.median(next(iter(rates.values())))
-    print(f"\nSFT, {len(tasks)} train-pool rows a epoch, one row a step: tokens/s by epoch (× every layer's median)")
+        for way, (_, epoch) in ways.items():
+            took[way].append(timed(epoch)[0])
+    tokens = next(iter(ways.values()))[0]
+    base = statistics.median(t.cpu for t in next(iter(took.values())))
+    print(
+        f"\nSFT, {len(tasks)} train-pool rows ({tokens:,} tokens) an epoch, one row a step: tokens a wall second / "
+        "a CPU second (× every layer's, CPU seconds, its median epoch)"
+    )
     print("| way | " + " | ".join(f"epoch {e + 1}" for e in range(a.epochs)) + " |")
     print("|---|" + "---|" * a.epochs)
-    for way, row in rates.items():
-        print(f"| {way} | " + " | ".join(f"{r:.0f} ({r / base:.2f}×)" for r in row) + " |")
+    for way, row in took.items():
+        cells = [f"{tokens / t.wall:.0f} / {tokens / t.cpu:.0f} ({base / t.cpu:.2f}×)" for t in row]
+        print(f"| {way} | " + " | ".join(cells) + " |")
     measured = store_bytes(cache)
     b = TorchBackend(a.model, threads=2, options=BackendOptions(training=True))
     counted = [sum(map(len, sft_examples(b, [t.prompt], [gold_completion(t)]))) for t in pool]
@@ -102,26 +117,23 @@ def sft_part(a: argparse.Namespace, top: int, n_layers: int, cache: Path) -> Non
     )
 
 
-def prefills(b: TorchBackend, prompts: list[list[int]]) -> tuple[float, list]:
+def prefills(b: TorchBackend, prompts: list[list[int]]) -> tuple[Took, list[int]]:
+    """Each prompt's prefill as a streamed cell makes it; the argmax of its last logits."""
     import torch
 
-    sampler = b.sampler
-    model = sampler._sampling_model()
     from jacrl.backends.decode.plan import DecodePlan
 
+    sampler = b.sampler
     plan = DecodePlan.of(b.options, b.device, sampler._params(), 1)
     with torch.inference_mode():
-        fast = sampler._fast_decoder(b._causal_lm(), 16, plan)
-        prefill = sampler._stream_prefill(model, fast)
-        t0 = time.perf_counter()
-        out = [prefill(p).logits.argmax().item() for p in prompts]
-    return time.perf_counter() - t0, out
+        prefill = sampler._stream_prefill(sampler._sampling_model(), sampler._fast_decoder(b._causal_lm(), 16, plan))
+        return timed(lambda: [prefill(p).logits.argmax().item() for p in prompts])
 
 
-def greedy(b: TorchBackend, prompts: list[list[int]], max_tokens: int) -> tuple[float, list]:
-    t0 = time.perf_counter()
-    [done] = b.generate_draws_ids(prompts, [Draw(1, SamplingParams(temperature=0.0, max_tokens=max_tokens))], False)
-    return time.perf_counter() - t0, [c[0].token_ids for c in done]
+def greedy(b: TorchBackend, prompts: list[list[int]], max_tokens: int) -> tuple[Took, list[list[int]]]:
+    draw = Draw(1, SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    took, [done] = timed(lambda: b.generate_draws_ids(prompts, [draw], False))
+    return took, [c[0].token_ids for c in done]
 
 
 def gen_part(a: argparse.Namespace, top: int, cache: Path) -> None:
@@ -132,26 +144,29 @@ def gen_part(a: argparse.Namespace, top: int, cache: Path) -> None:
     rows = {"no trunk": prefills(plain, prompts), "first cell (cold)": prefills(trunk, prompts)}
     rows["later cell (warm)"] = prefills(trunk, prompts)
     rows["no trunk, again"] = prefills(plain, prompts)  # how far the shared cores moved it meanwhile
-    base = statistics.mean([rows["no trunk"][0], rows["no trunk, again"][0]])
+    base = statistics.mean([rows["no trunk"][0].cpu, rows["no trunk, again"][0].cpu])
     print(f"\nA gen cell's prefills: {len(prompts)} holdout prompts, {tokens:,} tokens, {plain.dtype}")
-    print("| cell | prefill s | tokens/s | × no trunk's speed (mean of its two) | same first tokens |")
-    print("|---|---|---|---|---|")
-    for way, (s, first) in rows.items():
+    print("| cell | wall s | CPU s | tokens a CPU s | × no trunk's (CPU s, mean of its two) | same first tokens |")
+    print("|---|---|---|---|---|---|")
+    for way, (t, first) in rows.items():
         same = sum(x == y for x, y in zip(first, rows["no trunk"][1]))
-        print(f"| {way} | {s:.2f} | {tokens / s:.0f} | {base / s:.2f}× | {same} of {len(prompts)} |")
+        print(
+            f"| {way} | {t.wall:.1f} | {t.cpu:.1f} | {tokens / t.cpu:.0f} | {base / t.cpu:.2f}× | {same} of {len(prompts)} |"
+        )
     print(f"holdout prefill entries: {store_bytes(cache) / 1e6:.1f} MB for {len(prompts)} prompts")
-    walls: dict[str, list[float]] = {"no trunk": [], "warm": []}
+    took: dict[str, list[Took]] = {"no trunk": [], "warm": []}
+    answers: dict[str, list[list[int]]] = {}
     for _ in range(2):  # in turn, as above
         for way, b in (("no trunk", plain), ("warm", trunk)):
-            seconds, answers = greedy(b, prompts, a.max_tokens)
-            walls[way].append(seconds)
-            if way == "no trunk":
-                before = answers
-    same = sum(x == y for x, y in zip(before, answers))
-    s0, s1 = (statistics.median(w) for w in walls.values())
+            t, answers[way] = greedy(b, prompts, a.max_tokens)
+            took[way].append(t)
+    same = sum(x == y for x, y in zip(answers["no trunk"], answers["warm"]))
+    (w0, c0), (w1, c1) = (
+        (statistics.median(t.wall for t in ts), statistics.median(t.cpu for t in ts)) for ts in took.values()
+    )
     print(
-        f"greedy cell of {a.max_tokens} tokens at most (median of 2): {s0:.1f} s without the trunk, {s1:.1f} s warm "
-        f"({s0 / s1:.2f}×); the same answers in {same} of {len(prompts)}"
+        f"greedy cell of {a.max_tokens} tokens at most (medians of 2): without the trunk {w0:.1f} s wall, {c0:.1f} CPU s; "
+        f"warm {w1:.1f} s wall, {c1:.1f} CPU s ({c0 / c1:.2f}× in CPU s); the same answers in {same} of {len(prompts)}"
     )
 
 
