@@ -45,7 +45,7 @@ import engines  # noqa: E402, F401  (puts src/ on the path)
 
 from jacrl.backends import LoraSpec, SamplingParams  # noqa: E402
 from jacrl.backends.base import Draw  # noqa: E402
-from jacrl.backends.config import BackendOptions, TrunkConfig  # noqa: E402
+from jacrl.backends.config import BackendOptions, ModelTrunk  # noqa: E402
 from jacrl.backends.torch_backend import TorchBackend  # noqa: E402
 from jacrl.tasks.record import gold_completion, read_tasks  # noqa: E402
 from jacrl.training.config import SFTConfig  # noqa: E402
@@ -76,7 +76,7 @@ def sft_way(model: Path, tasks: list, top: int, trunk: Path | None, layers: int)
     """The tokens of an epoch of one-row steps with LoRA on the last `layers` layers (-1: all), and the epoch."""
     options = BackendOptions(training=True)
     if trunk is not None:
-        options = replace(options, trunk=TrunkConfig(cache=str(trunk), layers=top), trunk_rows=True)
+        options = replace(options, trunk=ModelTrunk(cache=str(trunk), layers=top), trunk_rows=True)
     b = TorchBackend(model, threads=2, options=options)
     examples = sft_examples(b, [t.prompt for t in tasks], [gold_completion(t) for t in tasks])
     b.attach_lora(LoraSpec(rank=16, scale=2.0, layers=layers), seed=0)
@@ -140,7 +140,7 @@ def gen_part(a: argparse.Namespace, top: int, cache: Path) -> None:
     plain = TorchBackend(a.model, threads=2)
     prompts = [plain.prompt_ids(t.prompt) for t in read_tasks(a.dataset / "holdout.jsonl")[: a.prompts]]
     tokens = sum(map(len, prompts))
-    trunk = TorchBackend(a.model, threads=2, options=BackendOptions(trunk=TrunkConfig(cache=str(cache), layers=top)))
+    trunk = TorchBackend(a.model, threads=2, options=BackendOptions(trunk=ModelTrunk(cache=str(cache), layers=top)))
     rows = {"no trunk": prefills(plain, prompts), "first cell (cold)": prefills(trunk, prompts)}
     rows["later cell (warm)"] = prefills(trunk, prompts)
     rows["no trunk, again"] = prefills(plain, prompts)  # how far the shared cores moved it meanwhile

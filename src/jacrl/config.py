@@ -451,7 +451,10 @@ def _trunk_in_each_model(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(models, list):
         return data
     k = (plain_section(data.get("lora")) or {}).get("layers", LoraConfig.model_fields["layers"].default)
-    filled = {**trunk, "layers": max(k, 0)} if isinstance(trunk, dict) else None
+    # a K that names no top layers is refused by `_adapters_above_the_trunk`, with its key named
+    # (and a key the section does not have, refused there alone)
+    known = {key: v for key, v in trunk.items() if key in TrunkConfig.model_fields} if isinstance(trunk, dict) else {}
+    filled = {**known, "layers": k} if isinstance(trunk, dict) and isinstance(k, int) and k >= 1 else None
     specs = []
     for spec in map(plain_section, models):
         if isinstance(spec, dict) and spec.get("trunk") not in (None, filled):

@@ -13,10 +13,10 @@ from fixtures.models import model_spec
 from fixtures.tasks import task as make_task
 
 from jacrl.backends import LoraSpec, SamplingParams
-from jacrl.backends.config import BackendOptions, TrunkConfig
+from jacrl.backends.config import BackendOptions, ModelTrunk
 from jacrl.backends.decode.steps import FastDecoder
 from jacrl.backends.decode.trunk import Trunk, TrunkOut, TrunkStore, weights_hash
-from jacrl.config import Config
+from jacrl.config import Config, load_config
 from jacrl.training.config import SFTConfig
 from jacrl.training.sft import train_sft
 from jacrl.workflow.provenance import cell_config, cell_provenance
@@ -34,7 +34,7 @@ PROMPTS = [[5, 9, 17, 3, 40, 41, 42, 8], [7, 7, 30, 2, 11], [12, 99, 100, 101, 3
 
 
 def trunk_options(folder, **kw) -> BackendOptions:
-    return BackendOptions(trunk=TrunkConfig(cache=str(folder), layers=TOP), **kw)
+    return BackendOptions(trunk=ModelTrunk(cache=str(folder), layers=TOP), **kw)
 
 
 # ---- config ------------------------------------------------------------------------------------
@@ -45,7 +45,8 @@ def test_trunk_off_leaves_the_default_config_and_its_hashes_as_they_were():
     assert "trunk" not in cfg.model_dump(mode="json")
     assert all("trunk" not in m.model_dump(mode="json") for m in cfg.models)
     on = Config.model_validate({"trunk": {"cache": "c"}, "lora": {"layers": 2}})
-    assert on.models[0].trunk == TrunkConfig(cache="c", layers=2)
+    assert on.models[0].trunk == ModelTrunk(cache="c", layers=2)
+    assert load_config(on.model_dump(mode="json")) == on  # a job's dump loads back
     # a trunk cell is another computation: its model part, and so its hash, differ
     off_parts, on_parts = (cell_provenance(cell_config(c, "tiny", "sft", "gen")) for c in (cfg, on))
     assert off_parts["config_parts"]["tasks"] == on_parts["config_parts"]["tasks"]
@@ -67,14 +68,14 @@ def test_trunk_off_leaves_the_default_config_and_its_hashes_as_they_were():
 )
 def test_the_config_refuses_an_adapter_below_the_trunk(written, named):
     with pytest.raises(ValueError, match=named):
-        Config.model_validate(written)
+        load_config(written)
 
 
 def test_the_backend_refuses_an_adapter_below_the_trunk_and_a_trunk_of_every_layer(tiny_torch, tmp_path):
     b = tiny_torch(options=trunk_options(tmp_path))
     with pytest.raises(ValueError, match="trains layer 0, below the top 1"):
         b.attach_lora(LoraSpec(rank=2, scale=2.0, layers=-1))
-    every = BackendOptions(trunk=TrunkConfig(cache=str(tmp_path), layers=2))
+    every = BackendOptions(trunk=ModelTrunk(cache=str(tmp_path), layers=2))
     with pytest.raises(ValueError, match="0 < K < "):
         tiny_torch(options=every)
 
@@ -167,7 +168,7 @@ def test_the_weights_hash_is_kept_per_state_of_the_files_and_follows_their_bytes
 def test_sft_through_the_trunk_writes_the_same_adapter_cold_and_warm(tiny_model, tmp_path):
     cfg = SFTConfig(iters=4, lr=1e-2, batch=2, warmup=1, lora={"layers": TOP, "rank": 4, "scale": 4.0})
     spec = model_spec(tiny_model, "torch").model_copy(
-        update={"trunk": TrunkConfig(cache=str(tmp_path / "cache"), layers=TOP)}
+        update={"trunk": ModelTrunk(cache=str(tmp_path / "cache"), layers=TOP)}
     )
     cold = train_sft(spec, TASKS, tmp_path / "cold", cfg, threads=2)
     entries = sorted(p.name for p in (tmp_path / "cache").rglob("*.safetensors"))
@@ -218,7 +219,7 @@ def test_a_cached_prefill_is_within_what_batch_shapes_move_the_uncached_one(tiny
         uncached = [b.sampler._prefill(lm, [p])[0].logits for p in PROMPTS]
         batched = _padded_last_logits(lm, PROMPTS)
         fast = FastDecoder(lm, 1)
-        trunk = Trunk(TrunkConfig(cache=str(tmp_path), layers=TOP), 2, b.model_path, b.device)
+        trunk = Trunk(ModelTrunk(cache=str(tmp_path), layers=TOP), 2, b.model_path, b.device)
         packed = [fast.prefill(p, trunk.prefill(lm, p)).logits for p in PROMPTS]
     shapes = max(float((u - v).abs().max()) for u, v in zip(uncached, batched, strict=True))
     assert shapes > 0  # measured first: the uncached path itself moves between batch shapes

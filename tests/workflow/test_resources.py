@@ -53,10 +53,10 @@ def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):
 
 
 def test_a_supervised_job_under_the_trunk_keeps_the_top_layers_activations_alone(tmp_path):
-    from jacrl.backends.config import TrunkConfig
+    from jacrl.backends.config import ModelTrunk
 
     qwen = ModelSpec(name="q", builtin="qwen-coder-1.5b", dtype="bfloat16")
-    top = qwen.model_copy(update={"trunk": TrunkConfig(layers=8)})
+    top = qwen.model_copy(update={"trunk": ModelTrunk(layers=8)})
     for kind in ("sft", "rft"):
         assert mem_mb(top, kind, 1, 2048, 2048, tmp_path) < mem_mb(qwen, kind, 1, 2048, 2048, tmp_path)
     for kind in ("eval", "grpo"):  # their prefills hold the trunk's keys and values as they held their own

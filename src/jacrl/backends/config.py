@@ -79,8 +79,8 @@ class TrunkConfig(StrictModel):
         "cache/trunk",
         json_schema_extra=RESULT_FREE,
         description="The folder of the trunk's entries (relative to the workflow root), shared by every job and "
-        "model: an entry's name is the hash of the base weights, K, the dtype, the machine's bf16 matmul path, "
-        "what it holds and the token ids.",
+        "model: an entry's name is the hash of the base weights, K, the dtype, the machine (device, torch, the "
+        "CPU's bf16 matmul path), what it holds and the token ids.",
     )
     max_gb: float = Field(
         20.0,
@@ -88,12 +88,12 @@ class TrunkConfig(StrictModel):
         json_schema_extra=RESULT_FREE,
         description="The most the folder may hold (GB); past it the entries read longest ago are removed.",
     )
-    layers: int = Field(
-        0,
-        ge=0,
-        description="K, the top layers adapters may train: filled from the top-level `lora.layers` into each "
-        "model's spec; never written at the top level.",
-    )
+
+
+class ModelTrunk(TrunkConfig):
+    """The trunk a model's jobs run under: the top-level section with its K."""
+
+    layers: int = Field(ge=1, description="K, the top layers adapters may train: the top-level `lora.layers`.")
 
 
 class ModelSpec(StrictModel):
@@ -165,7 +165,7 @@ class ModelSpec(StrictModel):
         "samples) through `torch.compile` (torch backend): a group's decode in less time on CPU, for a "
         "compile of each job on a fresh machine; for long GRPO runs (its cost: docs/design.md#backends).",
     )
-    trunk: TrunkConfig | None = Field(
+    trunk: ModelTrunk | None = Field(
         None,
         json_schema_extra=ADDED_LATER,
         description="The frozen trunk this model's jobs run under: filled from the top-level `trunk` section "
@@ -288,7 +288,7 @@ class BackendOptions:
     """How rows after a shared prompt are scored. `auto`: their attention over the prompt in one kernel
     call where `prompt_rows` serves the model; `repeated`: on a cache that repeats the prompt per row, as
     every other model is scored (what `bench/shared_prompt.py` compares)."""
-    trunk: TrunkConfig | None = None
+    trunk: ModelTrunk | None = None
     """The frozen trunk (a `ModelSpec`'s): prompts' prefills start from their stored trunk, and with
     `trunk_rows` padded training rows too (`jacrl.backends.decode.trunk`)."""
     trunk_rows: bool = False

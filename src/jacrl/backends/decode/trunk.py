@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from jacrl.backends.config import TrunkConfig
+from jacrl.backends.config import ModelTrunk
 from jacrl.backends.decode.cache import PromptKV
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def narrowed(lm: Any, layers: slice, norm: bool = True) -> Iterator[None]:
 class Trunk:
     """A model's frozen trunk: its lower L − `top` layers, their passes read from `store` or computed there."""
 
-    def __init__(self, config: TrunkConfig, n_layers: int, model_dir: str | Path, device: str):
+    def __init__(self, config: ModelTrunk, n_layers: int, model_dir: str | Path, device: str):
         import torch
 
         from jacrl.workflow.machine import cpu_record
