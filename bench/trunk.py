@@ -15,6 +15,10 @@ today's way against the trunk's (docs/design.md#frozen-trunk).
   the trunk, a first cell (cold), a later one (warm), and without the trunk again (how far the shared cores
   moved meanwhile); whether their last logits' argmax agree; and a greedy pass of `--max-tokens` tokens
   each way, twice in turn: its median seconds and whether every answer is the same.
+- With `--grpo-steps N`: N GRPO steps a way, in turn, LoRA on the top K, a group of `--group` rows of
+  `--grpo-tokens` tokens (every row to the cap) after the train pool's first prompt, the prompt's forward
+  kept from the sampling for the backward: each step's sampling and backward CPU seconds without the
+  trunk and with it (its first step cold).
 - The store's size on disk: the holdout prompts' prefill entries (measured), and the train pool's SFT rows
   (the entries measured for `--rows` rows, scaled by the pool's tokens: an entry is its tokens × hidden
   values, plus a header).
@@ -170,6 +174,43 @@ def gen_part(a: argparse.Namespace, top: int, cache: Path) -> None:
     )
 
 
+def grpo_way(a: argparse.Namespace, top: int, cache: Path | None) -> Callable[[int], tuple[Took, Took]]:
+    """A GRPO step's two halves on the train pool's first prompt, LoRA on the top K: sampling a group (the
+    prompt's forward kept for the backward, every row to the cap) and the backward over it."""
+    options = BackendOptions(training=True, share_prompts=True, ends="cap")
+    if cache is not None:
+        options = replace(options, trunk=ModelTrunk(cache=str(cache), layers=top))
+    b = TorchBackend(a.model, threads=2, options=options)
+    b.attach_lora(LoraSpec(rank=8, scale=2.0, layers=top), seed=0)
+    b.configure_optimizer(1e-6)
+    prompt = b.prompt_ids(read_tasks(a.dataset / "trainpool.jsonl")[0].prompt)
+
+    def loss(t: Any) -> tuple[Any, dict]:
+        return -(t.logprobs * t.mask).sum() / t.mask.sum(), {}
+
+    def step(seed: int) -> tuple[Took, Took]:
+        params = SamplingParams(temperature=1.0, max_tokens=a.grpo_tokens, seed=seed)
+        sampled, (groups, keep) = timed(lambda: b.sample_for_training([prompt], a.group, params))
+        rows = [c.token_ids for c in groups[0]]
+        backward, _ = timed(lambda: (b.backward([prompt] * len(rows), rows, 1.0, loss, prompt_forwards=keep), b.step()))
+        return sampled, backward
+
+    return step
+
+
+def grpo_part(a: argparse.Namespace, top: int, cache: Path) -> None:
+    ways = {"no trunk": grpo_way(a, top, None), "trunk": grpo_way(a, top, cache)}
+    took: dict[str, list[tuple[Took, Took]]] = {way: [] for way in ways}
+    for seed in range(a.grpo_steps):  # in turn; the trunk's first step is its cold one
+        for way, step in ways.items():
+            took[way].append(step(seed))
+    print(f"\nA GRPO step, top {top}: {a.group} rows × {a.grpo_tokens} tokens after one train-pool prompt; CPU s")
+    print("| way | " + " | ".join(f"step {i + 1}: sample / backward" for i in range(a.grpo_steps)) + " |")
+    print("|---|" + "---|" * a.grpo_steps)
+    for way, steps in took.items():
+        print(f"| {way} | " + " | ".join(f"{s.cpu:.1f} / {b.cpu:.1f}" for s, b in steps) + " |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path, default=ROOT / "models/tiny")
@@ -179,6 +220,10 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--prompts", type=int, default=101)
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--grpo-steps", type=int, default=0, help="GRPO steps a way (0: none)")
+    p.add_argument("--group", type=int, default=8)
+    p.add_argument("--grpo-tokens", type=int, default=64)
+    p.add_argument("--only", choices=["sft", "gen", "grpo"], help="one part alone")
     a = p.parse_args()
     import json
 
@@ -190,8 +235,12 @@ def main() -> int:
         f"2 threads, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; {a.model.name}: K = {top} of {n_layers} layers"
     )
     with tempfile.TemporaryDirectory() as tmp:
-        sft_part(a, top, n_layers, Path(tmp) / "sft")
-        gen_part(a, top, Path(tmp) / "gen")
+        if a.only in (None, "sft"):
+            sft_part(a, top, n_layers, Path(tmp) / "sft")
+        if a.only in (None, "gen"):
+            gen_part(a, top, Path(tmp) / "gen")
+        if a.grpo_steps:
+            grpo_part(a, top, Path(tmp) / "grpo")
     print(f"load at the end {os.getloadavg()[0]:.2f}")
     return 0
 
