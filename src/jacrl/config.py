@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from jacrl.backends.config import ModelSpec
+from jacrl.backends.config import ModelSpec, TrunkConfig
 from jacrl.backends.determinism import Determinism
 from jacrl.errors import InputError
 from jacrl.evaluation.config import EvalConfig
@@ -119,6 +119,13 @@ class Config(StrictModel):
         description="Every fresh LoRA adapter's shape (gold-SFT, RFT, raw_grpo, opd); `sft.lora` and `grpo.lora` "
         "set keys of one stage's over it.",
     )
+    trunk: TrunkConfig | None = Field(
+        None,
+        json_schema_extra=ADDED_LATER,
+        description="The frozen trunk, off when absent: `trunk: {cache: cache/trunk, max_gb: 20}` keeps every token "
+        "sequence's pass through the layers below the top `lora.layers` (K, 0 < K < the model's layers) on disk, "
+        "so SFT trains and each prefill runs only the top K (torch backend; docs/design.md#frozen-trunk).",
+    )
     sft: SFTConfig = Field(default_factory=SFTConfig, description="Gold-SFT (LoRA) on a rung's gold bodies.")
     rft: RFTConfig = Field(default_factory=RFTConfig, description="RFT warm start for models with `warm_start: rft`.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="GRPO knobs (sft_grpo and raw_grpo).")
@@ -151,7 +158,7 @@ class Config(StrictModel):
         level, in this order (an arm reads the gathered section); the input is never changed."""
         if not isinstance(data, dict):
             return data
-        return _arms_over_the_top_level(_lora_under_each_stage(_loss_keys_gathered(data)))
+        return _trunk_in_each_model(_arms_over_the_top_level(_lora_under_each_stage(_loss_keys_gathered(data))))
 
     @field_validator("grpo_arms")
     @classmethod
@@ -217,6 +224,22 @@ class Config(StrictModel):
                 self.loss_framework.losses,
                 {f"sft_grpo{ARM_MARK}{name}": arm.losses for name, arm in self.grpo_arms.items()},
             )
+        return self
+
+    @model_validator(mode="after")
+    def _adapters_above_the_trunk(self) -> Config:
+        """Under `trunk`, every fresh adapter sits on the top `lora.layers`: a stage's or an arm's reaching lower
+        would train a layer the trunk holds fixed."""
+        if self.trunk is None:
+            return self
+        k = self.lora.layers
+        if k < 1:
+            raise ValueError(f"trunk: lora.layers is {k}; the trunk needs the top K layers named (1 ≤ K < the model's)")
+        stages = {"sft.lora.layers": self.sft.lora.layers, "grpo.lora.layers": self.grpo.lora.layers}
+        stages |= {f"grpo_arms.{a}.grpo.lora.layers": arm.grpo.lora.layers for a, arm in self.grpo_arms.items()}
+        for key, n in stages.items():
+            if not 1 <= n <= k:
+                raise ValueError(f"trunk: {key} is {n}, reaching below the trunk's top {k} layers (lora.layers)")
         return self
 
     @model_validator(mode="after")
@@ -412,6 +435,32 @@ def _arms_over_the_top_level(data: dict[str, Any]) -> dict[str, Any]:
             arm = {**top, **arm, "grpo": grpo}
         arms[name] = arm
     return {**data, "grpo_arms": arms}
+
+
+def _trunk_in_each_model(data: dict[str, Any]) -> dict[str, Any]:
+    """Each model's spec given the top-level `trunk`, its K (`layers`) the top-level `lora.layers`: the spec is
+    what every job of the model is handed. K is never written at the top level, nor a model's trunk by hand."""
+    trunk = plain_section(data.get("trunk"))
+    if isinstance(trunk, dict) and "layers" in trunk:
+        raise ValueError("trunk.layers is not written: K is the top-level `lora.layers`")
+    models = data.get("models")
+    if models is None and trunk is not None:  # the default models, under the trunk too
+        models = [
+            m.model_dump(mode="json") for m in Config.model_fields["models"].get_default(call_default_factory=True)
+        ]
+    if not isinstance(models, list):
+        return data
+    k = (plain_section(data.get("lora")) or {}).get("layers", LoraConfig.model_fields["layers"].default)
+    # a K that names no top layers is refused by `_adapters_above_the_trunk`, with its key named
+    # (and a key the section does not have, refused there alone)
+    known = {key: v for key, v in trunk.items() if key in TrunkConfig.model_fields} if isinstance(trunk, dict) else {}
+    filled = {**known, "layers": k} if isinstance(trunk, dict) and isinstance(k, int) and k >= 1 else None
+    specs = []
+    for spec in map(plain_section, models):
+        if isinstance(spec, dict) and spec.get("trunk") not in (None, filled):
+            raise ValueError(f"models: {spec.get('name')!r} sets `trunk`; it is filled from the top-level `trunk`")
+        specs.append({**spec, "trunk": filled} if isinstance(spec, dict) and filled is not None else spec)
+    return {**data, "models": specs}
 
 
 def _say_once(message: str) -> None:

@@ -50,6 +50,17 @@ def test_mem_mb_grows_with_size_precision_and_tokens(tmp_path):
     assert mem_mb(gpu_job, "grpo", 32, 2048, 256, tmp_path) == mem_mb(gpu_job, "grpo", 1, 64, 8, tmp_path)
 
 
+def test_a_supervised_job_under_the_trunk_keeps_the_top_layers_activations_alone(tmp_path):
+    from jacrl.backends.config import ModelTrunk
+
+    qwen = ModelSpec(name="q", builtin="qwen-coder-1.5b", dtype="bfloat16")
+    top = qwen.model_copy(update={"trunk": ModelTrunk(layers=8)})
+    for kind in ("sft", "rft"):
+        assert mem_mb(top, kind, 1, 2048, 2048, tmp_path) < mem_mb(qwen, kind, 1, 2048, 2048, tmp_path)
+    for kind in ("eval", "grpo"):  # their prefills hold the trunk's keys and values as they held their own
+        assert mem_mb(top, kind, 8, 2048, 256, tmp_path) == mem_mb(qwen, kind, 8, 2048, 256, tmp_path)
+
+
 def test_explicit_values_and_fallbacks(tmp_path):
     spec = ModelSpec(name="m", path=str(tmp_path / "absent"), mem_mb={"eval": 1234}, runtime={"grpo": 7})
     assert mem_mb(spec, "eval", 8, 4096, 256) == 1234

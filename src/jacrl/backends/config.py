@@ -69,6 +69,33 @@ class HubModel(StrictModel):
         return value
 
 
+class TrunkConfig(StrictModel):
+    """The frozen trunk (top-level `trunk:`, off when absent): every adapter of a model sits on its top K of L
+    layers (K = the top-level `lora.layers`), so the embedding and the L − K layers below are the same
+    function in every job; each token sequence's pass through them is computed once and kept on disk
+    (`jacrl.backends.decode.trunk`). Torch backend only. docs/design.md#frozen-trunk."""
+
+    cache: str = Field(
+        "cache/trunk",
+        json_schema_extra=RESULT_FREE,
+        description="The folder of the trunk's entries (relative to the workflow root), shared by every job and "
+        "model: an entry's name is the hash of the base weights, K, the dtype, the machine (device, torch, the "
+        "CPU's bf16 matmul path), what it holds and the token ids.",
+    )
+    max_gb: float = Field(
+        20.0,
+        gt=0,
+        json_schema_extra=RESULT_FREE,
+        description="The most the folder may hold (GB); past it the entries read longest ago are removed.",
+    )
+
+
+class ModelTrunk(TrunkConfig):
+    """The trunk a model's jobs run under: the top-level section with its K."""
+
+    layers: int = Field(ge=1, description="K, the top layers adapters may train: the top-level `lora.layers`.")
+
+
 class ModelSpec(StrictModel):
     """One model of the ladder: a local model folder, a builtin, or a model on the Hugging Face hub."""
 
@@ -138,6 +165,12 @@ class ModelSpec(StrictModel):
         "samples) through `torch.compile` (torch backend): a group's decode in less time on CPU, for a "
         "compile of each job on a fresh machine; for long GRPO runs (its cost: docs/design.md#backends).",
     )
+    trunk: ModelTrunk | None = Field(
+        None,
+        json_schema_extra=ADDED_LATER,
+        description="The frozen trunk this model's jobs run under: filled from the top-level `trunk` section "
+        "(with K, its `layers`, from `lora.layers`); not written by hand.",
+    )
     gpus: int | None = Field(
         None,
         ge=0,
@@ -187,6 +220,8 @@ class ModelSpec(StrictModel):
             raise ValueError(
                 f"model {self.name!r}: device {self.device!r} is a torch device; the mlx backend takes auto or cpu"
             )
+        if self.backend == "mlx" and self.trunk is not None:
+            raise ValueError(f"model {self.name!r}: `trunk` is the torch backend's; the mlx backend has none")
         if self.backend == "mlx" and self.compile_decode:
             raise ValueError(f"model {self.name!r}: compile_decode is the torch backend's; the mlx backend has none")
         return self
@@ -253,6 +288,12 @@ class BackendOptions:
     """How rows after a shared prompt are scored. `auto`: their attention over the prompt in one kernel
     call where `prompt_rows` serves the model; `repeated`: on a cache that repeats the prompt per row, as
     every other model is scored (what `bench/shared_prompt.py` compares)."""
+    trunk: ModelTrunk | None = None
+    """The frozen trunk (a `ModelSpec`'s): prompts' prefills start from their stored trunk, and with
+    `trunk_rows` padded training rows too (`jacrl.backends.decode.trunk`)."""
+    trunk_rows: bool = False
+    """Training rows scored one padded forward at a time (SFT's, RFT's) run the top K layers from their
+    stored trunk: rows that come back every epoch. GRPO's sampled rows are never seen twice: not stored."""
     ends: Ends = "eos"
     """Where a sampled row ends: at an end token, or (`cap`) only at its token cap, no token ending it
     (a bench timing rows of a fixed length: `bench/grpo_step.py --force-length`, `bench/engines.py`)."""
@@ -265,8 +306,10 @@ class BackendOptions:
         sampler: Literal["policy", "merged"] = "policy",
         autocast: bool = False,
         share_prompts: bool = False,
+        trunk_rows: bool = False,
     ) -> BackendOptions:
-        """A job's options: the model's placement, and the loop's sampler and precision where it trains by RL."""
+        """A job's options: the model's placement and trunk, and the loop's sampler and precision where it
+        trains by RL; `trunk_rows`: a supervised job's rows go through the trunk (`BackendOptions.trunk_rows`)."""
         return cls(
             device=spec.device,
             dtype=spec.dtype,
@@ -276,4 +319,6 @@ class BackendOptions:
             autocast=autocast,
             share_prompts=share_prompts,
             step="compiled" if spec.compile_decode else "auto",
+            trunk=spec.trunk,
+            trunk_rows=trunk_rows and spec.trunk is not None,
         )

@@ -35,6 +35,8 @@ def load_backend(
     folder raises ModelPathError naming the model and the path, before any loader runs."""
     require_model_dir(model_path, model_name)
     kind = resolve_backend(backend)
+    if kind == "mlx" and options is not None and options.trunk is not None:
+        raise ValueError(f"trunk: {model_name or model_path} loads with the mlx backend, which has no trunk path")
     if kind == "torch":
         from jacrl.backends.torch_backend import TorchBackend
 

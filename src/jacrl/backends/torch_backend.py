@@ -30,6 +30,7 @@ from jacrl.backends.cpu import (
     float32_through_onednn,
     set_threads,
 )
+from jacrl.backends.decode.trunk import Trunk
 from jacrl.backends.devices import resolve_device, resolve_dtype
 from jacrl.backends.hf import causal_lm_of, enable_checkpointing
 from jacrl.backends.lora_format import PEFT_PREFIX, adapter_format, finish_peft_config, read_adapter
@@ -77,6 +78,8 @@ class TorchBackend(Backend):
         self._reference: dict[str, Any] | None = None
         self._weights_version = 0
         """Counts the changes of the weights: prompt forwards made under another are stale."""
+        self.trunk = Trunk(options.trunk, self._n_layers, self.model_path, self.device) if options.trunk else None
+        """The frozen trunk (`options.trunk`): the lower layers' passes kept on disk (`decode.trunk`)."""
         self.sampler = TorchSampler(self, max_batch_rows)
         """The sampling part: the merged copy and each call's decode (`jacrl.backends.torch_sampling`)."""
         self.scorer = TorchScorer(self, options.autocast)
@@ -263,6 +266,7 @@ class TorchBackend(Backend):
         torch.manual_seed(seed)
         self.model = get_peft_model(self.model, self._peft_config(spec))
         self.model.eval()
+        self._above_the_trunk(f"a fresh adapter on the last {spec.layers} layers")
 
     def _save_adapter(self, path: Path) -> None:
         self.model.save_pretrained(path)
@@ -291,7 +295,22 @@ class TorchBackend(Backend):
                 p.requires_grad_(trainable and "lora_" in name)
             spec = neutral.spec
         self.model.to(self.device).eval()
+        self._above_the_trunk(f"adapter {path}")
         return spec
+
+    def _above_the_trunk(self, adapter: str) -> None:
+        """Refuse an adapter with a layer below the trunk's top K (`options.trunk`): the trunk holds those fixed."""
+        if self.trunk is None:
+            return
+        layers = (
+            re.search(r"(?:^|\.)layers\.(\d+)\.", name) for name, _ in self.model.named_parameters() if ".lora_" in name
+        )
+        below = sorted({int(m.group(1)) for m in layers if m and self.trunk.reaches(int(m.group(1)))})
+        if below:
+            raise ValueError(
+                f"trunk: {adapter} trains layer {below[0]}, below the top {self.trunk.top} of {self._n_layers} "
+                "that the trunk leaves trainable (lora.layers)"
+            )
 
     def _fuse(self, out_dir: Path) -> None:
         copy.deepcopy(self.model).merge_and_unload().save_pretrained(out_dir)

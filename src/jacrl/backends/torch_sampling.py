@@ -130,10 +130,18 @@ class TorchSampler:
     def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
         """A streamed prompt's prefill: through the decode's packed weights where it has them (faster
         than the plain ones for a prompt's many tokens too: docs/design.md#decoding), else through
-        transformers' forward."""
+        transformers' forward; under a trunk, its top layers alone from the prompt's stored trunk (the
+        trunk itself made through transformers' layers either way, so an entry is the same whichever path
+        made it)."""
+        trunk, lm = self.backend.trunk, causal_lm_of(model)
 
         def prefill(prompt: list[int]) -> PromptKV:
-            out = fast.prefill(prompt) if fast is not None else self._prefill(model, [prompt])[0]
+            if fast is None:
+                out = self._prefill(model, [prompt])[0]
+            elif trunk is None:
+                out = fast.prefill(prompt)
+            else:
+                out = fast.prefill(prompt, trunk.prefill(lm, prompt))
             # each prompt's length leaves differently sized free blocks: unreturned, they grew a 1.5 B
             # model's eval past its bound (docs/design.md#decoding); a trim is cheap against a prefill
             release_free_heap()
@@ -199,11 +207,15 @@ class TorchSampler:
 
     def _prefill(self, model: Any, prompts: list[list[int]]) -> list[PromptKV]:
         """One unpadded forward per prompt (the fast attention path: no mask): its keys and values and its
-        last position's float32 logits."""
+        last position's float32 logits; under a trunk, the top layers' forward from the prompt's trunk (a
+        GRPO task's prompt, drawn many times over a run, made once)."""
         import torch
         from transformers import DynamicCache
 
-        lm = causal_lm_of(model)
+        lm, trunk = causal_lm_of(model), self.backend.trunk
+        if trunk is not None:
+            tops = [trunk.top_prefill(model, lm, trunk.prefill(lm, p)) for p in prompts]
+            return [PromptKV(t.keys, t.values, t.logits[:, -1, :].float()) for t in tops]
         out = []
         for p in prompts:
             one = DynamicCache(config=lm.config)

@@ -150,9 +150,13 @@ class TorchScorer:
         for i, p in enumerate(prompt_ids):
             groups.setdefault(tuple(p), []).append(i)
         self.arena.reset()
+        padded = len(groups) == len(prompt_ids)
+        trunk = self.backend.trunk if padded and self.backend.options.trunk_rows else None
+        # each row's trunk before the forwards' precision: an entry's numbers never depend on its caller's
+        below = None if trunk is None else [self._row_trunk(trunk, p, c) for p, c in zip(prompt_ids, completion_ids)]
         with self.forward_precision():
-            if len(groups) == len(prompt_ids):
-                lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists)
+            if padded:
+                lp, log_dists = self._padded_logprobs(prompt_ids, completion_ids, temperature, dists, below)
             else:
                 lp, log_dists = self._shared_logprobs(groups, completion_ids, temperature, dists, kept, forwards)
         mask = self._completion_mask(completion_ids)
@@ -166,8 +170,10 @@ class TorchScorer:
         completion_ids: Sequence[Sequence[int]],
         temperature: float,
         dists: bool,
+        below: list[Any] | None = None,
     ) -> tuple[Any, Any]:
-        """Every row prompt + completion, right-padded into one forward."""
+        """Every row prompt + completion, right-padded into one forward (with `below`, each row's trunk
+        output: through the top layers alone)."""
         import torch
 
         seqs = [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids)]
@@ -180,7 +186,10 @@ class TorchScorer:
         first = min(p_len) - 1
         last = max(p + c for p, c in zip(p_len, c_len)) - 1
         keep = torch.arange(first, last, device=self.backend.device)
-        logits = self.backend.model(input_ids=x, logits_to_keep=keep).logits.float()
+        if below is None:
+            logits = self.backend.model(input_ids=x, logits_to_keep=keep).logits.float()
+        else:
+            logits = self._top_logits(below, x.shape[1], keep)
         logits = at_temperature(logits, temperature)
         lse = torch.logsumexp(logits, dim=-1)  # [B, last-first]; no full log-softmax copy
         j = torch.arange(T, device=self.backend.device)
@@ -192,6 +201,22 @@ class TorchScorer:
             if dists:
                 dist_rows.append(logits[b, pos] - lse[b, pos, None])
         return torch.stack(rows), torch.stack(dist_rows) if dists else None
+
+    def _row_trunk(self, trunk: Any, prompt: Sequence[int], completion: Sequence[int]) -> Any:
+        """[n, hidden]: a row's trunk output, from the trunk's store (made there the first time)."""
+        return trunk.hidden(self.backend._causal_lm(), [*prompt, *completion])
+
+    def _top_logits(self, below: list[Any], width: int, keep: Any) -> Any:
+        """The padded forward's float32 logits at `keep` through the top layers alone, from each row's
+        trunk output right-padded with zeros to `width` (causal attention never reads a row's padding)."""
+        import torch
+        from torch.nn.functional import pad
+
+        from jacrl.backends.decode.trunk import narrowed
+
+        hidden = torch.stack([pad(h, (0, 0, 0, width - h.shape[0])) for h in below])
+        with narrowed(self.backend._causal_lm(), slice(self.backend.trunk.lower, None)):
+            return self.backend.model(inputs_embeds=hidden, logits_to_keep=keep).logits.float()
 
     def _shared_logprobs(
         self,
@@ -296,7 +321,8 @@ class TorchScorer:
 
     def fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
         """`head` through the model now (its graph kept where gradients are on: under activation
-        checkpointing each layer's input only, through `prompt_rows.prompt_forward`)."""
+        checkpointing each layer's input only, through `prompt_rows.prompt_forward`; under a trunk, the top
+        layers' alone from the prompt's stored trunk, which the checkpointed forward does not read)."""
         import torch
         from transformers import DynamicCache
 
@@ -305,6 +331,10 @@ class TorchScorer:
         x = torch.tensor([list(head)], device=self.backend.device)
         if torch.is_grad_enabled() and self.checkpoints_prompts():
             return prompt_rows.prompt_forward(self.backend.model, lm, x)
+        trunk = self.backend.trunk
+        if trunk is not None:
+            with checkpointing_off(lm):
+                return trunk.top_prefill(self.backend.model, lm, trunk.prefill(lm, list(head)))
         cache = DynamicCache(config=lm.config)
         with checkpointing_off(lm):  # a checkpointed layer would run without the cache this fills
             logits = self.backend.model(

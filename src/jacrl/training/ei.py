@@ -68,7 +68,7 @@ def train_ei(run: EIRun, scorer: Scorer, tracker: Tracker | None = None) -> Path
     """Expert iteration of `run`, rewarded by `scorer`; returns the output folder."""
     t0 = time.perf_counter()
     pool = pool_tasks(run.grpo.pool, run.rung, run.rl_dir)
-    b = load_model(run.model, run.threads, options=BackendOptions.of(run.model, training=True))
+    b = load_model(run.model, run.threads, options=BackendOptions.of(run.model, training=True, trunk_rows=True))
     if run.init_adapter is not None:
         b.load_adapter(run.init_adapter, trainable=True)
     else:

@@ -95,7 +95,7 @@ def train_rft(
     if not records:
         raise ValueError("RFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads, options=BackendOptions.of(model, training=True))
+    b = load_model(model, threads, options=BackendOptions.of(model, training=True, trunk_rows=True))
     params = SamplingParams(cfg.temperature, cfg.top_p, cfg.max_tokens, cfg.seed)
     groups = b.generate([t.prompt for t in records], n=cfg.samples, params=params)
     t_sample = time.perf_counter() - t0

@@ -255,7 +255,7 @@ def train_sft(
     if not records:
         raise ValueError("gold-SFT needs at least one task")
     t0 = time.perf_counter()
-    b = load_model(model, threads, options=BackendOptions.of(model, training=True))
+    b = load_model(model, threads, options=BackendOptions.of(model, training=True, trunk_rows=True))
     examples = sft_examples(b, [t.prompt for t in records], [gold_completion(t) for t in records])
     cfg = cfg.for_examples(len(examples))
     out = Path(out_adapter_dir)
@@ -265,6 +265,8 @@ def train_sft(
         "tasks": [t.id for t in records],
         "sft": cfg.model_dump(mode="json", exclude={"save_every"}),
     }
+    if model.trunk is not None:  # a run through the trunk is another computation: its checkpoint is its own
+        identity["trunk"] = model.trunk.result_settings()
     ckpt = Checkpoint(checkpoint_path(out, ckpt_dir), {"identity": identity}, "model, tasks or SFT settings")
     try:
         _write_adapter(out, b, examples, records, cfg, ckpt, identity, stop_after, t0, tracker)

@@ -30,6 +30,11 @@
                   the reward's runs come after the job has dropped the model (`scripts/eval_cell.py`), so
                   its peak is this phase's
 
+Under a frozen trunk (a spec's `trunk`) an SFT or RFT job's backward keeps the top K layers' activations
+alone (`layers` = K above): the rows' trunk outputs come from disk, a row at a time. An eval or GRPO job's
+estimate is unchanged: a prompt's trunk entry is its keys and values below the top K, which the prefill
+holds anyway.
+
 The values kept a token and layer are the MLP's four intermediate-wide tensors (two projections,
 the activation, their product) and about nine hidden-wide ones (the estimate against the measured
 values of Qwen2.5-Coder-1.5B: docs/design.md#backends); with checkpointing only each layer's input
@@ -177,7 +182,9 @@ def mem_mb(
         prefill = seq * shape.kept_per_token * nbytes  # a prompt's forward, one layer's values at a time
         activations = min(cache, DECODE_CACHE_BYTES) + rows * shape.vocab * 8 + prefill
     else:
-        activations = training_bytes(shape, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
+        # under a trunk a supervised job's backward runs the top K layers alone (the layers below: read)
+        trained = replace(shape, layers=spec.trunk.layers) if spec.trunk and kind in ("sft", "rft") else shape
+        activations = training_bytes(trained, nbytes, spec.gradient_checkpointing, rows, seq, completion, prompts)
         activations += REFERENCE_PROMPT_BYTES if kind == "grpo" else 0
     steady = weights + activations
     return int(math.ceil((BASE_MB + max(steady, loading_bytes(spec, shape, nbytes, root)) / 2**20) / 100) * 100)

@@ -10,7 +10,8 @@ Three kinds, chosen by what the model supports (`plan`):
   floating-point sums: the norms are the model's modules, the rotary tables its `rotary_emb`, and bf16
   matmuls give the same values packed or not. A streamed cell's prompts are prefilled through the same
   layers (`FastDecoder.prefill`): a prompt's matmuls ran faster on the packed layout than on the plain
-  weights too. It serves a model only when every piece it replaces is the plain one (`FastDecoder.of`
+  weights too; under a frozen trunk it starts from the prompt's stored trunk, at the first layer above it.
+  It serves a model only when every piece it replaces is the plain one (`FastDecoder.of`
   says None otherwise): a family of `FAMILIES` with SiLU gated MLP, full attention in every layer, no
   norms inside the attention, plain `nn.Linear` projections (an unmerged LoRA layer only where the
   decode folds its adapter into the packed weight: `FastDecoder.of(folded=True)`).
@@ -34,6 +35,7 @@ from jacrl.backends.packed import pack
 
 if TYPE_CHECKING:
     from jacrl.backends.decode.cache import DecodeCache
+    from jacrl.backends.decode.trunk import TrunkOut
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 """The model types whose attention is plain softmax attention over every position, reached through
@@ -98,18 +100,23 @@ class FastDecoder:
             x = _mlp(layer, x + layer.o(out.reshape(rows, -1)))
         return self.head(self.lm.model.norm(x)).float()
 
-    def prefill(self, prompt: list[int]) -> PromptKV:
+    def prefill(self, prompt: list[int], below: TrunkOut | None = None) -> PromptKV:
         """A prompt's forward through the same packed weights: its keys and values per layer
         ([1, kv_heads, tokens, head_dim], as transformers' cache holds them) and its last position's
-        logits [1, vocab] float32. Causal attention through sdpa as transformers' layers run it."""
+        logits [1, vocab] float32. Causal attention through sdpa as transformers' layers run it. With
+        `below` (the prompt's frozen trunk: `decode.trunk`), it starts at the first layer above the trunk,
+        from its output, and the trunk's keys and values stand for the layers below."""
         import torch
         from torch.nn.functional import scaled_dot_product_attention
 
-        x = self.lm.model.embed_tokens(torch.tensor(prompt, device=self.lm.device))  # [tokens, hidden]
+        if below is None:
+            x = self.lm.model.embed_tokens(torch.tensor(prompt, device=self.lm.device))  # [tokens, hidden]
+            keys, values = [], []
+        else:
+            x, keys, values = below.hidden, list(below.keys), list(below.values)
         n, group = len(prompt), self.heads // self.kv_heads
         cos, sin = (t[0] for t in self.lm.model.rotary_emb(x[None], torch.arange(n, device=x.device)[None]))
-        keys, values = [], []
-        for layer in self.layers:
+        for layer in self.layers[len(keys) :]:
             q, k, v = (t.transpose(0, 1)[None] for t in self._projected(layer, x, cos, sin))  # [1, heads, n, d]
             # compact copies: the views would keep each layer's whole projection output alive until admitted
             keys.append(k.contiguous())
