@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from jacrl.backends.config import ModelTrunk
 from jacrl.backends.decode.cache import PromptKV
+from jacrl.models.registry import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -155,17 +156,13 @@ def weights_hash(model_dir: str | Path, memo: Path) -> str:
     kept = memo / hashlib.sha256(json.dumps(state).encode()).hexdigest()
     if kept.is_file():
         return kept.read_text().strip()
-    digest = hashlib.sha256()
-    for f in files:
-        digest.update(f.name.encode())
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 24):
-                digest.update(chunk)
+    by_file = {f.name: sha256_file(f) for f in files}
+    digest = hashlib.sha256(json.dumps(by_file, sort_keys=True).encode()).hexdigest()
     memo.mkdir(parents=True, exist_ok=True)
     tmp = kept.with_name(f".{kept.name}.{os.getpid()}.tmp")
-    tmp.write_text(digest.hexdigest() + "\n")
+    tmp.write_text(digest + "\n")
     os.replace(tmp, kept)
-    return digest.hexdigest()
+    return digest
 
 
 @contextmanager
