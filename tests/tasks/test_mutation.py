@@ -5,14 +5,21 @@ from pathlib import Path
 
 import pytest
 
-from jacrl.reward.batch import RewardScorer
 from jacrl.reward.config import RewardConfig
 from jacrl.tasks.__main__ import main
 from jacrl.tasks.build import task_record
 from jacrl.tasks.drivers import parse_driver
 from jacrl.tasks.gold import run_program
 from jacrl.tasks.mutants import DriverMutator, Mutant, choose
-from jacrl.tasks.mutation import measure, read_rows, score_mutants, task_row
+from jacrl.tasks.mutation import (
+    batches,
+    measure,
+    mutation_scorer,
+    outcome,
+    read_rows,
+    score_mutants,
+    task_row,
+)
 
 TINY = '''"""A store of boxes: a mutation test's driver.
 
@@ -98,8 +105,13 @@ def test_killed_survivor_and_uncompiled(tiny, reward):
         Mutant("swap", 15, "broken", gold.replace("self.weight > other.weight", "self.weight > ")),  # does not parse
         Mutant("bound", 15, "hangs", gold.replace("return self", "while True { }\n        return self")),
     ]
-    with RewardScorer(reward, threads=2) as scorer:
-        [scores] = score_mutants(scorer, [task.model_copy(update={"timeout": 3})], [mutants])
+    task = task.model_copy(update={"timeout": 3})
+    with mutation_scorer(reward, jobs=2) as scorer:
+        [scores] = score_mutants(scorer, [task], [mutants])
+    with mutation_scorer(reward, jobs=2) as again:  # a rebuild: every outcome from the cache, the timeout's too
+        [cached] = score_mutants(again, [task], [mutants])
+        assert again.stats["runs"] == 0 and all(c.cached for c in cached)
+        assert [outcome(c) for c in cached] == [outcome(c) for c in scores]
     row = task_row(task, "holdout", mutants, scores, {})
     assert [o.outcome for o in row.mutants][:3] == ["wrong output", "survived", "not compiled"]
     assert row.mutants[3].outcome == "timeout" and row.mutants[3].killed  # contained by the sandbox, killed
@@ -141,3 +153,9 @@ def test_cli_errors(tiny, tmp_path, capsys):
     assert main(["mutation", str(bad.parent)]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {bad}:20: nested hole")
+
+
+def test_batches_span_drivers_and_keep_the_order():
+    holes = [(name, [None] * n) for name, n in [("a", 3), ("b", 2), ("c", 4), ("d", 1)]]
+    assert [[h for h, _ in b] for b in batches(holes, 5)] == [["a", "b"], ["c", "d"]]
+    assert [[h for h, _ in b] for b in batches(holes, 100)] == [["a", "b", "c", "d"]]

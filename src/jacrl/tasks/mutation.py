@@ -15,7 +15,7 @@ can tell it from the gold.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from jacrl.tasks.record import Task
 
 EQUIVALENTS_FILE = Path("dataset/mutation_equivalents.yaml")
 GOAL = 0.9
+BATCH = 160  # mutants a scorer batch: ~80 runs a worker on 2 cores, one tail per batch
 
 
 class MutantOutcome(BaseModel):
@@ -154,6 +155,14 @@ def gold_outputs(drivers: list[Driver], timeout: float, jobs: int) -> dict[Path,
             return dict(pool.map(one, drivers))
 
 
+def mutation_scorer(reward: RewardConfig, jobs: int) -> RewardScorer:
+    """The reward's scorer as mutation runs it: a mutant's timeout is cached too. Mutants that loop
+    forever are most of a rebuild's runs otherwise (the reward never caches a timeout, so a loaded
+    machine cannot make one permanent); a mutant has a task's whole timeout, tens of times its gold
+    run, so a timeout here is the mutant's own. `--config` with `reward.cache: false` runs them all."""
+    return RewardScorer(reward.model_copy(update={"cache_timeouts": True}), threads=jobs)
+
+
 def measure(
     drivers: list[Driver],
     *,
@@ -165,19 +174,44 @@ def measure(
     only: set[str] | None = None,
     equivalents: dict | None = None,
 ) -> list[TaskMutation]:
-    """Every hole's chosen mutants run through the reward; one TaskMutation per hole, in driver order."""
+    """Every hole's chosen mutants run through the reward; one TaskMutation per hole, in driver order.
+    Holes go to the scorer in batches of at least `BATCH` mutants across drivers, so a driver's last
+    slow run does not leave the other workers idle."""
     equiv = load_equivalents() if equivalents is None else equivalents
     golds = gold_outputs(drivers, TasksConfig().build_timeout, jobs)
+    holes = chosen_mutants(drivers, golds, timeout, cap, only)
+    total = sum(only is None or h.id in only for d in drivers for h in d.holes)
     rows: list[TaskMutation] = []
-    with RewardScorer(reward, threads=jobs) as scorer:
-        for d in Progress(drivers, total=len(drivers), desc="mutants", unit="driver"):
-            mutator = DriverMutator(d)
-            holes = [h for h in d.holes if only is None or h.id in only]
-            tasks = [task_record(d, h, golds[d.path], timeout, Path(".")) for h in holes]
-            chosen = [choose(h.id, mutator.mutants(h), cap) for h in holes]
+    with mutation_scorer(reward, jobs) as scorer, Progress(total=total, desc="mutants", unit="task") as bar:
+        for batch in batches(holes, BATCH):
+            tasks, chosen = [t for t, _ in batch], [ms for _, ms in batch]
             for t, ms, scores in zip(tasks, chosen, score_mutants(scorer, tasks, chosen), strict=True):
                 rows.append(task_row(t, labels.get(t.id, "-"), ms, scores, equiv))
+            bar.update(len(batch))
     return rows
+
+
+def chosen_mutants(
+    drivers: list[Driver], golds: dict[Path, str], timeout: float, cap: int, only: set[str] | None
+) -> Iterator[tuple[Task, list[Mutant]]]:
+    """Each measured hole's task record and chosen mutants, a driver parsed when its holes are reached."""
+    for d in drivers:
+        mutator = DriverMutator(d)
+        for h in d.holes:
+            if only is None or h.id in only:
+                yield task_record(d, h, golds[d.path], timeout, Path(".")), choose(h.id, mutator.mutants(h), cap)
+
+
+def batches(holes: Iterable[tuple[Task, list[Mutant]]], size: int) -> Iterator[list[tuple[Task, list[Mutant]]]]:
+    """Consecutive holes grouped until a group holds `size` mutants (the last group may hold fewer)."""
+    batch: list[tuple[Task, list[Mutant]]] = []
+    for hole in holes:
+        batch.append(hole)
+        if sum(len(ms) for _, ms in batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def score_mutants(scorer: RewardScorer, tasks: list[Task], chosen: list[list[Mutant]]) -> list[list[Score]]:
