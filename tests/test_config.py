@@ -111,9 +111,11 @@ def test_conditions_and_splits_are_one_vocabulary():
         load_config({"ladder": {"conditions": ["grpo"]}})
     with pytest.raises(ConfigError, match=r"eval.policy_splits.0.*'gen', 'mem' or 'val'"):
         load_config({"eval": {"policy_splits": ["train"]}})
-    assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS) and load_config({}).ladder.splits == list(
-        SPLITS
-    )
+    assert load_config({}).ladder.conditions == list(DEFAULT_CONDITIONS)
+    # unset splits follow the plan: the full plan chooses nothing and reads no val cell
+    assert load_config({}).ladder.splits == ["gen", "mem"]
+    assert load_config({"ladder": {"plan": "smart"}}).ladder.splits == list(SPLITS)
+    assert load_config({"ladder": {"splits": ["gen", "val"]}}).ladder.splits == ["gen", "val"]
     assert "opd" in CONDITIONS and "opd" not in DEFAULT_CONDITIONS
     assert {"sft_ei", "raw_ei"} <= set(CONDITIONS) and not {"sft_ei", "raw_ei"} & set(DEFAULT_CONDITIONS)
 

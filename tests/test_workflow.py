@@ -28,12 +28,13 @@ def job_counts(text: str) -> dict[str, int]:
 
 def test_default_plan_has_every_stage(default_plan):
     jobs = job_counts(default_plan)
-    # rungs 1, 3, all × one model; 4 conditions × 3 splits; base gen and val computed once, copied nowhere
+    # rungs 1, 3, all × one model; 4 conditions × gen and mem (the full plan chooses nothing: no val
+    # cell); base gen computed once, copied nowhere
     assert jobs["build_tasks"] == 1 and jobs["splits"] == 1 and jobs["rung"] == 3
     assert jobs["build_valid_tasks"] == 1 and jobs["valid_split"] == 1
     assert jobs["tiny_model"] == 1 and jobs["sft"] == 3 and jobs["grpo"] == 6
     # one eval job per adapter (every split, one model load), one per rung's base mem cell
-    assert jobs["eval_base_gen"] == 1 and jobs["eval_base_val"] == 1 and jobs["eval_base"] == 3 and jobs["eval"] == 9
+    assert jobs["eval_base_gen"] == 1 and "eval_base_val" not in jobs and jobs["eval_base"] == 3 and jobs["eval"] == 9
     assert jobs["rl_ladder"] == 1 and jobs["show_ladder"] == 1
 
 
@@ -44,7 +45,7 @@ def test_every_rung_reads_the_one_shared_base_gen_cell(repo):
     assert rc == 0, out
     [cells] = job_inputs(out, "rl_ladder").values()
     shared = "results/cells/shared/tiny/base/gen.json"
-    assert cells.count(shared) == 3 and cells.count(shared.replace("gen", "val")) == 3 and len(cells) == 36
+    assert cells.count(shared) == 3 and len(cells) == 24 and not [c for c in cells if c.endswith("/val.json")]
     assert not [c for c in cells if "/base/gen" in c and c != shared]
     assert job_inputs(out, "report_samples") == {
         "results/report/samples/r3/tiny/base/gen.html": [shared, "results/cells/shared/tiny/base/gen.samples.jsonl"]
@@ -66,7 +67,7 @@ WARM_STARTS = {"base": (), "rft-rung": (RFT_TINY,), "rft-pool": (RFT_TINY, 'rft=
 @pytest.fixture(scope="module")
 def grid_plans(repo) -> dict[str, str]:
     """Every job of the ladder over CONDITIONS (inputs and outputs), under each warm start."""
-    conds = f'ladder={{"conditions": {CONDITIONS}}}'.replace("'", '"')
+    conds = f'ladder={{"conditions": {CONDITIONS}, "splits": ["gen", "mem", "val"]}}'.replace("'", '"')
     plans = {}
     for name, extra in WARM_STARTS.items():
         rc, out = dry_run(repo, "--forceall", "results/rl_ladder.jsonl", "--config", conds, *extra, quiet=())
@@ -110,16 +111,7 @@ def test_one_cell_plans_only_its_dependencies(repo):
     rc, out = dry_run(repo, "--forceall", "results/cells/r1/tiny/sft/mem.json")
     assert rc == 0, out
     jobs = job_counts(out)
-    assert set(jobs) == {
-        "build_tasks",
-        "build_valid_tasks",
-        "splits",
-        "valid_split",
-        "rung",
-        "tiny_model",
-        "sft",
-        "eval",
-    }
+    assert set(jobs) == {"build_tasks", "splits", "rung", "tiny_model", "sft", "eval"}  # no val cell: no valid split
     assert jobs["rung"] == 1 and jobs["sft"] == 1 and jobs["eval"] == 1
 
 

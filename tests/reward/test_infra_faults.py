@@ -16,6 +16,7 @@ hit task's template.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
@@ -24,9 +25,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from fixtures.faults import Saboteur, fork_servers, runs_of_servers
 
 from jacrl.reward.batch import RewardScorer
@@ -199,19 +202,36 @@ with scorer_for(Path({tmp!r})) as scorer:
 """
 
 
+def jaclang_copy() -> Path:
+    """A site folder holding a copy of the installed jaclang, made once per installation and
+    reused: jaclang caches each of its modules compiled under the module's path, so a copy at a
+    fresh path every run would compile all of jaclang again (tens of CPU seconds) and grow that
+    cache each time. A run that died with the module renamed away gets it back here."""
+    installed = Path(importlib.util.find_spec("jaclang").origin).parent
+    tag = hashlib.sha256(f"{installed}:{installed.stat().st_mtime_ns}".encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"jacrl-test-jaclang-{os.getuid()}-{tag}"
+    if not home.is_dir():
+        tmp = home.with_name(f"{home.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(installed, tmp / "site" / "jaclang", ignore=shutil.ignore_patterns("tests"))
+        try:
+            tmp.rename(home)
+        except OSError:  # another run made it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    away = home / "site" / "jaclang" / "runtimelib" / "topology_index.away"
+    if away.exists():
+        away.rename(away.with_suffix(".jac"))
+    return home / "site"
+
+
 def test_jaclang_module_unimportable_inside_the_run(tmp_path):
-    site = tmp_path / "site"
-    site.mkdir()
-    shutil.copytree(
-        Path(importlib.util.find_spec("jaclang").origin).parent,
-        site / "jaclang",
-        ignore=shutil.ignore_patterns("tests"),
-    )
+    site = jaclang_copy()
     module = site / "jaclang" / "runtimelib" / "topology_index.jac"
     assert module.is_file(), "jaclang no longer has the lazily imported module this test removes"
     code = IMPORT_FAULT_CHILD.format(tests=str(Path(__file__).parent), module=str(module), tmp=str(tmp_path))
     env = {**os.environ, "PYTHONPATH": f"{site}:{REPO / 'src'}"}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    with FileLock(f"{site}.lock"):  # two suites at once must not rename one copy's module together
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     scores = [Score.from_dict(s) for s in out["scores"]]

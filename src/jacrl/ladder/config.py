@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, NamedTuple, get_args
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
 from jacrl.strict import StrictModel
 
@@ -156,7 +156,8 @@ class LadderConfig(StrictModel):
     splits: list[Split] = Field(
         default_factory=lambda: list(SPLITS),
         description="gen = the holdout, mem = the rung's own train tasks, val = the valid split (the smart plan "
-        "needs it: its elbow is placed on val, never on gen).",
+        "needs it: its elbow is placed on val, never on gen). Unset: the plan's own, gen and mem under `full` (it "
+        "chooses nothing, so val cells would be built for no reader), every split under `smart`.",
     )
     seeds: list[int] = Field(
         default_factory=lambda: [0],
@@ -172,3 +173,11 @@ class LadderConfig(StrictModel):
         "torch version, the CPU's bf16 matmul path: `jacrl.workflow.machine`), marking the row, instead of refusing. "
         "A cell from before cells recorded their machine counts as unknown, which matches nothing.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plan_splits(cls, data: object) -> object:
+        """An unset `splits` follows the plan: the full plan reads no valid split."""
+        if isinstance(data, dict) and data.get("splits") is None and data.get("plan", "full") == "full":
+            return {**data, "splits": [s for s in SPLITS if s != "val"]}
+        return data
