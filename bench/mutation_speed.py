@@ -1,0 +1,96 @@
+"""Mutation's wall time on a slice of the drivers, cold and as a rebuild, side by side in one run.
+
+    (a) cold, one scorer batch per driver (how `measure` batched before)
+    (b) cold, batches of `BATCH` mutants across drivers (`measure` now), on a cache of its own
+    (c) a rebuild on (b)'s cache as `measure` ran before: a timeout is never cached, so each runs again
+    (d) a rebuild on that cache as `measure` runs now (`mutation_scorer`): the timeouts run a last
+        time and are cached
+    (e) the next rebuild: nothing runs
+(a)-(c) score as a completion is scored (`RewardScorer`), so (d) is the first to cache a timeout.
+
+Each run starts a fresh scorer (its fork servers warmed outside the timing); the drivers' gold runs
+and parsing are left out, being the same in all four. The outcomes of (a)-(d) must agree.
+
+    .venv/bin/python bench/mutation_speed.py [dataset/drivers/<family> ...] [--jobs 2] [--cap 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from itertools import groupby
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from jacrl.backends.cpu import cpu_info  # noqa: E402
+from jacrl.reward.batch import RewardScorer  # noqa: E402
+from jacrl.reward.config import RewardConfig  # noqa: E402
+from jacrl.tasks.build import parse_all  # noqa: E402
+from jacrl.tasks.config import TasksConfig  # noqa: E402
+from jacrl.tasks.drivers import discover_drivers  # noqa: E402
+from jacrl.tasks.mutation import (  # noqa: E402
+    BATCH,
+    batches,
+    chosen_mutants,
+    gold_outputs,
+    mutation_scorer,
+    outcome,
+    score_mutants,
+)
+
+
+def timed(make: Callable[[], RewardScorer], groups: list[list]) -> tuple[float, list[str], int]:
+    """Seconds to score every group (one scorer batch each), the outcomes in order, the runs made."""
+    with make() as scorer:
+        scorer.warm()
+        t0 = time.perf_counter()
+        out = []
+        for group in groups:
+            tasks, chosen = [t for t, _ in group], [ms for _, ms in group]
+            out += [outcome(s)[2] for scores in score_mutants(scorer, tasks, chosen) for s in scores]
+        return time.perf_counter() - t0, out, scorer.stats["runs"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("paths", nargs="*", default=["dataset/drivers/text"])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--cap", type=int, default=TasksConfig().mutation_cap)
+    args = ap.parse_args()
+    drivers, problems = parse_all([d for p in args.paths for d in discover_drivers(REPO / p)])
+    if problems:
+        raise SystemExit(problems[0])
+    golds = gold_outputs(drivers, TasksConfig().build_timeout, args.jobs)
+    holes = list(chosen_mutants(drivers, golds, TasksConfig().timeout, args.cap, None))
+    per_driver = [list(g) for _, g in groupby(holes, key=lambda h: h[0].driver)]
+    across = list(batches(holes, BATCH))
+    print(
+        f"{len(drivers)} drivers, {len(holes)} holes, {sum(len(ms) for _, ms in holes)} mutants; CPU {cpu_info().describe()}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = lambda name: RewardConfig(cache_path=Path(tmp) / f"{name}.sqlite")  # noqa: E731
+        plain = lambda name: RewardScorer(cfg(name), threads=args.jobs)  # noqa: E731
+        runs = {
+            "(a) cold, per-driver batches": timed(lambda: plain("a"), per_driver),
+            "(b) cold, batches across drivers": timed(lambda: plain("b"), across),
+            "(c) rebuild, no timeout cached": timed(lambda: plain("b"), across),
+            "(d) rebuild, timeouts cached now": timed(lambda: mutation_scorer(cfg("b"), args.jobs), across),
+            "(e) rebuild, timeouts in the cache": timed(lambda: mutation_scorer(cfg("b"), args.jobs), across),
+        }
+    outcomes = {name: out for name, (_, out, _) in runs.items()}
+    assert len({tuple(o) for o in outcomes.values()}) == 1, "the runs disagree on an outcome"
+    timeouts = outcomes["(a) cold, per-driver batches"].count("timeout")
+    print(f"timeouts among them: {timeouts}")
+    base = runs["(a) cold, per-driver batches"][0]
+    for name, (secs, _, ran) in runs.items():
+        print(f"{name:36s} {secs:8.1f} s  {ran:5d} runs  {base / secs:6.2f}x (a)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
