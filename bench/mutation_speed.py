@@ -9,7 +9,7 @@
 (a)-(c) score as a completion is scored (`RewardScorer`), so (d) is the first to cache a timeout.
 
 Each run starts a fresh scorer (its fork servers warmed outside the timing); the drivers' gold runs
-and parsing are left out, being the same in all four. The outcomes of (a)-(d) must agree.
+and parsing are left out, being the same in all five. The outcomes of the five must agree.
 
     .venv/bin/python bench/mutation_speed.py [dataset/drivers/<family> ...] [--jobs 2] [--cap 10]
 """
@@ -66,7 +66,7 @@ def main() -> int:
     if problems:
         raise SystemExit(problems[0])
     golds = gold_outputs(drivers, TasksConfig().build_timeout, args.jobs)
-    holes = list(chosen_mutants(drivers, golds, TasksConfig().timeout, args.cap, None))
+    holes = list(chosen_mutants([(d, h) for d in drivers for h in d.holes], golds, TasksConfig().timeout, args.cap))
     per_driver = [list(g) for _, g in groupby(holes, key=lambda h: h[0].driver)]
     across = list(batches(holes, BATCH))
     print(

@@ -178,6 +178,10 @@ class LadderConfig(StrictModel):
     @classmethod
     def _plan_splits(cls, data: object) -> object:
         """An unset `splits` follows the plan: the full plan reads no valid split."""
-        if isinstance(data, dict) and data.get("splits") is None and data.get("plan", "full") == "full":
+        if (
+            isinstance(data, dict)
+            and data.get("splits") is None
+            and data.get("plan", cls.model_fields["plan"].default) == "full"
+        ):
             return {**data, "splits": [s for s in SPLITS if s != "val"]}
         return data

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
@@ -30,7 +31,7 @@ from jacrl.reward.config import RewardConfig
 from jacrl.reward.score import Score
 from jacrl.tasks.build import task_record
 from jacrl.tasks.config import TasksConfig
-from jacrl.tasks.drivers import Driver, DriverError
+from jacrl.tasks.drivers import Driver, DriverError, Hole
 from jacrl.tasks.gold import gold_runner
 from jacrl.tasks.mutants import DriverMutator, Mutant, choose
 from jacrl.tasks.record import Task
@@ -179,11 +180,10 @@ def measure(
     slow run does not leave the other workers idle."""
     equiv = load_equivalents() if equivalents is None else equivalents
     golds = gold_outputs(drivers, TasksConfig().build_timeout, jobs)
-    holes = chosen_mutants(drivers, golds, timeout, cap, only)
-    total = sum(only is None or h.id in only for d in drivers for h in d.holes)
+    wanted = [(d, h) for d in drivers for h in d.holes if only is None or h.id in only]
     rows: list[TaskMutation] = []
-    with mutation_scorer(reward, jobs) as scorer, Progress(total=total, desc="mutants", unit="task") as bar:
-        for batch in batches(holes, BATCH):
+    with mutation_scorer(reward, jobs) as scorer, Progress(total=len(wanted), desc="mutants", unit="task") as bar:
+        for batch in batches(chosen_mutants(wanted, golds, timeout, cap), BATCH):
             tasks, chosen = [t for t, _ in batch], [ms for _, ms in batch]
             for t, ms, scores in zip(tasks, chosen, score_mutants(scorer, tasks, chosen), strict=True):
                 rows.append(task_row(t, labels.get(t.id, "-"), ms, scores, equiv))
@@ -192,24 +192,28 @@ def measure(
 
 
 def chosen_mutants(
-    drivers: list[Driver], golds: dict[Path, str], timeout: float, cap: int, only: set[str] | None
+    holes: list[tuple[Driver, Hole]], golds: dict[Path, str], timeout: float, cap: int
 ) -> Iterator[tuple[Task, list[Mutant]]]:
-    """Each measured hole's task record and chosen mutants, a driver parsed when its holes are reached."""
-    for d in drivers:
-        mutator = DriverMutator(d)
-        for h in d.holes:
-            if only is None or h.id in only:
-                yield task_record(d, h, golds[d.path], timeout, Path(".")), choose(h.id, mutator.mutants(h), cap)
+    """Each hole's task record and chosen mutants (holes in driver order), a driver parsed when its
+    holes are reached."""
+    for _, group in groupby(holes, key=lambda dh: dh[0].path):
+        of_driver = list(group)
+        driver = of_driver[0][0]
+        mutator = DriverMutator(driver)
+        for _, h in of_driver:
+            yield task_record(driver, h, golds[driver.path], timeout, Path(".")), choose(h.id, mutator.mutants(h), cap)
 
 
 def batches(holes: Iterable[tuple[Task, list[Mutant]]], size: int) -> Iterator[list[tuple[Task, list[Mutant]]]]:
     """Consecutive holes grouped until a group holds `size` mutants (the last group may hold fewer)."""
     batch: list[tuple[Task, list[Mutant]]] = []
+    held = 0
     for hole in holes:
         batch.append(hole)
-        if sum(len(ms) for _, ms in batch) >= size:
+        held += len(hole[1])
+        if held >= size:
             yield batch
-            batch = []
+            batch, held = [], 0
     if batch:
         yield batch
 
