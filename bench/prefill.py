@@ -50,13 +50,17 @@ def main() -> int:
     print(
         f"{cpu_model()}, 2 threads, {lm.dtype}; prompt {len(prompt)} tokens, {flop / 1e12:.2f} TFLOP of layer matmuls"
     )
-    print("| round | bf16 peak GFLOP/s | " + " | ".join(f"{w} s | tokens/s | GFLOP/s" for w in ways) + " |")
+    print(
+        f"| round | {str(lm.dtype).removeprefix('torch.')} peak GFLOP/s | "
+        + " | ".join(f"{w} s | tokens/s | GFLOP/s" for w in ways)
+        + " |"
+    )
     print("|---|---|" + "---|---|---|" * len(ways))
     runs: dict[str, list[float]] = {w: [] for w in ways}
     with torch.inference_mode():
         outs = {w: f(prompt) for w, f in ways.items()}  # warm-up
         for r in range(a.rounds):
-            peak, cells = matmul_peak(), []
+            peak, cells = matmul_peak(lm.dtype), []
             for w, f in ways.items():
                 t0 = time.perf_counter()
                 f(prompt)
