@@ -324,7 +324,7 @@ def any_model(args: argparse.Namespace) -> None:
         f"{str(frozen[0].dtype).removeprefix('torch.')} matmul peak {peak:.0f} GFLOP/s; one read of the {weights / 2**30:.2f} GB of weights {read_s * 1e3:.0f} ms"
     )
     prompt_tokens = len(b.prompt_ids(task.prompt))
-    phases = Phases(b, ("generate_draws_ids", "backward", "step"))
+    phases = Phases(b, ("sample_for_training", "backward", "step"))
     keys = ("time/sample_s", "time/reward_s", "time/train_s", "time/reference_s")
     print(
         "| step | total s | sampling | reward | training | of which reference | tokens max | weight reads a token "
@@ -346,7 +346,7 @@ def any_model(args: argparse.Namespace) -> None:
                 f"| {step + 1} | {sum(t[:3]):.1f} | "
                 + " | ".join(f"{x:.1f}" for x in t)
                 + f" | {longest:.0f} | {t[0] / (longest * read_s):.2f} | {rate:.0f} ({100 * rate / peak:.0f} %)"
-                + f" | {pk.get('generate_draws_ids', 0):.0f}"
+                + f" | {pk.get('sample_for_training', 0):.0f}"
                 f" | {pk.get('backward', 0):.0f} | {pk.get('step', 0):.0f} | {resident_mb():.0f}"
                 f" | {r.get('loss', float('nan')):.4f} | {r.get('reward/mean', float('nan')):.3f}"
                 f" | {r.get('reward/pass_rate', float('nan')):.3f} |",
