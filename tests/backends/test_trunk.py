@@ -238,14 +238,28 @@ def _padded_last_logits(lm, prompts):
     return [logits[i, len(p) - 1][None] for i, p in enumerate(prompts)]
 
 
-def test_a_grpo_step_reads_each_prompt_from_the_trunk_and_trains_the_same_cold_and_warm(tiny_torch, tmp_path):
-    """Sampling a group a prompt and the backward over it (the prompt's forward kept from the sampling):
-    each prompt's lower layers run once, into the store; the step's gradients cold and warm agree."""
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointed"])
+def test_a_grpo_step_reads_each_prompt_from_the_trunk_and_trains_the_same_cold_and_warm(
+    tiny_torch, tmp_path, checkpointed
+):
+    """Sampling a group a prompt and the backward over it (the prompt's forward kept from the sampling,
+    under activation checkpointing too): each prompt's lower layers run once, into the store, and a warm
+    step runs none of them over a prompt; the step's gradients cold and warm agree."""
     params = SamplingParams(temperature=1.0, max_tokens=8, seed=1)
     lora = LoraSpec(rank=4, scale=4.0, layers=TOP)
+    options = trunk_options(tmp_path, training=True, share_prompts=True, gradient_checkpointing=checkpointed)
+    lower_runs: list[tuple[int, int]] = []  # the (rows, tokens) the lowest layer ran over
+    prompts = {(1, len(p)) for p in PROMPTS}  # a prompt's pass: one row of its tokens
 
     def step() -> dict[str, torch.Tensor]:
-        b = tiny_torch(options=trunk_options(tmp_path, training=True, share_prompts=True), lora=lora, seed=2)
+        b = tiny_torch(options=options, lora=lora, seed=2)
+        assert b.scorer.checkpoints_prompts() == checkpointed
+        lowest = b._causal_lm().model.layers[0]
+        lowest.register_forward_hook(
+            lambda _m, args, kw, _out: lower_runs.append(tuple((args[0] if args else kw["hidden_states"]).shape[:2])),
+            with_kwargs=True,
+        )
+        lower_runs.clear()
         groups, keep = b.sample_for_training(PROMPTS, 3, params)
         assert keep is not None
         rows = [(p, c.token_ids) for p, group in zip(PROMPTS, groups, strict=True) for c in group]
@@ -258,6 +272,8 @@ def test_a_grpo_step_reads_each_prompt_from_the_trunk_and_trains_the_same_cold_a
 
     cold = step()
     assert len(list(tmp_path.rglob("*.safetensors"))) == len(PROMPTS)  # prefill entries only: no row is stored
+    assert prompts <= set(lower_runs)  # each prompt through the lower layers, cold
     warm = step()
+    assert not prompts & set(lower_runs)  # warm: none
     assert cold.keys() == warm.keys() and cold
     assert all(torch.equal(cold[n], warm[n]) for n in cold)

@@ -155,22 +155,22 @@ def attending(lm: Any) -> Any:
     return attending_through(lm, ATTENTION, prompt_rows_attention)
 
 
-def prompt_forward(model: Any, lm: Any, ids: Any) -> PromptKV:
-    """One prompt `ids` [1, n] through `model` (`lm` its CausalLM) without a cache: each layer's keys
-    and values taken as its attention receives them (what a cache would hold), its last position's
-    logits. Unlike a cache's forward it runs under activation checkpointing, which runs a layer
-    without its cache: then only each layer's input is kept for the backward, and the backward
-    (inside `attending`) recomputes the layer, the keys and values the rows read included."""
+def prompt_forward(model: Any, lm: Any, ids: Any = None, embeds: Any = None) -> PromptKV:
+    """One prompt, `ids` [1, n] (or its `embeds` [1, n, hidden]: a trunk's output, `lm` narrowed to the
+    layers above it), through `model` (`lm` its CausalLM) without a cache: each of `lm`'s layers' keys and
+    values taken as its attention receives them (what a cache would hold), its last position's logits.
+    Unlike a cache's forward it runs under activation checkpointing, which runs a layer without its cache:
+    then only each layer's input is kept for the backward, and the backward (inside `attending`)
+    recomputes the layer, the keys and values the rows read included."""
     sink: list = []
-    positions = torch.arange(ids.shape[1], device=ids.device)[None]
+    n = (ids if embeds is None else embeds).shape[1]
+    positions = torch.arange(n, device=lm.device)[None]
+    given = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
     with attending(lm):
-        out = model(input_ids=ids, position_ids=positions, kv_sink=sink, use_cache=False, logits_to_keep=1)
-    layers = lm.config.num_hidden_layers
+        out = model(**given, position_ids=positions, kv_sink=sink, use_cache=False, logits_to_keep=1)
+    layers = len(lm.model.layers)
     if len(sink) != layers:
         raise RuntimeError(f"a prompt forward gave {len(sink)} layers' keys and values, not {layers}")
     kv = PromptKV(tuple(k for k, _ in sink), tuple(v for _, v in sink), out.logits)
-    # a checkpointed layer keeps its call's kwargs, `sink` among them, for the backward's recompute, and the
-    # keys hold that graph: a cycle through autograd that no collector sees, so a forward no backward takes
-    # (a GRPO step that trains nothing) was never freed while `sink` still held them
     sink.clear()
     return kv

@@ -321,17 +321,19 @@ class TorchScorer:
 
     def fresh_prompt(self, lm: Any, head: tuple[int, ...]) -> PromptKV:
         """`head` through the model now (its graph kept where gradients are on: under activation
-        checkpointing each layer's input only, through `prompt_rows.prompt_forward`; under a trunk, the top
-        layers' alone from the prompt's stored trunk, which the checkpointed forward does not read)."""
+        checkpointing each layer's input only, through `prompt_rows.prompt_forward`); under a trunk, the top
+        layers' alone from the prompt's stored trunk, checkpointed or not."""
         import torch
         from transformers import DynamicCache
 
         from jacrl.backends import prompt_rows
 
         x = torch.tensor([list(head)], device=self.backend.device)
-        if torch.is_grad_enabled() and self.checkpoints_prompts():
-            return prompt_rows.prompt_forward(self.backend.model, lm, x)
         trunk = self.backend.trunk
+        if torch.is_grad_enabled() and self.checkpoints_prompts():
+            if trunk is not None:
+                return trunk.top_checkpointed(self.backend.model, lm, trunk.prefill(lm, list(head)))
+            return prompt_rows.prompt_forward(self.backend.model, lm, x)
         if trunk is not None:
             with checkpointing_off(lm):
                 return trunk.top_prefill(self.backend.model, lm, trunk.prefill(lm, list(head)))

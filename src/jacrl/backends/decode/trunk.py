@@ -268,6 +268,15 @@ class Trunk:
             cache.update(k, v, i)
         return PromptKV.of(cache, logits)
 
+    def top_checkpointed(self, model: Any, lm: Any, below: TrunkOut) -> PromptKV:
+        """`top_prefill` under activation checkpointing (`prompt_rows.prompt_forward`: each top layer's
+        input kept for the backward's recompute): the trunk's keys and values below, the top layers' above."""
+        from jacrl.backends import prompt_rows
+
+        with narrowed(lm, slice(self.lower, None)):
+            top = prompt_rows.prompt_forward(model, lm, embeds=below.hidden[None])
+        return PromptKV(below.keys + top.keys, below.values + top.values, top.logits)
+
 
 def _placed(out: TrunkOut, device: Any) -> TrunkOut:
     def to(ts: tuple[Any, ...]) -> tuple[Any, ...]:
