@@ -30,6 +30,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from grpo_step import peak_mb, reset_peak
+
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import resident_mb
@@ -59,16 +61,6 @@ def epoch_seconds(b, start: Path, tasks, cfg: GRPOConfig, scorer, epochs: int) -
         row = train_step(orch, trainer, cfg, step)
         rows.append({**row, "time/step_s": time.perf_counter() - t0})
     return rows
-
-
-def peak_mb() -> float:
-    """VmHWM: the resident set's high-water mark since the last reset, in MB."""
-    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
-    return int(line.split()[1]) / 1024
-
-
-def reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def setup(args: argparse.Namespace) -> tuple[ModelSpec, GRPOConfig, dict]:
