@@ -1,5 +1,6 @@
-"""docs/design.md where it lists what the code defines: the rules of each rules/ file and the
-`cond` wildcard's conditions. A rule or condition added without its line fails here."""
+"""The docs where they list what the code defines: design.md's rules of each rules/ file and the
+`cond` wildcard's conditions, benches.md's table of bench/ scripts. A rule, condition or bench added
+without its line fails here."""
 
 import re
 from pathlib import Path
@@ -30,3 +31,10 @@ def test_the_cond_wildcard_names_every_condition():
     sentence = re.search(r"`cond` ∈ (.*?);", DESIGN, re.DOTALL)[1]
     named = re.findall(r"`(\w+)`", sentence.split(" and, for each arm")[0])
     assert tuple(named) == CONDITIONS
+
+
+def test_the_benches_table_names_every_bench_script():
+    table = (ROOT / "docs" / "benches.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([\w.]+)` \|", table, re.MULTILINE))
+    scripts = {p.name for p in (ROOT / "bench").iterdir() if p.suffix in (".py", ".sh")}
+    assert scripts == listed
