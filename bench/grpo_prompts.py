@@ -30,12 +30,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from grpo_step import peak_mb, reset_peak
+from grpo_step import config_model, peak_mb, reset_peak
 
 from jacrl.backends.config import ModelSpec
 from jacrl.backends.cpu import cpu_info
 from jacrl.backends.heap import resident_mb
-from jacrl.config import load_config, load_config_file
+from jacrl.config import load_config
+from jacrl.losses.config import LossFrameworkConfig
 from jacrl.losses.plan import EnvLossPlans
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.normalize import tokenizer_special_tokens
@@ -48,11 +49,12 @@ from jacrl.tasks.record import read_tasks
 LOSSES = {"losses": [{"type": "rl"}, {"type": "ref_kl", "name": "ref_kl", "beta": 0.04}]}
 
 
-def epoch_seconds(b, start: Path, tasks, cfg: GRPOConfig, scorer, epochs: int) -> list[dict]:
+def epoch_seconds(
+    b, start: Path, tasks, cfg: GRPOConfig, losses: LossFrameworkConfig, scorer, epochs: int
+) -> list[dict]:
     """The metrics rows of `epochs` × len(tasks) / P steps of `cfg` from the adapter saved at `start`."""
     b.set_lora_weights(b.adapter_weights(start))
     b.configure_optimizer(cfg.lr, max_grad_norm=cfg.max_grad_norm)
-    losses = load_config(LOSSES).loss_framework
     orch = Orchestrator(tasks, b, scorer, cfg, EnvLossPlans.from_config(losses))
     trainer = Trainer(b, losses.losses, losses.training_mode, cfg.temperature, log_reference_kl=False)
     rows = []
@@ -63,21 +65,18 @@ def epoch_seconds(b, start: Path, tasks, cfg: GRPOConfig, scorer, epochs: int) -
     return rows
 
 
-def setup(args: argparse.Namespace) -> tuple[ModelSpec, GRPOConfig, dict]:
-    """The model, the GRPO settings every P shares (P itself set per run) and the reward's settings:
-    from `--config` over config.yaml, or the tiny model's flags."""
+def setup(args: argparse.Namespace) -> tuple[ModelSpec, GRPOConfig, LossFrameworkConfig, dict]:
+    """The model, the GRPO settings every P shares (P itself set per run), the losses and the reward's
+    settings: from `--config` over config.yaml, or the tiny model's flags."""
     if args.config is None:
         spec = ModelSpec(name="bench", path=args.model, backend="torch")
         knobs = dict(group_size=args.group or 4, max_tokens=args.max_tokens or 48, temperature=1.0)
         grpo = GRPOConfig(iters=10**6, lr=1e-4, max_seq=4096, seed=0, lora={"rank": 8, "scale": 10.0}, **knobs)
-        return spec, grpo, {}
-    cfg = load_config_file("config.yaml", args.config)
-    spec = cfg.models[0]
-    if args.model_dir:
-        spec = spec.model_copy(update={"path": str(args.model_dir), "builtin": None})
+        return spec, grpo, load_config(LOSSES).loss_framework, {}
+    cfg, spec = config_model(args.config, args.model_dir)
     update = {"iters": 10**6, "save_every": 10**6}
     update |= {k: v for k, v in (("group_size", args.group), ("max_tokens", args.max_tokens)) if v is not None}
-    return spec, cfg.grpo.model_copy(update=update), cfg.reward.model_dump()
+    return spec, cfg.grpo.model_copy(update=update), cfg.loss_framework, cfg.reward.model_dump()
 
 
 def main() -> None:
@@ -100,7 +99,7 @@ def main() -> None:
     tasks = read_tasks(args.tasks)[: args.n_tasks]
     if any(len(tasks) % p for p in ps):
         raise SystemExit(f"--n-tasks {len(tasks)} must be a multiple of every P in --prompts {args.prompts}")
-    spec, grpo, reward = setup(args)
+    spec, grpo, losses, reward = setup(args)
     cfg = lambda p: grpo.model_copy(update={"prompts_per_step": p})  # noqa: E731
     options = replace(grpo_options(spec, grpo), ends="cap" if args.force_length else "eos")
     b = prepare_backend(spec, grpo, args.threads, None, None, None, options)
@@ -115,11 +114,11 @@ def main() -> None:
         RewardScorer({**reward, "cache": False}, threads=args.threads, special_tokens=special) as scorer,
     ):
         start = b.save_adapter(Path(tmp) / "start")
-        epoch_seconds(b, start, tasks[:1], cfg(1), scorer, 1)  # warm-up
+        epoch_seconds(b, start, tasks[:1], cfg(1), losses, scorer, 1)  # warm-up
         results, peaks = {}, {}
         for p in ps:
             reset_peak()
-            results[p] = epoch_seconds(b, start, tasks, cfg(p), scorer, args.epochs)
+            results[p] = epoch_seconds(b, start, tasks, cfg(p), losses, scorer, args.epochs)
             peaks[p] = peak_mb()
             print(f"P = {p}: {sum(r['time/step_s'] for r in results[p]):.1f} s, peak {peaks[p]:.0f} MB", flush=True)
     report(results, peaks, args.epochs)

@@ -286,18 +286,24 @@ def training_flop(b: Any, prompt: int, rows: int, checkpointed: bool) -> float:
     return forward + forward + backward + recompute + prompt_pass
 
 
+def config_model(config: str, model_dir: Path | str | None) -> tuple[Config, ModelSpec]:
+    """`config` over config.yaml, and its first model (`model_dir` in place of its folder)."""
+    cfg = load_config_file("config.yaml", config)
+    spec = cfg.models[0]
+    if model_dir:
+        spec = spec.model_copy(update={"path": str(model_dir), "builtin": None})
+    return cfg, spec
+
+
 def any_model(args: argparse.Namespace) -> None:
     """`--config`: a GRPO step of the config's first model (or --model-dir), phase by phase."""
-    cfg = load_config_file("config.yaml", args.config)
+    cfg, spec = config_model(args.config, args.model_dir)
     update: dict[str, Any] = {"iters": args.steps, "save_every": 1000}
     if args.lora_layers is not None:
         update["lora"] = cfg.grpo.lora.model_copy(update={"layers": args.lora_layers})
     if args.max_completion is not None:
         update["max_tokens"] = args.max_completion
     grpo = cfg.grpo.model_copy(update=update)
-    spec = cfg.models[0]
-    if args.model_dir:
-        spec = spec.model_copy(update={"path": str(args.model_dir), "builtin": None})
     reset_peak()
     t0 = time.perf_counter()
     options = replace(grpo_options(spec, grpo), ends="cap" if args.force_length else "eos")

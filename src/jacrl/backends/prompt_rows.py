@@ -172,5 +172,8 @@ def prompt_forward(model: Any, lm: Any, ids: Any = None, embeds: Any = None) -> 
     if len(sink) != layers:
         raise RuntimeError(f"a prompt forward gave {len(sink)} layers' keys and values, not {layers}")
     kv = PromptKV(tuple(k for k, _ in sink), tuple(v for _, v in sink), out.logits)
+    # a checkpointed layer keeps its call's kwargs, `sink` among them, for the backward's recompute, and the
+    # keys hold that graph: a cycle through autograd that no collector sees, so a forward no backward takes
+    # (a GRPO step that trains nothing) was never freed while `sink` still held them
     sink.clear()
     return kv

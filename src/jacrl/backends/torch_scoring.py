@@ -328,15 +328,16 @@ class TorchScorer:
 
         from jacrl.backends import prompt_rows
 
-        x = torch.tensor([list(head)], device=self.backend.device)
-        trunk = self.backend.trunk
-        if torch.is_grad_enabled() and self.checkpoints_prompts():
-            if trunk is not None:
-                return trunk.top_checkpointed(self.backend.model, lm, trunk.prefill(lm, list(head)))
-            return prompt_rows.prompt_forward(self.backend.model, lm, x)
+        trunk, checkpointed = self.backend.trunk, torch.is_grad_enabled() and self.checkpoints_prompts()
         if trunk is not None:
+            below = trunk.prefill(lm, list(head))
+            if checkpointed:
+                return trunk.top_checkpointed(self.backend.model, lm, below)
             with checkpointing_off(lm):
-                return trunk.top_prefill(self.backend.model, lm, trunk.prefill(lm, list(head)))
+                return trunk.top_prefill(self.backend.model, lm, below)
+        x = torch.tensor([list(head)], device=self.backend.device)
+        if checkpointed:
+            return prompt_rows.prompt_forward(self.backend.model, lm, x)
         cache = DynamicCache(config=lm.config)
         with checkpointing_off(lm):  # a checkpointed layer would run without the cache this fills
             logits = self.backend.model(
