@@ -4,11 +4,12 @@ import gc
 import json
 
 from jacrl.backends.config import BackendOptions, ModelSpec
+from jacrl.backends.decode.calls import files_state
 from jacrl.backends.determinism import determinism_record
 from jacrl.backends.heap import log_memory, release_free_heap
 from jacrl.backends.select import load_backend
 from jacrl.config import load_config
-from jacrl.evaluation.cell import draw_cell, score_draws
+from jacrl.evaluation.cell import cell_calls, draw_cell, score_draws
 from jacrl.evaluation.labels import cell_line
 from jacrl.io import write_text
 from jacrl.progress import summary
@@ -40,12 +41,20 @@ with logged(snakemake):
             snakemake.params.cells, snakemake.input.tasks, snakemake.output.cells, snakemake.output.samples, strict=True
         )
     )
-    draws = []
-    for one, tasks, *_ in cells:
-        draws.append(draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"]))
-        log_memory(f"the {one['split']} cell's decodes")
     # what changes a cell's numbers besides its config: the pivot compares only cells that agree on it
     machine = machine_record(getattr(backend, "device", spec.device), getattr(backend, "dtype", spec.dtype))
+    draws, logs = [], []
+    for one, tasks, cell_out, _ in cells:
+        # a killed job's finished calls are read back, never ones another model, adapter or machine made
+        key = {
+            "cell": cell_provenance(one["cell_config"])["config_hash"],
+            "model": files_state(snakemake.params.model_dir),
+            "adapter": adapter and files_state(adapter),
+            "machine": machine,
+        }
+        logs.append(cell_calls(cell_out, key))
+        draws.append(draw_cell(read_tasks(tasks), backend, cfg.eval, one["split"], logs[-1]))
+        log_memory(f"the {one['split']} cell's decodes ({logs[-1].summary()})")
     # the model leaves before the reward's runs start, each of which may hold its whole memory budget:
     # the job's peak is the larger of the two phases, not their sum
     del backend
@@ -65,3 +74,5 @@ with logged(snakemake):
             cell = score_draws(drawn, scorer, cfg.eval, meta, samples_out)
             write_text(cell_out, json.dumps(cell, indent=1) + "\n")
             summary(f"{one['split']}: {cell['tasks']} tasks: {cell_line(cell)}")
+    for calls in logs:  # only now: a job killed while scoring resumes with its decodes done
+        calls.remove()

@@ -285,3 +285,33 @@ def test_a_killed_stage_resumes_without_repeating_finished_work(tmp_path_factory
     assert "resum" in log.lower() and f"step {saved}" in log
     steps = [json.loads(line)["step"] for line in (work / f"adapters/r{elbow}/tiny/sft_grpo/metrics.jsonl").open()]
     assert steps == list(range(1, grpo["iters"] + 1))  # each step once
+
+
+def test_a_killed_eval_job_resumes_its_decode_and_writes_the_cell_one_run_writes(tmp_path_factory):
+    """The shared base gen cell with 4 samples a task: built once whole, and once SIGKILLed (process group
+    and all) as soon as its first decode call is logged, then run again: the resumed job reads the logged
+    calls, writes the same samples as the whole run, and leaves no log behind."""
+    sampled = {**CONFIG["eval"], "n": 4, "k": 2, "sample_splits": ["gen"]}
+    target = "results/cells/shared/tiny/base/gen.json"
+    whole = workdir(tmp_path_factory, "whole", eval=sampled)
+    snakemake(whole, target)
+    work = workdir(tmp_path_factory, "killed_eval", eval=sampled)
+    calls = work / "results/cells/shared/tiny/base/.gen.json.calls"
+    args = [SNAKEMAKE, "--snakefile", str(REPO / "Snakefile"), "--configfile", "config.yaml", "--cores", "2"]
+    proc = subprocess.Popen([*args, target], cwd=work, start_new_session=True)
+    try:
+        while not [p for p in calls.glob("*.json") if p.name != "key.json"]:
+            assert proc.poll() is None, "the eval job ended before it logged a decode call"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (work / target).exists()
+    snakemake(work, "--unlock")
+    snakemake(work, target, "--rerun-incomplete")
+    logs = "".join(p.read_text() for p in (work / "logs").rglob("*.log"))
+    assert re.search(r"[1-9]\d* decode calls read from", logs), logs[-2000:]
+    samples = "results/cells/shared/tiny/base/gen.samples.jsonl"
+    assert (work / samples).read_bytes() == (whole / samples).read_bytes()
+    assert json.loads((work / target).read_text())["per_task"] == json.loads((whole / target).read_text())["per_task"]
+    assert not calls.exists()

@@ -51,6 +51,8 @@ from jacrl.backends.model_files import copy_model_files
 if TYPE_CHECKING:
     import torch
 
+    from jacrl.backends.decode.calls import CallLog
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -224,18 +226,24 @@ class Backend(ABC):
         return self.generate_ids(prompts, n, params, progress=False), None
 
     def generate_draws(
-        self, prompts: Sequence[str], draws: Sequence[Draw], progress: bool = True
+        self, prompts: Sequence[str], draws: Sequence[Draw], progress: bool = True, calls: CallLog | None = None
     ) -> list[list[list[Completion]]]:
         """Every draw's completions of every user prompt, indexed [draw][prompt][sample]."""
-        return self.generate_draws_ids([self.prompt_ids(p) for p in prompts], draws, progress)
+        return self.generate_draws_ids([self.prompt_ids(p) for p in prompts], draws, progress, calls=calls)
 
     @abstractmethod
     def generate_draws_ids(
-        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+        self,
+        prompts: Sequence[Sequence[int]],
+        draws: Sequence[Draw],
+        progress: bool = True,
+        *,
+        calls: CallLog | None = None,
     ) -> list[list[list[Completion]]]:
         """Each tokenised prompt is prefilled once and decoded in one batch for all draws (greedy
         and sampled rows side by side). Draw d of prompt i samples with its own generator seeded
-        `draw.params.seed + i`: the random stream it would get decoded alone."""
+        `draw.params.seed + i`: the random stream it would get decoded alone. With `calls`, the
+        decode's finished calls are logged to, and read back from, disk (`decode.calls`: a resumed job)."""
 
     def _finish(self, ids: list[int], logprobs: list[float]) -> Completion:
         eos = self.eos_token_ids

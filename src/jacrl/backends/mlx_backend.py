@@ -30,6 +30,7 @@ from jacrl.backends.base import (
     TokenRows,
     check_draws,
 )
+from jacrl.backends.decode.calls import CallLog
 from jacrl.backends.lora_format import MLX_WEIGHTS, adapter_format, read_adapter
 from jacrl.backends.model_files import require_model_dir
 from jacrl.backends.rows import pad_right
@@ -73,14 +74,27 @@ class MLXBackend(Backend):
 
     # ---- sampling ----------------------------------------------------------------------------
     def generate_draws_ids(
-        self, prompts: Sequence[Sequence[int]], draws: Sequence[Draw], progress: bool = True
+        self,
+        prompts: Sequence[Sequence[int]],
+        draws: Sequence[Draw],
+        progress: bool = True,
+        *,
+        calls: CallLog | None = None,
     ) -> list[list[list[Completion]]]:
+        """A call a prompt (logged to `calls` as one, where given)."""
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
         out: list[list[list[Completion]]] = [[] for _ in draws]
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
-            ids, lps = self._sample(list(prompt), draws, i, max_tokens)
+            name = calls.call_name([prompt], [i], draws) if calls else ""
+            got = calls.get(name, 1) if calls else None
+            if got is None:
+                rows_ids, rows_lps = self._sample(list(prompt), draws, i, max_tokens)
+                got = ([rows_ids], [rows_lps])
+                if calls:
+                    calls.put(name, got)
+            ids, lps = got[0][0], got[1][0]
             for d in range(len(draws)):
                 span = layout.rows(0, d)
                 out[d].append([self._finish(a, b) for a, b in zip(ids[span], lps[span])])

@@ -30,6 +30,7 @@ from jacrl.backends.cpu import (
     float32_through_onednn,
     set_threads,
 )
+from jacrl.backends.decode.calls import CallLog
 from jacrl.backends.decode.trunk import Trunk
 from jacrl.backends.devices import resolve_device, resolve_dtype
 from jacrl.backends.hf import causal_lm_of, enable_checkpointing
@@ -123,8 +124,9 @@ class TorchBackend(Backend):
         draws: Sequence[Draw],
         progress: bool = True,
         keep: PromptForwards | None = None,
+        calls: CallLog | None = None,
     ) -> list[list[list[Completion]]]:
-        return self.sampler.generate_draws_ids(prompts, draws, progress, keep)
+        return self.sampler.generate_draws_ids(prompts, draws, progress, keep, calls)
 
     # ---- scoring (the scorer part) -----------------------------------------------------------
     gives_distributions = True

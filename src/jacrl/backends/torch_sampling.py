@@ -17,6 +17,7 @@ from typing import Any
 from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams, check_draws
 from jacrl.backends.cpu import SMALL_MODEL_PARAMS
 from jacrl.backends.decode.cache import PromptKV, SlotCache, config_kv_bytes
+from jacrl.backends.decode.calls import CallLog
 from jacrl.backends.decode.loop import Groups, Prefill, Stream, TokenChooser, decode
 from jacrl.backends.decode.plan import DecodePlan
 from jacrl.backends.decode.steps import FastDecoder, compiled_next_logits, decoding_with, next_logits
@@ -63,13 +64,16 @@ class TorchSampler:
         draws: Sequence[Draw],
         progress: bool = True,
         keep: PromptForwards | None = None,
+        calls: CallLog | None = None,
     ) -> list[list[list[Completion]]]:
         """Prompts are decoded together, up to `max_batch_rows` rows at a time, as the call's plan says
         (`decode.plan`): one row a prompt streamed through cache slots, several over each prompt's one
         cache in calls of prompts of similar length. Each (prompt, draw) keeps its own generator seeded
         `seed + i`, so what a prompt gets does not depend on which prompts share its batch. With `keep`,
         a prompt of several rows is prefilled through the policy as the training backward runs it and
-        its forward goes into `keep` (`sample_for_training`).
+        its forward goes into `keep` (`sample_for_training`). With `calls`, each call of several rows a
+        prompt is logged when it ends and read back instead of decoded when logged (a resumed job); the
+        streamed decode is one call and is not logged.
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
@@ -88,9 +92,15 @@ class TorchSampler:
         )
         for n, chunk in enumerate(chunks):
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
-            calls = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
-            size = f"{len(prompts)} prompts × {rows} rows in {calls}" if n == 0 else None
-            ids, lps = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep, plan, size)
+            count = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
+            size = f"{len(prompts)} prompts × {rows} rows in {count}" if n == 0 else None
+            name = calls.call_name([prompts[i] for i in chunk], chunk, draws) if calls else ""
+            got = calls.get(name, len(chunk)) if calls else None
+            if got is None:
+                got = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep, plan, size)
+                if calls:
+                    calls.put(name, got)
+            ids, lps = got
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
                     span = layout.rows(0, d)

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from jacrl.backends.base import Backend, Completion, Draw, SamplingParams
+from jacrl.backends.decode.calls import CallLog
 from jacrl.evaluation.config import EvalConfig
 from jacrl.evaluation.labels import metric_labels
 from jacrl.evaluation.metrics import Kind, Outcome, cell_metrics
@@ -22,9 +25,12 @@ from jacrl.tasks.record import Task
 Generated = dict[Kind, list[list[Completion]]]  # kind → per prompt → completions in sample order
 
 
-def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig, split: str) -> Generated:
+def generate_for_cell(
+    backend: Backend, prompts: Sequence[str], cfg: EvalConfig, split: str, calls: CallLog | None = None
+) -> Generated:
     """The greedy completion, the eval samples and (on `policy_splits`) the policy samples of every
-    prompt, decoded in one batch per prompt: one prefill serves all three."""
+    prompt, decoded in one batch per prompt: one prefill serves all three (its finished calls logged to
+    `calls`, where given: a job killed part-way resumes there)."""
     plan: list[tuple[Kind, int, float]] = [("greedy", 1, 0.0), ("sample", cfg.samples_on(split), cfg.temperature)]
     if cfg.policy_on(split):
         plan.append(("policy", cfg.policy_on(split), cfg.policy_temperature))
@@ -37,7 +43,7 @@ def generate_for_cell(backend: Backend, prompts: Sequence[str], cfg: EvalConfig,
         )
         for kind, n, t in plan
     ]
-    return dict(zip([kind for kind, *_ in plan], backend.generate_draws(prompts, draws), strict=True))
+    return dict(zip([kind for kind, *_ in plan], backend.generate_draws(prompts, draws, calls=calls), strict=True))
 
 
 def score_cell(tasks: list[Task], generated: Generated, scorer: Scorer, k: int) -> tuple[dict, list[dict]]:
@@ -101,10 +107,19 @@ class CellDraws:
     generated: Generated
 
 
-def draw_cell(tasks: list[Task], backend: Backend, cfg: EvalConfig, split: str) -> CellDraws:
+def draw_cell(
+    tasks: list[Task], backend: Backend, cfg: EvalConfig, split: str, calls: CallLog | None = None
+) -> CellDraws:
     """The cell's completions: greedy, the eval samples and (on `policy_splits`) the policy samples."""
     tasks = cell_tasks(tasks, split, cfg)
-    return CellDraws(tasks, generate_for_cell(backend, [t.prompt for t in tasks], cfg, split))
+    return CellDraws(tasks, generate_for_cell(backend, [t.prompt for t in tasks], cfg, split, calls))
+
+
+def cell_calls(cell_out: str | Path, key: dict[str, Any]) -> CallLog:
+    """The log of a cell's finished decode calls, hidden beside its output (`.<name>.calls`): a job
+    killed part-way (a session's end, a pre-empted node) resumes from it; removed once the cell is written."""
+    out = Path(cell_out)
+    return CallLog(out.with_name(f".{out.name}.calls"), key)
 
 
 def evaluate_cell(
