@@ -87,3 +87,16 @@ def test_a_log_is_keyed_by_the_decode_code(tmp_path):
     (tmp_path / "calls" / "abc.json").write_text("{}")
     CallLog(tmp_path / "calls", KEY)
     assert _calls(tmp_path / "calls") == []
+
+
+def test_calls_under_a_torn_key_or_none_are_dropped(tmp_path, caplog):
+    folder = tmp_path / "calls"
+    folder.mkdir()
+    (folder / "abc.json").write_text('{"ids": [], "logprobs": []}')  # a call no key vouches for
+    CallLog(folder, KEY)
+    assert _calls(folder) == []
+    (folder / KEY_FILE).write_text('["torn')
+    (folder / "abc.json").write_text('{"ids": [], "logprobs": []}')
+    with caplog.at_level(logging.WARNING):
+        CallLog(folder, KEY)
+    assert f"{folder / KEY_FILE} is unreadable" in caplog.text and _calls(folder) == []

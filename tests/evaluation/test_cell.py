@@ -25,7 +25,7 @@ class ScriptedModel:
     script: dict
     asked: list = field(default_factory=list)
 
-    def generate_draws(self, prompts, draws):
+    def generate_draws(self, prompts, draws, calls=None):
         self.asked += [(d.n, d.params.temperature) for d in draws]
         return [
             [[Completion(text, [1], [0.0], False) for text in per_prompt[i][: d.n]] for i in range(len(prompts))]

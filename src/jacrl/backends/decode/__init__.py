@@ -10,6 +10,7 @@ from each prompt's prefill, and runs the one loop over it.
 - `loop`: the loop (`decode`) over a call's rows (`Stream`, `Groups`) and the token chooser
   (`TokenChooser`).
 - `plan`: which rows and step a call takes, logged once a call.
+- `calls`: a decode's finished calls logged on disk (`CallLog`), so that a killed eval job resumes.
 - `trunk`: the frozen trunk, a prompt's (and a training row's) pass through the layers below the
   adapters', made once and kept on disk (`Trunk`, `TrunkStore`).
 """

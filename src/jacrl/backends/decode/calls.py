@@ -59,22 +59,26 @@ class CallLog:
         self.key = {**key, "decode_code": decode_code_digest()}
         self.read = self.written = 0
         kept = self._kept_key()
-        if kept is not None and kept != self.key:
+        if kept == self.key:
+            return
+        if kept is not None:
             changed = sorted(k for k in self.key.keys() | kept.keys() if self.key.get(k) != kept.get(k))
             log.warning(f"{self.folder}: decode calls logged under another {', '.join(changed)}; decoding afresh")
-            shutil.rmtree(self.folder)
-        if not (self.folder / KEY_FILE).is_file():
-            write_text(self.folder / KEY_FILE, json.dumps(self.key, indent=1, sort_keys=True) + "\n")
+        shutil.rmtree(self.folder, ignore_errors=True)  # calls under no key or another: none can be trusted
+        write_text(self.folder / KEY_FILE, json.dumps(self.key, indent=1, sort_keys=True) + "\n")
 
     def _kept_key(self) -> dict[str, Any] | None:
         path = self.folder / KEY_FILE
         try:
-            return json.loads(path.read_text())
+            kept = json.loads(path.read_text())
+            if not isinstance(kept, dict):
+                raise ValueError("not a JSON object")
+            return kept
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as exc:  # a torn key: nothing under it can be trusted
+        except (OSError, ValueError) as exc:
             log.warning(f"{path} is unreadable ({exc}); decoding afresh")
-            return {}
+            return None
 
     @staticmethod
     def call_name(prompts: Sequence[Sequence[int]], indices: Sequence[int], draws: Sequence[Draw]) -> str:
