@@ -75,7 +75,7 @@ def main() -> int:
     t0 = time.perf_counter()
     backend = load_backend(
         spec.path, spec.backend, adapter=args.adapter, threads=2, model_name=spec.name,
-        options=BackendOptions.of(spec),
+        options=BackendOptions.of(spec, decode="stream"),  # as an eval job decodes
     )  # fmt: skip
     phase("loading", t0)
     reset_peak()

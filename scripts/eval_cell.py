@@ -30,7 +30,7 @@ with logged(snakemake):
         adapter=adapter,
         threads=snakemake.threads,
         model_name=spec.name,
-        options=BackendOptions.of(spec),
+        options=BackendOptions.of(spec, decode="stream"),  # samples of differing lengths stream through slots
     )
     log_memory("loading the model")
     backend.merge_adapter()  # a cell only samples: base + adapter in one matmul per projection

@@ -47,7 +47,7 @@ def test_every_decode_path_samples_what_the_per_row_static_cache_does(tiny_model
     slots (one row a prompt) give the retired static cache's tokens (`static_reference`)."""
     b = load_backend(tiny_model, "torch", threads=2)
     per_row = static_decode(b, PROMPTS, draws)
-    for decode in ("auto", "groups"):
+    for decode in ("auto", "groups", "stream"):
         b.options = replace(b.options, decode=decode)
         shared = b.generate_draws(PROMPTS, draws, progress=False)
         for d in range(len(draws)):
@@ -159,6 +159,38 @@ def test_one_row_a_prompt_streams_through_fewer_slots_and_decodes_as_a_batch_doe
     lengths = {len(c.token_ids) for p in batch[0] for c in p}
     assert len(lengths) >= 3, f"rows end at different steps: {lengths}"
     _same(streamed[0], batch[0])
+
+
+def test_several_rows_a_prompt_stream_through_slots_and_decode_as_their_groups_do(tiny_model, monkeypatch, caplog):
+    """Under `decode: stream` a prompt's rows (a greedy row and sampled ones) enter together as that many
+    slots free up, a row leaving its slot as it ends: every row's tokens and log-probs are what the
+    prompts' one caches give, and rows of later prompts start while earlier ones still decode."""
+    from jacrl.backends.decode import loop
+
+    b = load_backend(tiny_model, "torch", threads=2)
+    b.attach_lora(LoraSpec(rank=4, scale=8.0), seed=1)
+    randomised_lora(b, seed=0, scale=0.5)
+    prompts = [*PROMPTS, "walker Count { has n: int = 0; }", "def fib(n: int) -> int", "edge Road", "can"]
+    draws = [Draw(1, GREEDY), Draw(3, SAMPLED)]
+    b.options = replace(b.options, decode="groups")
+    grouped = b.generate_draws(prompts, draws, progress=False)
+    _end_at_a_varied_token(b, monkeypatch, [c.token_ids for d in grouped for p in d for c in p])
+    grouped = b.generate_draws(prompts, draws, progress=False)
+    b.options, b.sampler.max_batch_rows = replace(b.options, decode="stream"), 6  # a prompt's 4 rows, 2 spare
+    streams = {}
+    admit = loop.Stream.admit
+    monkeypatch.setattr(loop.Stream, "admit", lambda self: (streams.setdefault(id(self), self), admit(self))[1])
+    with caplog.at_level(logging.INFO, logger="jacrl.backends.decode.plan"):
+        streamed = b.generate_draws(prompts, draws, progress=False)
+    assert "decode: stream, plain step, 6 slots, 4 rows a prompt" in caplog.text
+    [spent] = [s.time for s in streams.values()]
+    assert spent.prefills == len(prompts)
+    longest = max(len(c.token_ids) for d in streamed for p in d for c in p)
+    assert spent.steps < sum(max(len(c.token_ids) for d in streamed for c in d[i]) for i in range(len(prompts)))
+    assert spent.steps >= longest - 1
+    for d in range(len(draws)):
+        _same(streamed[d], grouped[d])
+    assert len({len(c.token_ids) for p in grouped[1] for c in p}) >= 3, "rows end at different steps"
 
 
 def _end_at_a_varied_token(b, monkeypatch, rows: list[list[int]]) -> None:

@@ -29,7 +29,7 @@ BackendName = Literal["auto", "torch", "mlx"]
 DeviceName = Literal["auto", "cpu", "cuda", "mps"]
 DtypeName = Literal["auto", "float32", "bfloat16", "float16"]
 RuleKind = Literal["sft", "grpo", "rft", "eval"]
-DecodeWay = Literal["auto", "groups", "whole"]
+DecodeWay = Literal["auto", "stream", "groups", "whole"]
 StepWay = Literal["auto", "packed", "plain", "compiled"]
 ScoreWay = Literal["auto", "repeated"]
 Ends = Literal["eos", "cap"]
@@ -275,8 +275,10 @@ class BackendOptions:
     decode: DecodeWay = "auto"
     """How a call's rows share their caches. `auto`: one row a prompt streams the prompts through a fixed
     set of cache slots, several rows a prompt decode over the prompt's one cache, rows leaving as they
-    end; `groups`: every call over the prompts' caches, one row a prompt too (the batches a stream
-    replaced, `bench/gen_rows.py`); `whole`: as `groups`, every row decoded to the longest one's end (what
+    end; `stream`: several rows a prompt stream too, a slot a row, a prompt's rows entering together
+    as slots free up (an eval job's: its samples' lengths differ widely, and a call over the prompts'
+    caches waits for its longest row; sampling for training keeps `groups`); `groups`: every call over
+    the prompts' caches, one row a prompt too (the batches a stream replaced, `bench/gen_rows.py`); `whole`: as `groups`, every row decoded to the longest one's end (what
     `bench/decode_step.py` compares narrowing with)."""
     step: StepWay = "auto"
     """What computes a decode step. `packed`: the written-out fast step where the model has one, else
@@ -307,9 +309,11 @@ class BackendOptions:
         autocast: bool = False,
         share_prompts: bool = False,
         trunk_rows: bool = False,
+        decode: DecodeWay = "auto",
     ) -> BackendOptions:
         """A job's options: the model's placement and trunk, and the loop's sampler and precision where it
-        trains by RL; `trunk_rows`: a supervised job's rows go through the trunk (`BackendOptions.trunk_rows`)."""
+        trains by RL; `trunk_rows`: a supervised job's rows go through the trunk (`BackendOptions.trunk_rows`);
+        `decode`: how its calls' rows share caches (an eval job streams its samples: `stream`)."""
         return cls(
             device=spec.device,
             dtype=spec.dtype,
@@ -321,4 +325,5 @@ class BackendOptions:
             step="compiled" if spec.compile_decode else "auto",
             trunk=spec.trunk,
             trunk_rows=trunk_rows and spec.trunk is not None,
+            decode=decode,
         )

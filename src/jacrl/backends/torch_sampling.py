@@ -80,10 +80,13 @@ class TorchSampler:
         out: list[list[list[Completion]]] = [[[] for _ in prompts] for _ in draws]
         if rows == 0:
             return out
-        plan = DecodePlan.of(self.backend.options, self.backend.device, self._params(), rows)
+        plan = DecodePlan.of(self.backend.options, self.backend.device, self._params(), rows, keep is not None)
         if plan.rows == "stream":
-            d = next(k for k, draw in enumerate(draws) if draw.n)
-            out[d] = [[c] for c in self._stream([list(p) for p in prompts], draws[d], plan, progress)]
+            ids, lps = self._stream([list(p) for p in prompts], draws, layout, plan, progress)
+            for i in range(len(prompts)):
+                for d in range(len(draws)):
+                    span = layout.rows(0, d)
+                    out[d][i] = [self.backend._finish(a, b) for a, b in zip(ids[i][span], lps[i][span])]
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         chunks = list(self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens))
@@ -109,33 +112,37 @@ class TorchSampler:
         bar.close()
         return out
 
-    def _stream(self, prompts: list[list[int]], draw: Draw, plan: DecodePlan, progress: bool) -> list[Completion]:
-        """One row per prompt, the prompts streamed through the slots of one `SlotCache`: as many slots as
-        `max_batch_rows` and `DECODE_CACHE_BYTES` allow."""
+    def _stream(
+        self, prompts: list[list[int]], draws: Sequence[Draw], layout: RowLayout, plan: DecodePlan, progress: bool
+    ) -> tuple[dict[int, list[list[int]]], dict[int, list[list[float]]]]:
+        """The prompts streamed through the slots of one `SlotCache`, a slot a row (`layout.block` a
+        prompt): as many slots as `max_batch_rows` and `DECODE_CACHE_BYTES` allow, and at least a
+        prompt's rows. Each prompt's rows' tokens and log-probs."""
         import torch
 
         model = self._sampling_model()
         lm = causal_lm_of(model)
-        max_tokens, capacity = draw.params.max_tokens, max(map(len, prompts)) + draw.params.max_tokens
+        rows, max_tokens = layout.block, check_draws(draws)
+        capacity = max(map(len, prompts)) + max_tokens
         per_slot = config_kv_bytes(lm.config, capacity, lm.dtype.itemsize)
-        slots = max(1, min(self.max_batch_rows, len(prompts), DECODE_CACHE_BYTES // per_slot))
-        bar = Progress(total=len(prompts), desc=f"sample ({self.backend.name})", unit="seq", disable=not progress)
+        slots = max(rows, min(self.max_batch_rows, len(prompts) * rows, DECODE_CACHE_BYTES // per_slot))
+        bar = Progress(total=len(prompts), desc=f"sample ({self.backend.name})", unit="prompt", disable=not progress)
         with torch.inference_mode():
             cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.backend.device)
             self._room_to_pack(plan)
             fast = self._fast_decoder(lm, slots, plan)
-            plan.log(fast is not None, f"{slots} slots")
-            choose = TokenChooser(RowLayout((1,)), [SeededDraw.for_prompts(draw.params, range(len(prompts)))])
+            plan.log(fast is not None, f"{slots} slots" + (f", {rows} rows a prompt" if rows > 1 else ""))
+            choose = TokenChooser(layout, [SeededDraw.for_prompts(d.params, range(len(prompts))) for d in draws])
             order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
             step = fast or self._transformers_step(model, plan)
-            stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order)
+            stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order, rows)
             packed = packed_linears(model, slots) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
-                ids, lps = decode(stream, 1, choose, self.backend.eos_token_ids, max_tokens, lambda _: bar.update(1))
+                out = decode(stream, rows, choose, self.backend.eos_token_ids, max_tokens, lambda _: bar.update(1))
         bar.close()
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
-        return [self.backend._finish(ids[i][0], lps[i][0]) for i in range(len(prompts))]
+        return out
 
     def _stream_prefill(self, model: Any, fast: FastDecoder | None) -> Prefill:
         """A streamed prompt's prefill: through the decode's packed weights where it has them (faster

@@ -120,13 +120,13 @@ class SlotCache:
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
 
-    def extend(self, prompt: PromptKV) -> int:
-        """Put a prefilled prompt in the first free slot; that slot."""
+    def extend(self, prompt: PromptKV, rows: int = 1) -> int:
+        """Put a prefilled prompt in the first `rows` free slots (one per row of it); the first of them."""
         slot, length = self.live, prompt.tokens
         for mine, theirs in zip((*self.keys, *self.values), (*prompt.keys, *prompt.values), strict=True):
-            mine[slot, :, :length] = theirs[0]
-        self.lens[slot] = length
-        self.live += 1
+            mine[slot : slot + rows, :, :length] = theirs[0]
+        self.lens[slot : slot + rows] = length
+        self.live += rows
         return slot
 
     def narrow(self, slot: int) -> None:

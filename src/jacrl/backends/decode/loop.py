@@ -4,12 +4,13 @@ token) or `max_tokens`, for rows of one prompt or many, one row a prompt or a gr
 `decode` admits prompts while its batch has room, picks every decoding row's token (`TokenChooser`),
 lets the rows that ended leave, and feeds the rest one step. What the batch is decides the rest:
 
-- `Stream` (one row a prompt: a gen cell's greedy rows): the prompts stream through a `SlotCache`'s
-  slots, each prefilled as a slot frees up. A holdout's answers end anywhere from a few tokens to the
-  cap; decoded in fixed batches, each batch waits for its longest answer with most of its rows ended, a
-  whole weight read a step. Streamed, every step decodes as many rows as there are slots until the
-  prompts run out, and the tail is paid once a call. The slots are sized once (slots × (longest prompt +
-  cap)), so the call's memory is bounded before it starts, whatever the answers' lengths.
+- `Stream` (a gen cell's greedy rows; under `decode: stream` an eval cell's samples too): the prompts
+  stream through a `SlotCache`'s slots, each prefilled as its rows' slots free up and copied into each
+  (a slot a row). A holdout's answers end anywhere from a few tokens to the cap; decoded in fixed
+  batches, each batch waits for its longest answer with most of its rows ended, a whole weight read a
+  step. Streamed, every step decodes as many rows as there are slots until the prompts run out, and the
+  tail is paid once a call. The slots are sized once (slots × (longest prompt + cap)), so the call's
+  memory is bounded before it starts, whatever the answers' lengths.
 - `Groups` (several rows a prompt: GRPO's groups, a mem cell's samples beside its greedy row): every
   prompt of the call admitted at once over a `PrefixCache`. Rows that ended leave it (unless the step
   is compiled, which keeps its shapes): a group's rows end at different lengths, and the attention over
@@ -154,13 +155,20 @@ class StreamTime:
 
 
 class Stream:
-    """One row a prompt, the prompts (`order`: the order they enter) streamed through `cache`'s slots:
-    a prompt prefilled into each free slot, a row that ended freeing its slot at once."""
+    """The prompts (`order`: the order they enter) streamed through `cache`'s slots, `rows` slots a
+    prompt: a prompt prefilled once and copied into its rows' slots as soon as that many are free, a row
+    that ended freeing its slot at once."""
 
     def __init__(
-        self, cache: SlotCache, prefill: Prefill, forward: Forward, prompts: Sequence[list[int]], order: Sequence[int]
+        self,
+        cache: SlotCache,
+        prefill: Prefill,
+        forward: Forward,
+        prompts: Sequence[list[int]],
+        order: Sequence[int],
+        rows: int = 1,
     ):
-        self.cache, self.prefill, self.forward, self.prompts = cache, prefill, forward, prompts
+        self.cache, self.prefill, self.forward, self.prompts, self.rows = cache, prefill, forward, prompts, rows
         self.queue = list(reversed(order))
         self.capacity = cache.slots
         self.time = StreamTime()
@@ -171,12 +179,12 @@ class Stream:
 
     def admit(self) -> list[tuple[int, Any]]:
         out = []
-        while self.queue and self.cache.live < self.cache.slots:
+        while self.queue and self.cache.live + self.rows <= self.cache.slots:
             i = self.queue.pop()
             t0 = time.perf_counter()
             prompt = self.prefill(self.prompts[i])
             self.time.prefilled(len(self.prompts[i]), time.perf_counter() - t0)
-            self.cache.extend(prompt)
+            self.cache.extend(prompt, self.rows)
             out.append((i, prompt.logits))
         return out
 

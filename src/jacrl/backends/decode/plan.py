@@ -1,9 +1,11 @@
 """Which decode a call takes, from the backend's options, the model and the call's shapes; named once a
 call in the log (`decode: stream, fast step, 35 slots`).
 
-- The rows: one row a prompt streams through a `SlotCache`'s slots (`stream`); several rows a prompt, or
-  `decode: groups | whole`, decode over each prompt's one cache (`groups`), rows leaving as they end but
-  under `decode: whole` or a compiled step.
+- The rows: one row a prompt streams through a `SlotCache`'s slots (`stream`), and under `decode: stream`
+  several rows a prompt too (a slot a row; an eval cell's samples, never rows whose prompt forward a
+  training backward keeps, nor a compiled step); otherwise several rows a prompt, or `decode: groups |
+  whole`, decode over each prompt's one cache (`groups`), rows leaving as they end but under `decode:
+  whole` or a compiled step.
 - The step: `step: auto` packs the linear layers where packing pays (`packed.packs`: a model of 50 M
   parameters or more, on a CPU with oneDNN, not under strict determinism), else keeps them plain. A
   packed decode takes the fast step where the model has one (`steps.FastDecoder.of`), else
@@ -37,9 +39,11 @@ class DecodePlan:
     compiled: bool
 
     @classmethod
-    def of(cls, options: BackendOptions, device: str, n_params: int, block: int) -> DecodePlan:
-        """The plan for a call of `block` rows a prompt of a model of `n_params` on `device`."""
-        rows: RowsKind = "stream" if block == 1 and options.decode == "auto" else "groups"
+    def of(cls, options: BackendOptions, device: str, n_params: int, block: int, keeps: bool = False) -> DecodePlan:
+        """The plan for a call of `block` rows a prompt of a model of `n_params` on `device`; `keeps`: the
+        prompts' forwards are kept for a training backward (their rows decode over them: `groups`)."""
+        streams = block == 1 or (options.decode == "stream" and not keeps and options.step != "compiled")
+        rows: RowsKind = "stream" if streams and options.decode in ("auto", "stream") else "groups"
         compiled = options.step == "compiled" and rows == "groups"  # a stream's step is never compiled
         packed = packs(device, n_params) if options.step == "auto" else options.step == "packed"
         return cls(rows, options.decode != "whole" and not compiled, packed, compiled)
