@@ -100,3 +100,29 @@ def test_calls_under_a_torn_key_or_none_are_dropped(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         CallLog(folder, KEY)
     assert f"{folder / KEY_FILE} is unreadable" in caplog.text and _calls(folder) == []
+
+
+def test_a_resumed_stream_reads_the_prompts_it_finished(backend, tmp_path):
+    """Under `decode: stream` (an eval job's) each prompt is logged as its last row ends; run again, the
+    logged prompts are read and only the others stream, each with its own seed. Those share their steps
+    with fewer rows than in one run: the same tokens, their log-probs within float rounding."""
+    from dataclasses import replace
+
+    streamed = replace(backend.options, decode="stream")
+    backend.options, options = streamed, backend.options
+    try:
+        alone = _flat(backend.generate_draws(PROMPTS, DRAWS, progress=False))
+        first = CallLog(tmp_path / "calls", KEY)
+        assert _flat(backend.generate_draws(PROMPTS, DRAWS, progress=False, calls=first)) == alone
+        assert (first.read, first.written) == (0, len(PROMPTS))
+        for call in _calls(tmp_path / "calls")[:2]:
+            call.unlink()
+        again = CallLog(tmp_path / "calls", KEY)
+        resumed = _flat(backend.generate_draws(PROMPTS, DRAWS, progress=False, calls=again))
+        assert (again.read, again.written) == (len(PROMPTS) - 2, 2)
+        for rows, rows_alone in zip(resumed, alone, strict=True):
+            for (text, ids, lps, cut), (text_a, ids_a, lps_a, cut_a) in zip(rows, rows_alone, strict=True):
+                assert (text, ids, cut) == (text_a, ids_a, cut_a)
+                assert lps == pytest.approx(lps_a, abs=1e-5)
+    finally:
+        backend.options = options

@@ -10,7 +10,7 @@ prompt forwards when a sampled prompt's forward is kept for training.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from typing import Any
 
@@ -71,9 +71,9 @@ class TorchSampler:
         cache in calls of prompts of similar length. Each (prompt, draw) keeps its own generator seeded
         `seed + i`, so what a prompt gets does not depend on which prompts share its batch. With `keep`,
         a prompt of several rows is prefilled through the policy as the training backward runs it and
-        its forward goes into `keep` (`sample_for_training`). With `calls`, each call of several rows a
-        prompt is logged when it ends and read back instead of decoded when logged (a resumed job); the
-        streamed decode is one call and is not logged.
+        its forward goes into `keep` (`sample_for_training`). With `calls`, what is finished is logged and
+        read back instead of decoded when logged (a resumed job): a call over its prompts' caches when it
+        ends, a streamed prompt when its last row ends.
         """
         max_tokens, layout = check_draws(draws), RowLayout.of(draws)
         rows = layout.block
@@ -82,7 +82,7 @@ class TorchSampler:
             return out
         plan = DecodePlan.of(self.backend.options, self.backend.device, self._params(), rows, keep is not None)
         if plan.rows == "stream":
-            ids, lps = self._stream([list(p) for p in prompts], draws, layout, plan, progress)
+            ids, lps = self._stream([list(p) for p in prompts], draws, layout, plan, progress, calls)
             for i in range(len(prompts)):
                 for d in range(len(draws)):
                     span = layout.rows(0, d)
@@ -113,33 +113,68 @@ class TorchSampler:
         return out
 
     def _stream(
-        self, prompts: list[list[int]], draws: Sequence[Draw], layout: RowLayout, plan: DecodePlan, progress: bool
+        self,
+        prompts: list[list[int]],
+        draws: Sequence[Draw],
+        layout: RowLayout,
+        plan: DecodePlan,
+        progress: bool,
+        calls: CallLog | None,
     ) -> tuple[dict[int, list[list[int]]], dict[int, list[list[float]]]]:
         """The prompts streamed through the slots of one `SlotCache`, a slot a row (`layout.block` a
         prompt): as many slots as `max_batch_rows` and `DECODE_CACHE_BYTES` allow, and at least a
-        prompt's rows. Each prompt's rows' tokens and log-probs."""
+        prompt's rows. Each prompt's rows' tokens and log-probs; with `calls`, a prompt logged there is
+        read, and one decoded is logged as its last row ends."""
+        names = [calls.call_name([p], [i], draws, "stream") if calls else "" for i, p in enumerate(prompts)]
+        logged = {i: calls.get(names[i], 1) for i in range(len(prompts))} if calls else {}
+        ids = {i: got[0][0] for i, got in logged.items() if got is not None}
+        lps = {i: got[1][0] for i, got in logged.items() if got is not None}
+        todo = [i for i in range(len(prompts)) if i not in ids]
+        if not todo:
+            return ids, lps
+        bar = Progress(total=len(todo), desc=f"sample ({self.backend.name})", unit="prompt", disable=not progress)
+
+        def ended(i: int, tokens: list[list[int]], logps: list[list[float]]) -> None:
+            bar.update(1)
+            if calls:
+                calls.put(names[i], ([tokens], [logps]))
+
+        out = self._stream_todo(prompts, todo, draws, layout, plan, ended, progress)
+        bar.close()
+        return {**ids, **out[0]}, {**lps, **out[1]}
+
+    def _stream_todo(
+        self,
+        prompts: list[list[int]],
+        todo: list[int],
+        draws: Sequence[Draw],
+        layout: RowLayout,
+        plan: DecodePlan,
+        ended: Callable[[int, list[list[int]], list[list[float]]], None],
+        progress: bool,
+    ) -> tuple[dict[int, list[list[int]]], dict[int, list[list[float]]]]:
+        """`_stream` over the prompts `todo` (each keeps its seed, `seed + i`); `progress`: log where the
+        stream's time went."""
         import torch
 
         model = self._sampling_model()
         lm = causal_lm_of(model)
         rows, max_tokens = layout.block, check_draws(draws)
-        capacity = max(map(len, prompts)) + max_tokens
+        capacity = max(len(prompts[i]) for i in todo) + max_tokens
         per_slot = config_kv_bytes(lm.config, capacity, lm.dtype.itemsize)
-        slots = max(rows, min(self.max_batch_rows, len(prompts) * rows, DECODE_CACHE_BYTES // per_slot))
-        bar = Progress(total=len(prompts), desc=f"sample ({self.backend.name})", unit="prompt", disable=not progress)
+        slots = max(rows, min(self.max_batch_rows, len(todo) * rows, DECODE_CACHE_BYTES // per_slot))
         with torch.inference_mode():
             cache = SlotCache(lm.config, slots, capacity, lm.dtype, self.backend.device)
             self._room_to_pack(plan)
             fast = self._fast_decoder(lm, slots, plan)
             plan.log(fast is not None, f"{slots} slots" + (f", {rows} rows a prompt" if rows > 1 else ""))
             choose = TokenChooser(layout, [SeededDraw.for_prompts(d.params, range(len(prompts))) for d in draws])
-            order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+            order = sorted(todo, key=lambda i: len(prompts[i]))
             step = fast or self._transformers_step(model, plan)
             stream = Stream(cache, self._stream_prefill(model, fast), step, prompts, order, rows)
             packed = packed_linears(model, slots) if plan.packs and fast is None else nullcontext()
             with self._decode_threads(slots), packed:
-                out = decode(stream, rows, choose, self.backend.eos_token_ids, max_tokens, lambda _: bar.update(1))
-        bar.close()
+                out = decode(stream, rows, choose, self.backend.eos_token_ids, max_tokens, ended)
         if progress:
             logging.getLogger(__name__).info(f"streamed through {slots} slots: {stream.time}")
         return out

@@ -1,11 +1,13 @@
 """Finished decode calls kept on disk, so that a job killed part-way resumes where it stopped.
 
-A sampled gen cell of a 1.5 B model on 2 CPU cores outlasts a working session. Its decode is a sequence
-of calls (`TorchSampling._chunks`: prompts of similar length, up to a batch's rows), and each call is a
-function of its prompts' token ids, their indices (which seed their generators) and the draws, given the
-model, the adapter, the machine and the decode code. `CallLog` writes each call's rows when the call
-ends; the same job run again reads them instead of decoding, so what it returns is what one run without
-the interruption returns, byte for byte (`tests/backends/test_call_log.py`).
+A sampled gen cell of a 1.5 B model on 2 CPU cores can outlast a working session. What its decode
+finishes — a streamed prompt's rows as its last row ends, or a call over its prompts' caches
+(`TorchSampling._chunks`) — is a function of its prompts' token ids, their indices (which seed their
+generators) and the draws, given the model, the adapter, the machine and the decode code. `CallLog`
+writes each when it is finished; the same job run again reads them instead of decoding. A resumed call
+over prompts' caches returns what one uninterrupted run returns, byte for byte; a resumed stream's other
+prompts share their steps with fewer rows, their log-probs the same within float rounding
+(`tests/backends/test_call_log.py`).
 
 What the calls depend on besides their inputs is the log's `key`: a log made under another key (another
 model, adapter, machine kind or decode code) is discarded with one warning, never mixed in. A call file
@@ -81,9 +83,13 @@ class CallLog:
             return None
 
     @staticmethod
-    def call_name(prompts: Sequence[Sequence[int]], indices: Sequence[int], draws: Sequence[Draw]) -> str:
-        """A call's file name: the sha256 of its prompts, their indices and its draws."""
+    def call_name(
+        prompts: Sequence[Sequence[int]], indices: Sequence[int], draws: Sequence[Draw], way: str = "groups"
+    ) -> str:
+        """An entry's file name: the sha256 of its prompts, their indices, its draws and the decode's way
+        (`stream` or `groups`: the one prompt of a call and a streamed prompt are different computations)."""
         what = {"prompts": [list(p) for p in prompts], "indices": list(indices), "draws": [asdict(d) for d in draws]}
+        what["way"] = way
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
     def get(self, name: str, prompts: int) -> Rows | None:

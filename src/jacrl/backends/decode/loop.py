@@ -71,10 +71,10 @@ def decode(
     choose: TokenChooser,
     eos: set[int],
     max_tokens: int,
-    ended: Callable[[int], None] | None = None,
+    ended: Callable[[int, list[list[int]], list[list[float]]], None] | None = None,
 ) -> tuple[dict[int, list[list[int]]], dict[int, list[list[float]]]]:
     """Every admitted prompt's rows' tokens and log-probs (`block` rows a prompt), decoded through
-    `batch`; `ended(i)` as prompt i's last row ends."""
+    `batch`; `ended(i, tokens, logps)` as prompt i's last row ends."""
     import torch
 
     tokens: dict[int, list[list[int]]] = {}
@@ -104,7 +104,7 @@ def decode(
             if over:
                 live[i] -= 1
                 if not live[i] and ended:
-                    ended(i)
+                    ended(i, tokens[i], logps[i])
         if not batch.waiting and all(done):
             break
         keep = batch.retire(done)
