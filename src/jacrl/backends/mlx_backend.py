@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,13 +88,8 @@ class MLXBackend(Backend):
         out: list[list[list[Completion]]] = [[] for _ in draws]
         bar = Progress(total=len(prompts) * rows, desc=f"sample ({self.name})", unit="seq", disable=not progress)
         for i, prompt in enumerate(prompts):
-            name = calls.call_name([prompt], [i], draws) if calls else ""
-            got = calls.get(name, 1) if calls else None
-            if got is None:
-                rows_ids, rows_lps = self._sample(list(prompt), draws, i, max_tokens)
-                got = ([rows_ids], [rows_lps])
-                if calls:
-                    calls.put(name, got)
+            sample = partial(self._sample_call, list(prompt), draws, i, max_tokens)
+            got = calls.through([prompt], [i], draws, sample) if calls else sample()
             ids, lps = got[0][0], got[1][0]
             for d in range(len(draws)):
                 span = layout.rows(0, d)
@@ -101,6 +97,13 @@ class MLXBackend(Backend):
             bar.update(rows)
         bar.close()
         return out
+
+    def _sample_call(
+        self, prompt: list[int], draws: Sequence[Draw], i: int, max_tokens: int
+    ) -> tuple[list[list[list[int]]], list[list[list[float]]]]:
+        """`_sample` as a call of one prompt (`decode.calls.Rows`: [prompt][row][token])."""
+        ids, lps = self._sample(prompt, draws, i, max_tokens)
+        return [ids], [lps]
 
     def _prefill(self, prompt: list[int], rows: int) -> tuple[Any, Any]:
         """The prompt's cache copied once per row, and each row's next-token logits."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Any
 
 from jacrl.backends.base import Completion, Draw, PromptForwards, SamplingParams, check_draws
@@ -97,13 +98,9 @@ class TorchSampler:
             seeded = [SeededDraw.for_prompts(d.params, chunk) for d in draws]
             count = f"{len(chunks)} call{'s' if len(chunks) > 1 else ''}"
             size = f"{len(prompts)} prompts × {rows} rows in {count}" if n == 0 else None
-            name = calls.call_name([prompts[i] for i in chunk], chunk, draws) if calls else ""
-            got = calls.get(name, len(chunk)) if calls else None
-            if got is None:
-                got = self._sample([list(prompts[i]) for i in chunk], layout, seeded, max_tokens, keep, plan, size)
-                if calls:
-                    calls.put(name, got)
-            ids, lps = got
+            mine = [list(prompts[i]) for i in chunk]
+            sample = partial(self._sample, mine, layout, seeded, max_tokens, keep, plan, size)
+            ids, lps = calls.through(mine, chunk, draws, sample) if calls else sample()
             for j, i in enumerate(chunk):
                 for d in range(len(draws)):
                     span = layout.rows(0, d)

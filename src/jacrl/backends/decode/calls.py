@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -88,8 +88,12 @@ class CallLog:
     ) -> str:
         """An entry's file name: the sha256 of its prompts, their indices, its draws and the decode's way
         (`stream` or `groups`: the one prompt of a call and a streamed prompt are different computations)."""
-        what = {"prompts": [list(p) for p in prompts], "indices": list(indices), "draws": [asdict(d) for d in draws]}
-        what["way"] = way
+        what = {
+            "prompts": [list(p) for p in prompts],
+            "indices": list(indices),
+            "draws": [asdict(d) for d in draws],
+            "way": way,
+        }
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
     def get(self, name: str, prompts: int) -> Rows | None:
@@ -107,6 +111,21 @@ class CallLog:
             return None
         self.read += 1
         return ids, lps
+
+    def through(
+        self,
+        prompts: Sequence[Sequence[int]],
+        indices: Sequence[int],
+        draws: Sequence[Draw],
+        decode: Callable[[], Rows],
+    ) -> Rows:
+        """A call over its prompts' caches: read where logged, else `decode()`d and logged."""
+        name = self.call_name(prompts, indices, draws)
+        got = self.get(name, len(prompts))
+        if got is None:
+            got = decode()
+            self.put(name, got)
+        return got
 
     def put(self, name: str, rows: Rows) -> None:
         """Write a finished call (atomically: a job killed while writing leaves no half a call)."""
