@@ -289,3 +289,17 @@ def test_a_mean_over_seeds_of_two_machines_is_refused_naming_the_seeds():
     ]
     with pytest.raises(MixedMachines, match="r1/tiny/sft.s0/gen and r1/tiny/sft.s1/gen .*matmul_path"):
         paired_tests(rows_frame(build_rows(cells)))
+
+
+def test_a_tiny_p_keeps_its_digits():
+    """A p far below 0.0001 is printed with its significant digits, never rounded to 0."""
+    import pandas as pd
+
+    from jacrl.ladder.pivot import GREEDY_STAGES, stage_test
+
+    compiles = next(s for s in GREEDY_STAGES if s.name == "compiles")
+    tasks = [f"t{i}" for i in range(40)]
+    row = pd.Series({"compile_pct": 100.0, "compiles_by_task": dict.fromkeys(tasks, 1)})
+    ref = pd.Series({"compile_pct": 0.0, "compiles_by_task": dict.fromkeys(tasks, 0)})
+    p = stage_test(row, ref, compiles, "greedy compiles")["p_value"]
+    assert p == pytest.approx(2 * 0.5**40, rel=1e-2) and p > 0

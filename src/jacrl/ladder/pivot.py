@@ -342,7 +342,8 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
         mdd = None if stage.kind != "score" and mdd is not None and mdd > 1 else mdd  # beyond any rate's range
     shown = "none" if mdd is None else round(stage.scale * mdd, digits)
     interval = ABSENT if ci is None else [round(stage.scale * v, digits) for v in ci]
-    return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": round(p, 4), "mdd": shown}
+    p = float(f"{p:.3g}")  # three significant digits: a p of 4e-9 is not 0
+    return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": p, "mdd": shown}
 
 
 def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
