@@ -18,9 +18,12 @@ lets the rows that ended leave, and feeds the rest one step. What the batch is d
   side, so every prompt keeps as many rows as the one with the most still decoding: the kept ended rows
   decode on, unread.
 
-A row's tokens do not depend on which rows share its steps: its logits depend on its own cache alone,
-and a sampled row draws from its (prompt, draw)'s own generator the uniform its place among that
-prompt's rows gives it, whether or not the others still decode.
+A row's draws do not depend on which rows share its steps: a sampled row draws from its (prompt, draw)'s
+own generator the uniform its place among that prompt's rows gives it, whether or not the others still
+decode, and its logits are a function of its own cache alone. In exact arithmetic; in bfloat16 on a CPU a
+matmul's rounding can follow the batch's shape (how its kernel blocks it), so a row decoded beside others can
+come out otherwise at a near-tie (the 1.5B's re-run in docs/results/qwen-coder-1.5b-cpu-smart: 18 of its 101
+greedy holdout answers, one row a prompt against nine).
 """
 
 from __future__ import annotations
