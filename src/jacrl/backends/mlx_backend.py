@@ -90,10 +90,8 @@ class MLXBackend(Backend):
         for i, prompt in enumerate(prompts):
             sample = partial(self._sample_call, list(prompt), draws, i, max_tokens)
             got = calls.through([prompt], [i], draws, sample) if calls else sample()
-            ids, lps = got[0][0], got[1][0]
-            for d in range(len(draws)):
-                span = layout.rows(0, d)
-                out[d].append([self._finish(a, b) for a, b in zip(ids[span], lps[span])])
+            for d, done in enumerate(layout.split(got[0][0], got[1][0], self._finish)):
+                out[d].append(done)
             bar.update(rows)
         bar.close()
         return out

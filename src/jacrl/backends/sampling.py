@@ -6,11 +6,13 @@ choice is `jacrl.backends.decode.loop.TokenChooser`; the MLX backend draws from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jacrl.backends.base import Draw, SamplingParams
+
+T = TypeVar("T")
 
 MAX_BATCH_ROWS = 64
 """Sequences the torch backend decodes together at most (`TorchSampler.max_batch_rows`)."""
@@ -50,6 +52,12 @@ class RowLayout:
         """The rows of draw `draw` for the batch's `prompt`-th prompt."""
         first = prompt * self.block + sum(self.counts[:draw])
         return slice(first, first + self.counts[draw])
+
+    def split(self, ids: Sequence[list[int]], lps: Sequence[list[float]], finish: Callable[..., T]) -> list[list[T]]:
+        """One prompt's rows (its block's token ids and log-probs) as `finish(ids, lps)` of each row, draw
+        by draw."""
+        spans = [self.rows(0, d) for d in range(len(self.counts))]
+        return [[finish(a, b) for a, b in zip(ids[span], lps[span], strict=True)] for span in spans]
 
 
 @dataclass

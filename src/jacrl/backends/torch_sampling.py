@@ -85,9 +85,8 @@ class TorchSampler:
         if plan.rows == "stream":
             ids, lps = self._stream([list(p) for p in prompts], draws, layout, plan, progress, calls)
             for i in range(len(prompts)):
-                for d in range(len(draws)):
-                    span = layout.rows(0, d)
-                    out[d][i] = [self.backend._finish(a, b) for a, b in zip(ids[i][span], lps[i][span])]
+                for d, done in enumerate(layout.split(ids[i], lps[i], self.backend._finish)):
+                    out[d][i] = done
             return out
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         chunks = list(self._chunks([len(prompts[i]) for i in order], order, rows, max_tokens))
@@ -102,9 +101,8 @@ class TorchSampler:
             sample = partial(self._sample, mine, layout, seeded, max_tokens, keep, plan, size)
             ids, lps = calls.through(mine, chunk, draws, sample) if calls else sample()
             for j, i in enumerate(chunk):
-                for d in range(len(draws)):
-                    span = layout.rows(0, d)
-                    out[d][i] = [self.backend._finish(a, b) for a, b in zip(ids[j][span], lps[j][span])]
+                for d, done in enumerate(layout.split(ids[j], lps[j], self.backend._finish)):
+                    out[d][i] = done
             bar.update(len(chunk) * rows)
         bar.close()
         return out

@@ -42,8 +42,9 @@ class DecodePlan:
     def of(cls, options: BackendOptions, device: str, n_params: int, block: int, keeps: bool = False) -> DecodePlan:
         """The plan for a call of `block` rows a prompt of a model of `n_params` on `device`; `keeps`: the
         prompts' forwards are kept for a training backward (their rows decode over them: `groups`)."""
-        streams = block == 1 or (options.decode == "stream" and not keeps and options.step != "compiled")
-        rows: RowsKind = "stream" if streams and options.decode in ("auto", "stream") else "groups"
+        one_row = block == 1 and options.decode in ("auto", "stream")
+        several = options.decode == "stream" and not keeps and options.step != "compiled"
+        rows: RowsKind = "stream" if one_row or several else "groups"
         compiled = options.step == "compiled" and rows == "groups"  # a stream's step is never compiled
         packed = packs(device, n_params) if options.step == "auto" else options.step == "packed"
         return cls(rows, options.decode != "whole" and not compiled, packed, compiled)
