@@ -6,10 +6,13 @@
     (d) a rebuild on that cache as `measure` runs now (`mutation_scorer`): the timeouts run a last
         time and are cached
     (e) the next rebuild: nothing runs
+    (f) cold, batches across drivers, each mutant under `tasks.mutation_timeout` where its driver's gold
+        runs within a fifth of it (`measure` now; (a)-(e) give every mutant the task's timeout)
 (a)-(c) score as a completion is scored (`RewardScorer`), so (d) is the first to cache a timeout.
 
 Each run starts a fresh scorer (its fork servers warmed outside the timing); the drivers' gold runs
-and parsing are left out, being the same in all five. The outcomes of the five must agree.
+and parsing are left out, being the same in all six. The outcomes of the six must agree: a mutant that
+times out under (f)'s shorter timeout but ends under the task's would part them.
 
     .venv/bin/python bench/mutation_speed.py [dataset/drivers/<family> ...] [--jobs 2] [--cap 10]
 """
@@ -66,7 +69,10 @@ def main() -> int:
     if problems:
         raise SystemExit(problems[0])
     golds = gold_outputs(drivers, TasksConfig().build_timeout, args.jobs)
-    holes = list(chosen_mutants([(d, h) for d in drivers for h in d.holes], golds, TasksConfig().timeout, args.cap))
+    cfg_tasks = TasksConfig()
+    wanted = [(d, h) for d in drivers for h in d.holes]
+    holes = list(chosen_mutants(wanted, golds, (cfg_tasks.timeout, cfg_tasks.timeout), args.cap))
+    short = list(chosen_mutants(wanted, golds, (cfg_tasks.mutation_timeout, cfg_tasks.timeout), args.cap))
     per_driver = [list(g) for _, g in groupby(holes, key=lambda h: h[0].driver)]
     across = list(batches(holes, BATCH))
     print(
@@ -81,11 +87,15 @@ def main() -> int:
             "(c) rebuild, no timeout cached": timed(lambda: plain("b"), across),
             "(d) rebuild, timeouts cached now": timed(lambda: mutation_scorer(cfg("b"), args.jobs), across),
             "(e) rebuild, timeouts in the cache": timed(lambda: mutation_scorer(cfg("b"), args.jobs), across),
+            "(f) cold, the mutant timeout": timed(
+                lambda: mutation_scorer(cfg("f"), args.jobs), list(batches(short, BATCH))
+            ),
         }
     outcomes = {name: out for name, (_, out, _) in runs.items()}
     assert len({tuple(o) for o in outcomes.values()}) == 1, "the runs disagree on an outcome"
     timeouts = outcomes["(a) cold, per-driver batches"].count("timeout")
-    print(f"timeouts among them: {timeouts}")
+    kept = sum(t.timeout < cfg_tasks.timeout for t, _ in short)
+    print(f"timeouts among them: {timeouts}; {kept} of {len(short)} holes' mutants under the short timeout")
     base = runs["(a) cold, per-driver batches"][0]
     for name, (secs, _, ran) in runs.items():
         print(f"{name:36s} {secs:8.1f} s  {ran:5d} runs  {base / secs:6.2f}x (a)")

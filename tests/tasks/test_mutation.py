@@ -12,6 +12,7 @@ from jacrl.tasks.drivers import parse_driver
 from jacrl.tasks.gold import run_program
 from jacrl.tasks.mutants import DriverMutator, Mutant, choose
 from jacrl.tasks.mutation import (
+    Gold,
     batches,
     measure,
     mutation_scorer,
@@ -121,10 +122,17 @@ def test_killed_survivor_and_uncompiled(tiny, reward):
     assert (again.killed, again.equivalent, again.mutants[1].outcome) == (3, 1, "equivalent")
 
 
+def test_a_mutant_timeout_follows_its_gold():
+    assert Gold("", 0.2).mutant_timeout(3, 10) == 3  # the gold far inside: the short timeout
+    assert Gold("", 0.7).mutant_timeout(3, 10) == 10  # a slow gold: a slower mutant keeps the task's timeout
+    assert Gold("", 0.2).mutant_timeout(30, 10) == 10  # never over the task's
+
+
 def test_measure_a_driver(tiny, reward):
     rows = measure(
-        [parse_driver(tiny)], labels={"tb_total": "trainpool"}, cap=6, timeout=10, jobs=2, reward=reward, equivalents={}
+        [parse_driver(tiny)], labels={"tb_total": "trainpool"}, cap=6, timeout=3, jobs=2, reward=reward, equivalents={}
     )
+    assert {r.timeout for r in rows} == {3}  # its gold runs in well under 0.6 s
     by = {r.id: r for r in rows}
     assert by["tb_total"].split == "trainpool" and by["tb_heavier"].split == "-"
     assert all(r.made == 6 and r.compiled == 6 for r in rows)

@@ -41,6 +41,15 @@ class TasksConfig(StrictModel):
         description="How gold programs run while building: `fork` = the reward's fork servers (jaclang "
         "loaded once; the path completions are scored on), `jac` = one `jac run` process per program.",
     )
+    mutation_timeout: float = Field(
+        3.0,
+        gt=0,
+        json_schema_extra={**RESULT_FREE, **ADDED_LATER},  # the mutation table's, not the tasks'
+        description="Wall timeout (s) of a mutant's run by `python -m jacrl.tasks mutation` where its driver's gold "
+        "runs within a fifth of it; other drivers' mutants have the task's `timeout` (a mutant only slower than its "
+        "gold must not count as killed). Most mutants that reach a timeout loop forever, and at the task's timeout "
+        "they were most of a cold table's time (docs/results/mutation.md#time).",
+    )
     mutation_cap: int = Field(
         10,
         ge=1,

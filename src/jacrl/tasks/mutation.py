@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from jacrl.tasks.record import Task
 EQUIVALENTS_FILE = Path("dataset/mutation_equivalents.yaml")
 GOAL = 0.9
 BATCH = 160  # mutants a scorer batch: ~80 runs a worker on 2 cores, one tail per batch
+GOLD_SHARE = 5  # a driver keeps the short mutant timeout while its gold runs within this fraction (1/5) of it
 
 
 class MutantOutcome(BaseModel):
@@ -63,6 +65,7 @@ class TaskMutation(BaseModel):
     source: str
     split: str = Field(description="holdout, trainpool, valid, or '-' (in no split file).")
     driver: str
+    timeout: float = Field(description="Wall timeout (s) of each of its mutants' runs.")
     made: int
     compiled: int
     killed: int = Field(description="Killed, plus survivors written down as equivalent.")
@@ -113,6 +116,7 @@ def split_labels(rl: Path) -> dict[str, str]:
 
 
 def task_row(task: Task, split: str, chosen: list[Mutant], scores: list[Score], equiv: dict) -> TaskMutation:
+    """A task's line: its mutants' outcomes and score (the task record carries the mutants' timeout)."""
     outs = []
     for m, s in zip(chosen, scores, strict=True):
         compiled, killed, how = outcome(s)
@@ -131,6 +135,7 @@ def task_row(task: Task, split: str, chosen: list[Mutant], scores: list[Score], 
         source=task.source,
         split=split,
         driver=task.driver,
+        timeout=task.timeout,
         made=len(outs),
         compiled=compiled,
         killed=killed,
@@ -140,17 +145,32 @@ def task_row(task: Task, split: str, chosen: list[Mutant], scores: list[Score], 
     )
 
 
-def gold_outputs(drivers: list[Driver], timeout: float, jobs: int) -> dict[Path, str]:
-    """Each driver's gold stdout, run once on the reward's fork servers; a failing gold is a DriverError."""
+@dataclass(frozen=True)
+class Gold:
+    """A driver's gold run: what it printed and how long it took."""
+
+    stdout: str
+    seconds: float
+
+    def mutant_timeout(self, short: float, full: float) -> float:
+        """A mutant's wall timeout: `short` (at most `full`) when this gold runs within 1/GOLD_SHARE of it, else
+        the task's `full`. Most mutants that reach a timeout loop forever; one only slower than its gold would be
+        counted killed under `short`, so a driver whose gold is not far inside it keeps the task's timeout."""
+        short = min(short, full)
+        return short if self.seconds * GOLD_SHARE <= short else full
+
+
+def gold_outputs(drivers: list[Driver], timeout: float, jobs: int) -> dict[Path, Gold]:
+    """Each driver's gold run, once on the reward's fork servers; a failing gold is a DriverError."""
     with gold_runner("fork", jobs) as run:
 
-        def one(d: Driver) -> tuple[Path, str]:
+        def one(d: Driver) -> tuple[Path, Gold]:
             r = run(d.gold_program(), timeout)
             if not r.runs:
                 raise DriverError(
                     d.path, 1, f"gold program failed (exit {r.exit_code}{', ' + r.killed if r.killed else ''})"
                 )
-            return d.path, r.stdout
+            return d.path, Gold(r.stdout, r.duration)
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             return dict(pool.map(one, drivers))
@@ -159,8 +179,9 @@ def gold_outputs(drivers: list[Driver], timeout: float, jobs: int) -> dict[Path,
 def mutation_scorer(reward: RewardConfig, jobs: int) -> RewardScorer:
     """The reward's scorer as mutation runs it: a mutant's timeout is cached too. Mutants that loop
     forever are most of a rebuild's runs otherwise (the reward never caches a timeout, so a loaded
-    machine cannot make one permanent); a mutant has a task's whole timeout, tens of times its gold
-    run, so a timeout here is the mutant's own. `--config` with `reward.cache: false` runs them all."""
+    machine cannot make one permanent); a mutant has at least GOLD_SHARE times its gold's run, the gold
+    timed on the same machine just before, so a timeout here is the mutant's own. `--config` with
+    `reward.cache: false` runs them all."""
     return RewardScorer(reward.model_copy(update={"cache_timeouts": True}), threads=jobs)
 
 
@@ -172,10 +193,12 @@ def measure(
     timeout: float,
     jobs: int,
     reward: RewardConfig,
+    task_timeout: float = TasksConfig().timeout,
     only: set[str] | None = None,
     equivalents: dict | None = None,
 ) -> list[TaskMutation]:
     """Every hole's chosen mutants run through the reward; one TaskMutation per hole, in driver order.
+    A mutant may run `timeout` seconds, or the task's where its gold is slow (`Gold.mutant_timeout`).
     Holes go to the scorer in batches of at least `BATCH` mutants across drivers, so a driver's last
     slow run does not leave the other workers idle."""
     equiv = load_equivalents() if equivalents is None else equivalents
@@ -183,7 +206,7 @@ def measure(
     wanted = [(d, h) for d in drivers for h in d.holes if only is None or h.id in only]
     rows: list[TaskMutation] = []
     with mutation_scorer(reward, jobs) as scorer, Progress(total=len(wanted), desc="mutants", unit="task") as bar:
-        for batch in batches(chosen_mutants(wanted, golds, timeout, cap), BATCH):
+        for batch in batches(chosen_mutants(wanted, golds, (timeout, task_timeout), cap), BATCH):
             tasks, chosen = [t for t, _ in batch], [ms for _, ms in batch]
             for t, ms, scores in zip(tasks, chosen, score_mutants(scorer, tasks, chosen), strict=True):
                 rows.append(task_row(t, labels.get(t.id, "-"), ms, scores, equiv))
@@ -192,16 +215,17 @@ def measure(
 
 
 def chosen_mutants(
-    holes: list[tuple[Driver, Hole]], golds: dict[Path, str], timeout: float, cap: int
+    holes: list[tuple[Driver, Hole]], golds: dict[Path, Gold], timeouts: tuple[float, float], cap: int
 ) -> Iterator[tuple[Task, list[Mutant]]]:
-    """Each hole's task record and chosen mutants (holes in driver order), a driver parsed when its
-    holes are reached."""
+    """Each hole's task record (its timeout the mutants': `timeouts` = (short, the task's)) and chosen
+    mutants (holes in driver order), a driver parsed when its holes are reached."""
     for _, group in groupby(holes, key=lambda dh: dh[0].path):
         of_driver = list(group)
-        driver = of_driver[0][0]
+        driver, gold = of_driver[0][0], golds[of_driver[0][0].path]
         mutator = DriverMutator(driver)
         for _, h in of_driver:
-            yield task_record(driver, h, golds[driver.path], timeout, Path(".")), choose(h.id, mutator.mutants(h), cap)
+            task = task_record(driver, h, gold.stdout, gold.mutant_timeout(*timeouts), Path("."))
+            yield task, choose(h.id, mutator.mutants(h), cap)
 
 
 def batches(holes: Iterable[tuple[Task, list[Mutant]]], size: int) -> Iterator[list[tuple[Task, list[Mutant]]]]:
