@@ -1,5 +1,6 @@
 """Ladder rows are rebuilt idempotently; a pivot of a fixed jsonl matches the stored table."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,35 @@ def test_a_tiny_p_keeps_its_digits():
     ref = pd.Series({"compile_pct": 0.0, "compiles_by_task": dict.fromkeys(tasks, 0)})
     p = stage_test(row, ref, compiles, "greedy compiles")["p_value"]
     assert p == pytest.approx(2 * 0.5**40, rel=1e-2) and p > 0
+
+
+def test_two_cells_of_two_configs_are_compared(tmp_path, capsys):
+    """`compare`: a choice between configs (here the sft part) is a pair of cells the ladder itself
+    refuses to pivot; they are tested like a condition against its reference, the differing part named."""
+    from jacrl.ladder.__main__ import main
+    from jacrl.ladder.compare import NotPaired, compare_markdown
+
+    top, every = (cell("10", "sft", "gen", p, compiles={4, 5}) for p in ({0, 1, 2}, {0}))
+    top["config_parts"], every["config_parts"] = {"tasks": "t", "sft": "k8"}, {"tasks": "t", "sft": "all"}
+    with pytest.raises(ValueError, match="different `sft` configs"):
+        rows_frame(build_rows([top, {**every, "cond": "base"}]))
+    text = compare_markdown(top, every, ("top8", "every"))
+    assert "config parts that differ: `sft`" in text
+    line = next(x for x in text.splitlines() if "greedy pass@1" in x)
+    # the same test as the pivot's of the two as conditions of one config
+    one = paired_tests(rows_frame(build_rows([top, {**every, "cond": "base", "config_parts": top["config_parts"]}])))
+    ref = one[one["metric"] == "greedy pass@1"].iloc[0]
+    assert [c.strip() for c in line.split("|")[2:13]] == ["top8", "every", "greedy pass@1 %", "6", "50.0", "16.7"] + [
+        "+33.3",
+        f"[{ref['ci'][0]:+.1f}, {ref['ci'][1]:+.1f}]",
+        "2",
+        "0",
+        f"{ref['p_value']:.3g}",
+    ]
+    with pytest.raises(NotPaired, match="hold different tasks"):
+        compare_markdown(top, {**every, "per_task": dict(list(every["per_task"].items())[:5])}, ("a", "b"))
+    for name, c in (("a.json", top), ("b.json", {**every, "split": "mem"})):
+        (tmp_path / name).write_text(json.dumps(c))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "of split 'gen'" in err and "of split 'mem'" in err

@@ -1,6 +1,7 @@
 """`python -m jacrl.ladder show results/rl_ladder.jsonl`: the pivot in a terminal.
 `python -m jacrl.ladder timings [benchmarks]`: the run's job time summed per rule.
-`python -m jacrl.ladder read`: the cells read through (failure stages, what passes, paired tests, curves)."""
+`python -m jacrl.ladder read`: the cells read through (failure stages, what passes, paired tests, curves).
+`python -m jacrl.ladder compare A.json B.json`: cell A tested against cell B, whatever configs built them."""
 
 from __future__ import annotations
 
@@ -50,6 +51,21 @@ def read_cells_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def compare_cmd(args: argparse.Namespace) -> int:
+    from jacrl.ladder.compare import compare_files
+
+    names = tuple(args.names) if args.names else None
+    try:
+        print(compare_files(*args.cells, names, args.allow_mixed_machines))
+    except (OSError, ValueError) as exc:  # a cell that is no JSON, two cells not paired, mixed machines
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyError as exc:
+        print(f"error: {' or '.join(args.cells)}: not a cell file (no field {exc})", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from jacrl import __version__
 
@@ -79,7 +95,17 @@ def main(argv: list[str] | None = None) -> int:
     read.add_argument("--results", default="results", help="the results folder (its cells/)")
     read.add_argument("--adapters", default="adapters", help="the adapters folder (their metrics.jsonl)")
     read.add_argument("--tasks", default="dataset/rl/tasks.jsonl", help="the task records")
+    comp = sub.add_parser(
+        "compare",
+        help="paired tests of one cell against another of the same tasks (e.g. two configs), as markdown",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    comp.add_argument("cells", nargs=2, metavar="CELL", help="two cell files: A, then the reference B")
+    comp.add_argument("--names", nargs=2, metavar="NAME", help="what to call A and B (default: their paths)")
+    comp.add_argument("--allow-mixed-machines", action="store_true", help="as for show")
     args = parser.parse_args(argv)
+    if args.cmd == "compare":
+        return compare_cmd(args)
     if args.cmd == "read":
         return read_cells_cmd(args)
     if args.cmd == "timings":

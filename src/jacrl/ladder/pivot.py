@@ -107,9 +107,14 @@ STAGE_COLUMNS = [s.column for s in (*GREEDY_STAGES, *SAMPLED_STAGES)] + [s.count
 
 
 def rows_frame(rows: list[dict]) -> pd.DataFrame:
-    """The rows as a frame, with each greedy stage's CI; stages a row does not record are NaN. Rows of
-    cells the machine failed a completion of are refused."""
+    """The rows of one ladder (one config) as a frame (`stage_frame`)."""
     check_one_config(rows)
+    return stage_frame(rows)
+
+
+def stage_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows as a frame, with each greedy stage's CI; stages a row does not record are NaN. Rows of
+    cells the machine failed a completion of are refused."""
     check_no_infra(rows)
     df = pd.DataFrame(rows)
     df["rung"] = df["rung"].astype(str)
@@ -346,7 +351,7 @@ def stage_test(r: pd.Series, ref: pd.Series, stage: Stage, label: str) -> dict:
     return {**out, "tasks": n, "wins": wins, "losses": losses, "ci": interval, "p_value": p, "mdd": shown}
 
 
-def _comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
+def comparisons(r: pd.Series, ref_name: str, ref: pd.Series, allow_mixed: bool = False) -> list[dict]:
     """Every greedy stage, the eval samples' pass@1 (where both rows drew them), then (where both rows
     drew policy samples) every policy-sampled stage. Two cells of machines that change the numbers are
     refused (`jacrl.workflow.machine`), or under `allow_mixed` compared with the reference marked by
@@ -376,14 +381,14 @@ TEST_COLUMNS += ["value", "ref", "delta", "ci", "wins", "losses", "p_value", "md
 
 def paired_tests(df: pd.DataFrame, allow_mixed: bool = False) -> pd.DataFrame:
     """Every condition against `base` and `sft` (a named arm's also against the default arm's) on the
-    same tasks, on every stage (`_comparisons`)."""
+    same tasks, on every stage (`comparisons`)."""
     rows = []
     for (_model, _split), part in df.groupby(["model", "split"], sort=True):
         for _, r in part.sort_values("rung", key=lambda s: s.map(rung_sort_key)).iterrows():
             if seed_parts(r["cond"])[1] is not None:  # a seed is shown, its condition's mean over seeds is tested
                 continue
             for ref_name, ref in _references(part, r):
-                rows.extend(_comparisons(r, ref_name, ref, allow_mixed))
+                rows.extend(comparisons(r, ref_name, ref, allow_mixed))
     return pd.DataFrame(rows, columns=TEST_COLUMNS)
 
 
