@@ -47,7 +47,7 @@ extras: $(STAMP)
 
 # On every core (pytest-xdist), a test file to a worker: a module's fixtures are built once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
