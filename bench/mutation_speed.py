@@ -39,6 +39,7 @@ from jacrl.tasks.config import TasksConfig  # noqa: E402
 from jacrl.tasks.drivers import discover_drivers  # noqa: E402
 from jacrl.tasks.mutation import (  # noqa: E402
     BATCH,
+    MutantTimeout,
     batches,
     chosen_mutants,
     gold_outputs,
@@ -73,8 +74,8 @@ def main() -> int:
     golds = gold_outputs(drivers, TasksConfig().build_timeout, args.jobs)
     cfg_tasks = TasksConfig()
     wanted = [(d, h) for d in drivers for h in d.holes]
-    holes = list(chosen_mutants(wanted, golds, (cfg_tasks.timeout, cfg_tasks.timeout), args.cap))
-    short = list(chosen_mutants(wanted, golds, (cfg_tasks.mutation_timeout, cfg_tasks.timeout), args.cap))
+    holes = list(chosen_mutants(wanted, golds, MutantTimeout(cfg_tasks.timeout, cfg_tasks.timeout), args.cap))
+    short = list(chosen_mutants(wanted, golds, MutantTimeout(cfg_tasks.mutation_timeout, cfg_tasks.timeout), args.cap))
     per_driver = [list(g) for _, g in groupby(holes, key=lambda h: h[0].driver)]
     across = list(batches(holes, BATCH))
     print(

@@ -13,6 +13,7 @@ from jacrl.tasks.gold import run_program
 from jacrl.tasks.mutants import DriverMutator, Mutant, choose
 from jacrl.tasks.mutation import (
     Gold,
+    MutantTimeout,
     batches,
     measure,
     mutation_scorer,
@@ -123,9 +124,9 @@ def test_killed_survivor_and_uncompiled(tiny, reward):
 
 
 def test_a_mutant_timeout_follows_its_gold():
-    assert Gold("", 0.2).mutant_timeout(3, 10) == 3  # the gold far inside: the short timeout
-    assert Gold("", 0.7).mutant_timeout(3, 10) == 10  # a slow gold: a slower mutant keeps the task's timeout
-    assert Gold("", 0.2).mutant_timeout(30, 10) == 10  # never over the task's
+    assert MutantTimeout(3, 10).of(Gold("", 0.2)) == 3  # the gold far inside: the short timeout
+    assert MutantTimeout(3, 10).of(Gold("", 0.7)) == 10  # a slow gold: a slower mutant keeps the task's timeout
+    assert MutantTimeout(30, 10).of(Gold("", 0.2)) == 10  # never over the task's
 
 
 def test_measure_a_driver(tiny, reward):

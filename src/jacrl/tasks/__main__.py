@@ -71,13 +71,14 @@ def _mutation_parser(sub: argparse._SubParsersAction) -> None:
         default=TasksConfig().mutation_cap,
         help="mutants per task (a fixed choice across operator kinds)",
     )
+    defaults = TasksConfig()
     m.add_argument(
         "--timeout",
         type=float,
-        default=TasksConfig().mutation_timeout,
+        default=defaults.mutation_timeout,
         help="seconds a mutant may run where its driver's gold runs within a fifth of it, else the task's "
-        f"{TasksConfig().timeout:g} (the config's `tasks.mutation_timeout`; the task's for all: --timeout "
-        f"{TasksConfig().timeout:g})",
+        f"{defaults.timeout:g} (the config's `tasks.mutation_timeout`; the task's for all: --timeout "
+        f"{defaults.timeout:g})",
     )
     m.add_argument("--equivalents", default=str(EQUIVALENTS_FILE), help="survivors written down as equivalent")
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="programs run at once")

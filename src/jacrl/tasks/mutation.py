@@ -152,12 +152,19 @@ class Gold:
     stdout: str
     seconds: float
 
-    def mutant_timeout(self, short: float, full: float) -> float:
-        """A mutant's wall timeout: `short` (at most `full`) when this gold runs within 1/GOLD_SHARE of it, else
-        the task's `full`. Most mutants that reach a timeout loop forever; one only slower than its gold would be
-        counted killed under `short`, so a driver whose gold is not far inside it keeps the task's timeout."""
-        short = min(short, full)
-        return short if self.seconds * GOLD_SHARE <= short else full
+
+@dataclass(frozen=True)
+class MutantTimeout:
+    """How long a driver's mutants may run: `short` (at most the task's `full`) where its gold runs within
+    1/GOLD_SHARE of it, else `full`. Most mutants that reach a timeout loop forever; one only slower than its
+    gold would be counted killed under `short`, so a driver whose gold is not far inside it keeps `full`."""
+
+    short: float
+    full: float
+
+    def of(self, gold: Gold) -> float:
+        short = min(self.short, self.full)
+        return short if gold.seconds * GOLD_SHARE <= short else self.full
 
 
 def gold_outputs(drivers: list[Driver], timeout: float, jobs: int) -> dict[Path, Gold]:
@@ -198,7 +205,7 @@ def measure(
     equivalents: dict | None = None,
 ) -> list[TaskMutation]:
     """Every hole's chosen mutants run through the reward; one TaskMutation per hole, in driver order.
-    A mutant may run `timeout` seconds, or the task's where its gold is slow (`Gold.mutant_timeout`).
+    A mutant may run `timeout` seconds, or the task's where its gold is slow (`MutantTimeout`).
     Holes go to the scorer in batches of at least `BATCH` mutants across drivers, so a driver's last
     slow run does not leave the other workers idle."""
     equiv = load_equivalents() if equivalents is None else equivalents
@@ -206,7 +213,7 @@ def measure(
     wanted = [(d, h) for d in drivers for h in d.holes if only is None or h.id in only]
     rows: list[TaskMutation] = []
     with mutation_scorer(reward, jobs) as scorer, Progress(total=len(wanted), desc="mutants", unit="task") as bar:
-        for batch in batches(chosen_mutants(wanted, golds, (timeout, task_timeout), cap), BATCH):
+        for batch in batches(chosen_mutants(wanted, golds, MutantTimeout(timeout, task_timeout), cap), BATCH):
             tasks, chosen = [t for t, _ in batch], [ms for _, ms in batch]
             for t, ms, scores in zip(tasks, chosen, score_mutants(scorer, tasks, chosen), strict=True):
                 rows.append(task_row(t, labels.get(t.id, "-"), ms, scores, equiv))
@@ -215,16 +222,16 @@ def measure(
 
 
 def chosen_mutants(
-    holes: list[tuple[Driver, Hole]], golds: dict[Path, Gold], timeouts: tuple[float, float], cap: int
+    holes: list[tuple[Driver, Hole]], golds: dict[Path, Gold], timeout: MutantTimeout, cap: int
 ) -> Iterator[tuple[Task, list[Mutant]]]:
-    """Each hole's task record (its timeout the mutants': `timeouts` = (short, the task's)) and chosen
-    mutants (holes in driver order), a driver parsed when its holes are reached."""
+    """Each hole's task record (its timeout its mutants') and chosen mutants (holes in driver order), a
+    driver parsed when its holes are reached."""
     for _, group in groupby(holes, key=lambda dh: dh[0].path):
         of_driver = list(group)
         driver, gold = of_driver[0][0], golds[of_driver[0][0].path]
         mutator = DriverMutator(driver)
         for _, h in of_driver:
-            task = task_record(driver, h, gold.stdout, gold.mutant_timeout(*timeouts), Path("."))
+            task = task_record(driver, h, gold.stdout, timeout.of(gold), Path("."))
             yield task, choose(h.id, mutator.mutants(h), cap)
 
 
