@@ -34,7 +34,6 @@ from fixtures.faults import Saboteur, fork_servers, runs_of_servers
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.score import Score
-from jacrl.rl.orchestrator import kept_advantages
 from jacrl.tasks.record import Task
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,6 +99,8 @@ def assert_left_out(scores: list[Score], cause: str, cached: int) -> None:
         assert s.score == 0.0 and not s.rejected and not s.gold_cleared, s
     assert cached == 2, "only the spared task's two runs are cached"
     print(f"\nhit task's scores: {[(s.score, s.infra) for s in scores[2:]]}; cache entries after the batch: {cached}")
+    from jacrl.rl.orchestrator import kept_advantages  # here: the import-fault child imports this module, not torch
+
     spared, hit = kept_advantages(scores[:2]), kept_advantages(scores[2:])
     assert spared[0] > 0 > spared[1]
     assert hit == [None, None], "a group the machine failed is skipped"
