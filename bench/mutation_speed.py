@@ -71,8 +71,8 @@ def main() -> int:
     drivers, problems = parse_all([d for p in args.paths for d in discover_drivers(REPO / p)])
     if problems:
         raise SystemExit(problems[0])
-    golds = gold_outputs(drivers, TasksConfig().build_timeout, args.jobs)
     cfg_tasks = TasksConfig()
+    golds = gold_outputs(drivers, cfg_tasks.build_timeout, args.jobs)
     wanted = [(d, h) for d in drivers for h in d.holes]
     holes = list(chosen_mutants(wanted, golds, MutantTimeout(cfg_tasks.timeout, cfg_tasks.timeout), args.cap))
     short = list(chosen_mutants(wanted, golds, MutantTimeout(cfg_tasks.mutation_timeout, cfg_tasks.timeout), args.cap))

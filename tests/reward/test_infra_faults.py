@@ -30,64 +30,23 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
-from fixtures.faults import Saboteur, fork_servers, runs_of_servers
+from fixtures.faults import (
+    HIT_ANSWERS,
+    MARK,
+    Saboteur,
+    fork_servers,
+    hit_task,
+    runs_of_servers,
+    score_the_batch,
+    scorer_for,
+)
 
 from jacrl.reward.batch import RewardScorer
 from jacrl.reward.score import Score
+from jacrl.rl.orchestrator import kept_advantages
 from jacrl.tasks.record import Task
 
 REPO = Path(__file__).resolve().parents[2]
-MARK = "infra-fault-target"  # in the hit task's template: its gold and completions carry it
-
-SPARED = Task(
-    id="fx_infra_spared",
-    expected_stdout="6\n",
-    unit={"kind": "def", "name": "work"},
-    indent="    ",
-    timeout=10.0,
-    template="def work(n: int) -> int {\n    __HOLE__\n}\n\nwith entry {\n    print(work(3));\n}\n",
-    gold_body="    return n * 2;\n",
-)
-SPARED_ANSWERS = ["```jac\nreturn n * 2;\n```", "```jac\nreturn n + 2;\n```"]  # a pass, and its own failure
-
-
-def hit_task(preamble: str = "", entry: str = "") -> Task:
-    """A graph task whose gold counts the cities next to root (a typed query: jaclang imports its
-    topology index for it, lazily)."""
-    template = (
-        f"# {MARK}\n{preamble}node City {{\n    has name: str;\n}}\n\n"
-        "def far() -> int {\n    __HOLE__\n}\n\n"
-        f'with entry {{\n{entry}    a = City(name="a");\n    root ++> a;\n    a ++> City(name="b");\n'
-        "    print(far());\n}\n"
-    )
-    return Task(
-        id="fx_infra_hit",
-        expected_stdout="1\n",
-        unit={"kind": "def", "name": "far"},
-        indent="    ",
-        timeout=10.0,
-        template=template,
-        gold_body="    return len([root-->](?:City));\n",
-    )
-
-
-HIT_ANSWERS = [
-    "```jac\nreturn len([root-->](?:City));\n```",
-    "```jac\nnear = [root-->](?:City);\nreturn len(near);\n```",
-]
-
-
-def scorer_for(tmp_path: Path, **cfg) -> RewardScorer:
-    """A fork-server scorer with one worker (the batch runs in order), its own cache and temp root."""
-    (tmp_path / "runs").mkdir(exist_ok=True)
-    return RewardScorer(
-        {"workers": 1, "cache_path": str(tmp_path / "scores.sqlite"), "tmp_root": str(tmp_path / "runs"), **cfg}
-    )
-
-
-def score_the_batch(scorer: RewardScorer, hit: Task) -> list[Score]:
-    tasks = [SPARED, SPARED, hit, hit]
-    return scorer.score_batch(tasks, SPARED_ANSWERS + HIT_ANSWERS)
 
 
 def assert_left_out(scores: list[Score], cause: str, cached: int) -> None:
@@ -99,8 +58,6 @@ def assert_left_out(scores: list[Score], cause: str, cached: int) -> None:
         assert s.score == 0.0 and not s.rejected and not s.gold_cleared, s
     assert cached == 2, "only the spared task's two runs are cached"
     print(f"\nhit task's scores: {[(s.score, s.infra) for s in scores[2:]]}; cache entries after the batch: {cached}")
-    from jacrl.rl.orchestrator import kept_advantages  # here: the import-fault child imports this module, not torch
-
     spared, hit = kept_advantages(scores[:2]), kept_advantages(scores[2:])
     assert spared[0] > 0 > spared[1]
     assert hit == [None, None], "a group the machine failed is skipped"
@@ -183,8 +140,8 @@ def test_temp_root_too_full_for_a_run_dir(tmp_path, caplog):
 # process's path from the start.
 IMPORT_FAULT_CHILD = """
 import json, os, sys
-sys.path[:0] = [{tests!r}, os.path.dirname({tests!r})]  # tests/reward, and tests/ for fixtures
-from test_infra_faults import HIT_ANSWERS, hit_task, score_the_batch, scorer_for
+sys.path[:0] = [os.path.dirname({tests!r})]  # tests/, for fixtures
+from fixtures.faults import HIT_ANSWERS, hit_task, score_the_batch, scorer_for
 from pathlib import Path
 import logging
 logging.basicConfig(level=logging.WARNING, format="%(message)s")

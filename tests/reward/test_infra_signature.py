@@ -10,7 +10,7 @@ import sqlite3
 from dataclasses import replace
 
 import pytest
-from test_infra_faults import SPARED, SPARED_ANSWERS, scorer_for
+from fixtures.faults import SPARED, SPARED_ANSWERS, scorer_for
 
 from jacrl.reward.infra import machine_cause
 

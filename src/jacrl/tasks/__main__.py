@@ -55,9 +55,8 @@ def _mutation_parser(sub: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=cli.HelpFormatter,
     )
-    m.add_argument(
-        "path", nargs="?", default=TasksConfig().drivers, help="drivers folder, family folder or driver file"
-    )
+    defaults = TasksConfig()
+    m.add_argument("path", nargs="?", default=defaults.drivers, help="drivers folder, family folder or driver file")
     m.add_argument("--task", action="append", default=[], help="only this task id (repeatable)")
     m.add_argument("--splits", default=RL, help="folder of holdout/trainpool/valid.jsonl: each task's split label")
     m.add_argument(
@@ -68,10 +67,9 @@ def _mutation_parser(sub: argparse._SubParsersAction) -> None:
     m.add_argument(
         "--cap",
         type=int,
-        default=TasksConfig().mutation_cap,
+        default=defaults.mutation_cap,
         help="mutants per task (a fixed choice across operator kinds)",
     )
-    defaults = TasksConfig()
     m.add_argument(
         "--timeout",
         type=float,
